@@ -1,0 +1,78 @@
+/* flashattn C ABI: the same call as flashattn::forward, for other languages.
+ *
+ * Every function returns FLASHATTN_OK or an error code; flashattn_last_error()
+ * then gives the message (thread-local, valid until the next call on the thread).
+ * Nothing is written to out or lse when an argument is rejected. */
+#ifndef FLASHATTN_H_
+#define FLASHATTN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  FLASHATTN_OK = 0,
+  FLASHATTN_ERR_INVALID_ARGUMENT = 1,
+  FLASHATTN_ERR_UNSUPPORTED = 2,
+  FLASHATTN_ERR_CUDA = 3,
+  FLASHATTN_ERR_INTERNAL = 4
+} flashattn_status;
+
+typedef enum { FLASHATTN_F32 = 0, FLASHATTN_F16 = 1, FLASHATTN_BF16 = 2 } flashattn_dtype;
+typedef enum { FLASHATTN_CPU = 0, FLASHATTN_CUDA = 1 } flashattn_device;
+
+typedef enum {
+  FLASHATTN_MASK_NONE = 0,
+  FLASHATTN_MASK_CAUSAL_TOP_LEFT = 1,
+  FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT = 2
+} flashattn_mask;
+
+typedef enum {
+  FLASHATTN_BACKEND_AUTO = 0,
+  FLASHATTN_BACKEND_REFERENCE = 1,
+  FLASHATTN_BACKEND_CPU = 2,
+  FLASHATTN_BACKEND_CUDA_NAIVE = 3,
+  FLASHATTN_BACKEND_CUDA_TILED = 4
+} flashattn_backend;
+
+/* A (batch, seqlen, heads, head_dim) view; strides in elements. */
+typedef struct {
+  void* data;
+  int32_t dtype;        /* flashattn_dtype */
+  int64_t shape[4];
+  int64_t strides[4];
+  int32_t device;       /* flashattn_device */
+  int32_t device_index; /* CUDA ordinal */
+} flashattn_tensor;
+
+typedef struct {
+  flashattn_tensor q, k, v, out;
+  float* lse;         /* optional: float32 (batch, heads_q, seqlen_q), or NULL */
+  int32_t has_scale;  /* 0: scale = 1/sqrt(head_dim) */
+  float scale;
+  int32_t mask;       /* flashattn_mask */
+  int32_t backend;    /* flashattn_backend */
+  void* stream;       /* cudaStream_t, or NULL for the default stream */
+} flashattn_params;
+
+/* Fills a contiguous view of data. */
+flashattn_tensor flashattn_contiguous(void* data, flashattn_dtype dtype, int64_t batch,
+                                      int64_t seqlen, int64_t heads, int64_t head_dim,
+                                      flashattn_device device, int32_t device_index);
+
+/* A params struct with q, k, v, out set and every option at its default. */
+flashattn_params flashattn_default_params(flashattn_tensor q, flashattn_tensor k,
+                                          flashattn_tensor v, flashattn_tensor out);
+
+flashattn_status flashattn_forward(const flashattn_params* params);
+
+/* The message of the last failed call on this thread ("" after a success). */
+const char* flashattn_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHATTN_H_ */

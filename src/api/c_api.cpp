@@ -1,0 +1,104 @@
+// The C ABI: converts flashattn_params to Params and every exception to a code.
+#include <new>
+#include <string>
+
+#include "api/fail.h"
+#include "flashattn/flashattn.h"
+#include "flashattn/flashattn.hpp"
+
+namespace {
+
+thread_local std::string g_last_error;
+
+flashattn::TensorView to_view(const flashattn_tensor& t, const char* name) {
+  using flashattn::require;
+  require(t.dtype >= FLASHATTN_F32 && t.dtype <= FLASHATTN_BF16, name, ": dtype ", t.dtype,
+          " is not one of FLASHATTN_F32, FLASHATTN_F16, FLASHATTN_BF16");
+  require(t.device == FLASHATTN_CPU || t.device == FLASHATTN_CUDA, name, ": device ", t.device,
+          " is not FLASHATTN_CPU or FLASHATTN_CUDA");
+  flashattn::TensorView v;
+  v.data = t.data;
+  v.dtype = static_cast<flashattn::DType>(t.dtype);
+  v.device = {t.device == FLASHATTN_CUDA ? flashattn::DeviceKind::cuda : flashattn::DeviceKind::cpu,
+              t.device_index};
+  for (int d = 0; d < 4; ++d) {
+    v.shape[d] = t.shape[d];
+    v.stride[d] = t.strides[d];
+  }
+  return v;
+}
+
+flashattn::Params to_params(const flashattn_params& c) {
+  using flashattn::require;
+  flashattn::Params p;
+  p.q = to_view(c.q, "q");
+  p.k = to_view(c.k, "k");
+  p.v = to_view(c.v, "v");
+  p.out = to_view(c.out, "out");
+  p.lse = c.lse;
+  if (c.has_scale) p.scale = c.scale;
+  require(c.mask >= FLASHATTN_MASK_NONE && c.mask <= FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+          "mask: ", c.mask, " is not a flashattn_mask value");
+  p.mask = static_cast<flashattn::Mask>(c.mask);
+  require(c.backend >= FLASHATTN_BACKEND_AUTO && c.backend <= FLASHATTN_BACKEND_CUDA_TILED,
+          "backend: ", c.backend, " is not a flashattn_backend value");
+  p.backend = static_cast<flashattn::Backend>(c.backend);
+  p.stream = c.stream;
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+flashattn_tensor flashattn_contiguous(void* data, flashattn_dtype dtype, int64_t batch,
+                                      int64_t seqlen, int64_t heads, int64_t head_dim,
+                                      flashattn_device device, int32_t device_index) {
+  flashattn_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.device_index = device_index;
+  const int64_t shape[4] = {batch, seqlen, heads, head_dim};
+  const int64_t strides[4] = {seqlen * heads * head_dim, heads * head_dim, head_dim, 1};
+  for (int d = 0; d < 4; ++d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = strides[d];
+  }
+  return t;
+}
+
+flashattn_params flashattn_default_params(flashattn_tensor q, flashattn_tensor k,
+                                          flashattn_tensor v, flashattn_tensor out) {
+  flashattn_params p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = out;
+  return p;
+}
+
+flashattn_status flashattn_forward(const flashattn_params* params) {
+  g_last_error.clear();
+  try {
+    if (params == nullptr) {
+      g_last_error = "params: pointer is null";
+      return FLASHATTN_ERR_INVALID_ARGUMENT;
+    }
+    flashattn::forward(to_params(*params));
+    return FLASHATTN_OK;
+  } catch (const flashattn::Error& e) {
+    g_last_error = e.what();
+    return static_cast<flashattn_status>(e.status());
+  } catch (const std::bad_alloc&) {
+    g_last_error = "out of host memory";
+    return FLASHATTN_ERR_INTERNAL;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return FLASHATTN_ERR_INTERNAL;
+  }
+}
+
+const char* flashattn_last_error(void) { return g_last_error.c_str(); }
+
+}  // extern "C"

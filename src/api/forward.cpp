@@ -1,0 +1,154 @@
+// forward(): validation, backend choice, launch.
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "api/fail.h"
+#include "api/validate.h"
+#include "cpu/backends.h"
+#include "cuda/backends.h"
+
+namespace flashattn {
+namespace {
+
+struct BackendInfo {
+  Backend backend;
+  std::string_view name;
+  DeviceKind device;
+};
+
+constexpr std::array<BackendInfo, 4> kBackends = {{
+    {Backend::reference, "reference", DeviceKind::cpu},
+    {Backend::cpu, "cpu", DeviceKind::cpu},
+    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda},
+    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda},
+}};
+
+const BackendInfo* find(Backend b) {
+  for (const auto& info : kBackends)
+    if (info.backend == b) return &info;
+  return nullptr;
+}
+
+// The lowest compute capability our CUDA kernels are built for.
+constexpr int kMinCapability = 80;
+
+void check_cuda_device(const Params& p) {
+  const int index = p.q.device.index;
+  const int count = cuda::device_count();
+  if (count == 0) fail(Status::unsupported, "q: device is cuda but no CUDA device is available");
+  require(index >= 0 && index < count, "q: cuda device index ", index, " is out of range [0, ",
+          count, ")");
+  const int cc = cuda::compute_capability(index);
+  if (cc < kMinCapability)
+    fail(Status::unsupported, "q: cuda device ", index, " has compute capability ", cc / 10, ".",
+         cc % 10, "; flashattn's CUDA kernels need 8.0 or newer");
+  cuda::require_device_pointer(p.q.data, index, "q");
+  cuda::require_device_pointer(p.k.data, index, "k");
+  cuda::require_device_pointer(p.v.data, index, "v");
+  cuda::require_device_pointer(p.out.data, index, "out");
+  if (p.lse) cuda::require_device_pointer(p.lse, index, "lse");
+}
+
+}  // namespace
+
+std::string_view to_string(Backend backend) {
+  if (backend == Backend::automatic) return "auto";
+  const BackendInfo* info = find(backend);
+  return info ? info->name : "unknown";
+}
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+  }
+  return "unknown";
+}
+
+std::optional<Backend> backend_from_string(std::string_view name) {
+  if (name == "auto") return Backend::automatic;
+  for (const auto& info : kBackends)
+    if (info.name == name) return info.backend;
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_string(std::string_view name) {
+  for (DType d : {DType::f32, DType::f16, DType::bf16})
+    if (to_string(d) == name) return d;
+  if (name == "float32" || name == "fp32") return DType::f32;
+  if (name == "float16" || name == "fp16") return DType::f16;
+  if (name == "bfloat16") return DType::bf16;
+  return std::nullopt;
+}
+
+size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+TensorView contiguous_view(void* data, DType dtype, int64_t batch, int64_t seqlen, int64_t heads,
+                           int64_t head_dim, Device device) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  const int64_t shape[4] = {batch, seqlen, heads, head_dim};
+  const int64_t stride[4] = {seqlen * heads * head_dim, heads * head_dim, head_dim, 1};
+  std::copy(shape, shape + 4, t.shape);
+  std::copy(stride, stride + 4, t.stride);
+  return t;
+}
+
+int cuda_device_count() { return cuda::device_count(); }
+
+std::vector<Backend> available_backends(DeviceKind device) {
+  std::vector<Backend> out;
+  if (device == DeviceKind::cuda && cuda::device_count() == 0) return out;
+  for (const auto& info : kBackends)
+    if (info.device == device) out.push_back(info.backend);
+  return out;
+}
+
+namespace {
+
+struct Plan {
+  Backend backend;
+  AttnParams attn;
+};
+
+// Validates everything (arguments, device, backend) before any work.
+Plan plan(const Params& p) {
+  require(p.mask == Mask::none || p.mask == Mask::causal_top_left ||
+              p.mask == Mask::causal_bottom_right,
+          "mask: is not one of none, causal_top_left, causal_bottom_right");
+  Plan out{p.backend, make_attn_params(p)};
+  const DeviceKind device = p.q.device.kind;
+  if (device == DeviceKind::cuda) check_cuda_device(p);
+  if (p.backend == Backend::automatic) {
+    out.backend = device == DeviceKind::cpu ? Backend::cpu : Backend::cuda_tiled;
+    return out;
+  }
+  const BackendInfo* info = find(p.backend);
+  require(info != nullptr, "backend: is not a known backend");
+  if (info->device != device)
+    fail(Status::unsupported, "backend: ", info->name, " runs on ",
+         info->device == DeviceKind::cpu ? "cpu" : "cuda", " tensors, but q is on ",
+         device == DeviceKind::cpu ? "cpu" : "cuda");
+  return out;
+}
+
+}  // namespace
+
+Backend select_backend(const Params& p) { return plan(p).backend; }
+
+void forward(const Params& params) {
+  const Plan pl = plan(params);
+  switch (pl.backend) {
+    case Backend::reference: cpu::reference_forward(pl.attn); break;
+    case Backend::cpu: cpu::flash_forward(pl.attn); break;
+    case Backend::cuda_naive: cuda::naive_forward(pl.attn); break;
+    case Backend::cuda_tiled: cuda::tiled_forward(pl.attn); break;
+    case Backend::automatic: fail(Status::internal, "backend: automatic was not resolved");
+  }
+}
+
+}  // namespace flashattn

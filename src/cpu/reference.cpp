@@ -1,0 +1,122 @@
+// Reference attention: for each query row i, every score s_j = scale·(q_i·k_j) is
+// computed in float64 and kept (the materialised row), then
+//   m = max_j s_j,  l = Σ_j exp(s_j − m),  o_i = Σ_j exp(s_j − m)·v_j / l,
+//   lse_i = m + ln l.
+// Masked scores are −inf; a row with no visible key gets o_i = 0, lse_i = −inf.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/half.h"
+#include "cpu/backends.h"
+#include "cpu/parallel.h"
+
+namespace flashattn::cpu {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// One (batch, kv head) slice of K or V in float64, rows of head_dim.
+std::vector<double> load_kv(const AttnParams& p, const TensorRef& t, int b, int h) {
+  const Sizes& s = p.sizes;
+  std::vector<double> out(size_t(s.seqlen_k) * s.head_dim);
+  for (int j = 0; j < s.seqlen_k; ++j) {
+    const int64_t base = b * t.batch_stride + j * t.row_stride + h * t.head_stride;
+    for (int c = 0; c < s.head_dim; ++c)
+      out[size_t(j) * s.head_dim + c] = load_float(t.data, p.dtype, base + c);
+  }
+  return out;
+}
+
+// Computes one query row into o (head_dim doubles); returns its lse.
+double attend_row(const AttnParams& p, int b, int hq, int i, const std::vector<double>& k,
+                  const std::vector<double>& v, std::vector<double>& scores, double* o) {
+  const Sizes& s = p.sizes;
+  const int d = s.head_dim;
+  std::vector<double> q(d);
+  const int64_t q_base = b * p.q.batch_stride + i * p.q.row_stride + hq * p.q.head_stride;
+  for (int c = 0; c < d; ++c) q[c] = load_float(p.q.data, p.dtype, q_base + c);
+
+  const int key_end = p.mask.key_end(i, s.seqlen_k);
+  double m = kNegInf;
+  for (int j = 0; j < s.seqlen_k; ++j) {
+    const bool visible = j < key_end;
+    double dot = 0.0;
+    if (visible)
+      for (int c = 0; c < d; ++c) dot += q[c] * k[size_t(j) * d + c];
+    scores[j] = visible ? dot * double(p.softmax.scale) : kNegInf;
+    m = std::max(m, scores[j]);
+  }
+  for (int c = 0; c < d; ++c) o[c] = 0.0;
+  if (m == kNegInf) return kNegInf;
+  double l = 0.0;
+  for (int j = 0; j < s.seqlen_k; ++j) {
+    if (scores[j] == kNegInf) continue;
+    const double pj = std::exp(scores[j] - m);
+    l += pj;
+    for (int c = 0; c < d; ++c) o[c] += pj * v[size_t(j) * d + c];
+  }
+  for (int c = 0; c < d; ++c) o[c] /= l;
+  return m + std::log(l);
+}
+
+// Runs attend_row for rows[r] of every (batch, q head); emit(b, hq, r, o, lse).
+template <typename Emit>
+void for_each_row(const AttnParams& p, const std::vector<int>& rows, Emit&& emit) {
+  const Sizes& s = p.sizes;
+  const int64_t slices = int64_t(s.batch) * s.heads_kv;
+  // Parallel over (batch, kv head) slices when there are enough of them, else over rows.
+  const bool by_slice = slices >= worker_count(slices + rows.size()) || rows.size() < 4;
+  auto run_slice = [&](int64_t slice, int64_t row_begin, int64_t row_end) {
+    const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
+    const std::vector<double> k = load_kv(p, p.k, b, hk), v = load_kv(p, p.v, b, hk);
+    std::vector<double> scores(s.seqlen_k), o(s.head_dim);
+    for (int g = 0; g < s.group(); ++g) {
+      const int hq = hk * s.group() + g;
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        const double lse = attend_row(p, b, hq, rows[r], k, v, scores, o.data());
+        emit(b, hq, r, o.data(), lse);
+      }
+    }
+  };
+  if (by_slice) {
+    parallel_for(slices, [&](int64_t slice, int) { run_slice(slice, 0, int64_t(rows.size())); });
+  } else {
+    for (int64_t slice = 0; slice < slices; ++slice) {
+      constexpr int64_t kChunk = 16;
+      const int64_t chunks = (int64_t(rows.size()) + kChunk - 1) / kChunk;
+      parallel_for(chunks, [&](int64_t c, int) {
+        run_slice(slice, c * kChunk, std::min<int64_t>(rows.size(), (c + 1) * kChunk));
+      });
+    }
+  }
+}
+
+}  // namespace
+
+void reference_forward(const AttnParams& p) {
+  const Sizes& s = p.sizes;
+  std::vector<int> rows(s.seqlen_q);
+  for (int i = 0; i < s.seqlen_q; ++i) rows[i] = i;
+  for_each_row(p, rows, [&](int b, int hq, int64_t i, const double* o, double lse) {
+    const int64_t base = b * p.o.batch_stride + i * p.o.row_stride + hq * p.o.head_stride;
+    for (int c = 0; c < s.head_dim; ++c) store_float(p.o.data, p.dtype, base + c, float(o[c]));
+    if (p.softmax.lse) p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + i] = float(lse);
+  });
+}
+
+std::vector<double> reference_rows(const AttnParams& p, const std::vector<int>& rows,
+                                   std::vector<double>* lse) {
+  const Sizes& s = p.sizes;
+  const int64_t n = int64_t(rows.size());
+  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim);
+  if (lse) lse->assign(size_t(s.batch) * s.heads_q * n, 0.0);
+  for_each_row(p, rows, [&](int b, int hq, int64_t r, const double* o, double row_lse) {
+    double* dst = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
+    for (int c = 0; c < s.head_dim; ++c) dst[c] = o[c];
+    if (lse) (*lse)[(int64_t(b) * s.heads_q + hq) * n + r] = row_lse;
+  });
+  return out;
+}
+
+}  // namespace flashattn::cpu

@@ -1,0 +1,23 @@
+// The CUDA backends as the host API sees them: plain C++ declarations, so the
+// API files never include CUDA headers. Built from src/cuda/ when CUDA is on,
+// else from src/cuda/unavailable.cpp, whose functions all throw Status::unsupported.
+#pragma once
+
+#include "params.h"
+
+namespace flashattn::cuda {
+
+// Number of visible CUDA devices; 0 when there is no driver or no GPU.
+int device_count();
+
+// Compute capability as major·10 + minor; throws naming the device on failure.
+int compute_capability(int device_index);
+
+// Throws Error(invalid_argument) naming `name` unless ptr is device memory that
+// device `device_index` can read (device, managed or mapped host memory).
+void require_device_pointer(const void* ptr, int device_index, const char* name);
+
+void naive_forward(const AttnParams& p);
+void tiled_forward(const AttnParams& p);
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,177 @@
+// Tiled CUDA attention, FlashAttention-1 style, for any head_dim and dtype
+// (fp32 arithmetic). A block of 16×16 threads owns kBlockM query rows of one
+// (batch, q head) and kOutCols output columns; it walks the visible key tiles of
+// kBlockN rows:
+//   S = Q·K_jᵀ, accumulated over head_dim in chunks of kDimChunk through shared
+//       memory (so head_dim is unbounded),
+//   online softmax per row: m_i = running max, l_i = Σ exp2((s − m_i)·c),
+//       acc_i rescaled by exp2((m_old − m_new)·c), with c = scale·log2(e),
+//   acc += P·V_j[:, columns], P staged through shared memory.
+// Thread (ty, tx) holds rows ty + 16a and columns tx + 16b, a, b < 4. Head dims
+// above kOutCols run one block per column slice, each recomputing S.
+#include <cmath>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/element.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kBlockM = 64;
+constexpr int kBlockN = 64;
+constexpr int kOutCols = 64;
+constexpr int kDimChunk = 16;
+constexpr int kSide = 16;  // threads per block side
+constexpr int kThreads = kSide * kSide;
+constexpr int kPerThread = kBlockM / kSide;  // rows (and S or O columns) per thread
+static_assert(kBlockM == kBlockN && kBlockN == kOutCols, "one 4×4 thread tile for S and O");
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct SharedTiles {
+  float q[kDimChunk][kBlockM];      // Q chunk, transposed: broadcast reads along rows
+  float k[kDimChunk][kBlockN + 1];  // K chunk, transposed; +1 keeps the transpose store conflict-free
+  float p[kBlockM][kBlockN + 1];    // probabilities of this key tile
+  float v[kBlockN][kOutCols];       // V tile, this block's column slice
+};
+
+// Loads a rows×cols tile of one head (row r at base + r·row_stride) into
+// dst[c][r] (transposed) or dst[r][c], zero outside [0, row_limit) × [0, col_limit).
+template <bool kTranspose, typename T, int kRows, int kCols, int kLd>
+__device__ void load_tile(float (*dst)[kLd], const T* base, int64_t row_stride, int row_limit,
+                          int col_limit) {
+  for (int e = threadIdx.y * kSide + threadIdx.x; e < kRows * kCols; e += kThreads) {
+    const int r = e / kCols, c = e % kCols;
+    const float x = r < row_limit && c < col_limit ? to_float(base[r * row_stride + c]) : 0.0f;
+    if constexpr (kTranspose) dst[c][r] = x;
+    else dst[r][c] = x;
+  }
+}
+
+// Max (or sum) over the 16 threads that share a row (consecutive lanes in a warp).
+__device__ __forceinline__ float row_max(float x) {
+  for (int offset = kSide / 2; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ __forceinline__ float row_sum(float x) {
+  for (int offset = kSide / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int m_blocks) {
+  __shared__ SharedTiles sm;
+  const Sizes s = p.sizes;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int m_block = int(blockIdx.x % m_blocks);
+  const int bh = int(blockIdx.x / m_blocks);
+  const int hq = bh % s.heads_q, b = bh / s.heads_q, hk = hq / s.group();
+  const int m0 = m_block * kBlockM, col0 = blockIdx.y * kOutCols;
+  const int rows = min(kBlockM, s.seqlen_q - m0);
+
+  const T* gQ = static_cast<const T*>(p.q.data) + b * p.q.batch_stride + int64_t(m0) * p.q.row_stride +
+                hq * p.q.head_stride;
+  const T* gK = static_cast<const T*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
+  const T* gV = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride + col0;
+  const float c = p.softmax.scale * kLog2e;
+
+  float m_i[kPerThread], l_i[kPerThread], acc[kPerThread][kPerThread];
+  int key_end[kPerThread];
+#pragma unroll
+  for (int a = 0; a < kPerThread; ++a) {
+    m_i[a] = -INFINITY;
+    l_i[a] = 0.0f;  // this thread's partial; summed over the row at the end
+    key_end[a] = p.mask.key_end(m0 + ty + kSide * a, s.seqlen_k);
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) acc[a][e] = 0.0f;
+  }
+  const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
+
+  for (int n0 = 0; n0 < n_end; n0 += kBlockN) {
+    float s_ij[kPerThread][kPerThread] = {};
+    for (int d0 = 0; d0 < s.head_dim; d0 += kDimChunk) {
+      __syncthreads();  // previous readers of sm.q / sm.k are done
+      load_tile<true, T, kBlockM, kDimChunk>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0);
+      load_tile<true, T, kBlockN, kDimChunk>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0,
+                                             p.k.row_stride, n_end - n0, s.head_dim - d0);
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kDimChunk; ++kk)
+#pragma unroll
+        for (int a = 0; a < kPerThread; ++a)
+#pragma unroll
+          for (int e = 0; e < kPerThread; ++e)
+            s_ij[a][e] += sm.q[kk][ty + kSide * a] * sm.k[kk][tx + kSide * e];
+    }
+
+#pragma unroll
+    for (int a = 0; a < kPerThread; ++a) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) {
+        if (n0 + tx + kSide * e >= key_end[a]) s_ij[a][e] = -INFINITY;
+        tile_max = fmaxf(tile_max, s_ij[a][e]);
+      }
+      const float m_new = fmaxf(m_i[a], row_max(tile_max));
+      // A row with nothing visible so far keeps m = −inf; use 0 so no −inf − −inf.
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f((m_i[a] - m_use) * c);
+      m_i[a] = m_new;
+      l_i[a] *= alpha;
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) {
+        const float p_ij = exp2f((s_ij[a][e] - m_use) * c);
+        l_i[a] += p_ij;
+        sm.p[ty + kSide * a][tx + kSide * e] = p_ij;
+        acc[a][e] *= alpha;
+      }
+    }
+    load_tile<false, T, kBlockN, kOutCols>(sm.v, gV + int64_t(n0) * p.v.row_stride, p.v.row_stride,
+                                           n_end - n0, s.head_dim - col0);
+    __syncthreads();
+    for (int n = 0; n < kBlockN; ++n)
+#pragma unroll
+      for (int a = 0; a < kPerThread; ++a)
+#pragma unroll
+        for (int e = 0; e < kPerThread; ++e) acc[a][e] += sm.p[ty + kSide * a][n] * sm.v[n][tx + kSide * e];
+    __syncthreads();  // sm.p and sm.v are rewritten by the next tile
+  }
+
+  T* gO = static_cast<T*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride + col0;
+#pragma unroll
+  for (int a = 0; a < kPerThread; ++a) {
+    const int r = ty + kSide * a;
+    const float l = row_sum(l_i[a]);
+    if (r >= rows) continue;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) {
+      const int col = tx + kSide * e;
+      if (col0 + col < s.head_dim) gO[int64_t(m0 + r) * p.o.row_stride + col] = from_float<T>(acc[a][e] * inv_l);
+    }
+    if (p.softmax.lse && blockIdx.y == 0 && tx == 0)
+      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + m0 + r] =
+          l > 0.0f ? m_i[a] * p.softmax.scale + logf(l) : -INFINITY;
+  }
+}
+
+}  // namespace
+
+void tiled_forward(const AttnParams& p) {
+  DeviceGuard device(p.device_index);
+  const Sizes& s = p.sizes;
+  const int m_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t blocks = int64_t(m_blocks) * s.batch * s.heads_q;
+  const int64_t col_slices = (s.head_dim + kOutCols - 1) / kOutCols;
+  if (blocks > 0x7FFFFFFF || col_slices > 65535)
+    fail(Status::unsupported, "q: shape too large for cuda_tiled's grid");
+  const dim3 grid{unsigned(blocks), unsigned(col_slices)};
+  with_element_type(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    tiled_kernel<T><<<grid, dim3(kSide, kSide), 0, static_cast<cudaStream_t>(p.stream)>>>(p, m_blocks);
+    check_launch("tiled_kernel");
+  });
+}
+
+}  // namespace flashattn::cuda

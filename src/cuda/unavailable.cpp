@@ -1,0 +1,26 @@
+// The CUDA backends in a build without CUDA: no devices, and every kernel entry
+// point reports that this build cannot run it.
+#include "api/fail.h"
+#include "cuda/backends.h"
+
+namespace flashattn::cuda {
+
+int device_count() { return 0; }
+
+int compute_capability(int) {
+  fail(Status::unsupported, "device: this flashattn build has no CUDA support");
+}
+
+void require_device_pointer(const void*, int, const char*) {
+  fail(Status::unsupported, "device: this flashattn build has no CUDA support");
+}
+
+void naive_forward(const AttnParams&) {
+  fail(Status::unsupported, "backend: cuda_naive is not built (no CUDA support)");
+}
+
+void tiled_forward(const AttnParams&) {
+  fail(Status::unsupported, "backend: cuda_tiled is not built (no CUDA support)");
+}
+
+}  // namespace flashattn::cuda

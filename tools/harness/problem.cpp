@@ -1,0 +1,225 @@
+#include "problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+
+#include "api/validate.h"
+#include "common/half.h"
+#include "cpu/backends.h"
+#include "standard.h"
+
+namespace flashattn::harness {
+namespace {
+
+// A host tensor and its view geometry; for CUDA problems a device mirror.
+struct Buffer {
+  std::vector<uint8_t> host;
+  DeviceBuffer device;
+  int64_t shape[4] = {};
+  int64_t stride[4] = {};
+};
+
+void layout(Buffer& buf, DType dtype, int batch, int seqlen, int heads, int head_dim,
+            bool padded, bool transposed) {
+  const int64_t shape[4] = {batch, seqlen, heads, head_dim};
+  std::copy(shape, shape + 4, buf.shape);
+  int64_t elements;
+  if (transposed) {  // memory order (batch, heads, seqlen, head_dim)
+    const int64_t stride[4] = {int64_t(heads) * seqlen * head_dim, head_dim,
+                               int64_t(seqlen) * head_dim, 1};
+    std::copy(stride, stride + 4, buf.stride);
+    elements = int64_t(batch) * heads * seqlen * head_dim;
+  } else {
+    const int64_t h = padded ? heads + 1 : heads, d = padded ? head_dim + 3 : head_dim;
+    const int64_t stride[4] = {seqlen * h * d, h * d, d, 1};
+    std::copy(stride, stride + 4, buf.stride);
+    elements = int64_t(batch) * seqlen * h * d;
+  }
+  buf.host.assign(size_t(elements) * dtype_size(dtype), 0);
+}
+
+int64_t offset(const Buffer& buf, int64_t b, int64_t s, int64_t h, int64_t c) {
+  return b * buf.stride[0] + s * buf.stride[1] + h * buf.stride[2] + c;
+}
+
+}  // namespace
+
+struct Problem::Storage {
+  Buffer q, k, v, out;
+  std::vector<float> lse;
+  DeviceBuffer lse_device;
+  std::vector<int> ref_rows;
+  std::vector<double> ref, ref_lse, standard;
+};
+
+std::string describe(const Case& c) {
+  const Shape& s = c.shape;
+  std::ostringstream out;
+  out << "B" << s.batch << " Nq" << s.seqlen_q << " Nk" << s.seqlen_k << " Hq" << s.heads_q
+      << " Hkv" << s.heads_kv << " d" << s.head_dim << " " << to_string(c.dtype)
+      << (c.mask == Mask::causal_top_left       ? " causal-tl"
+          : c.mask == Mask::causal_bottom_right ? " causal-br"
+                                                : "")
+      << (c.strided ? " strided" : "");
+  return out.str();
+}
+
+double flop_count(const Case& c) {
+  const Shape& s = c.shape;
+  const double full = 4.0 * s.batch * s.heads_q * double(s.seqlen_q) * s.seqlen_k * s.head_dim;
+  return c.mask == Mask::none ? full : full / 2;
+}
+
+Problem::Problem(const Case& c, Device device, uint64_t seed)
+    : case_(c), device_(device), storage_(std::make_unique<Storage>()) {
+  const Shape& s = c.shape;
+  Storage& st = *storage_;
+  layout(st.q, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, false);
+  layout(st.k, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, c.strided);
+  layout(st.v, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, c.strided);
+  layout(st.out, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, false);
+  st.lse.assign(size_t(s.batch) * s.heads_q * s.seqlen_q, 0.0f);
+
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, c.input_std);
+  for (Buffer* buf : {&st.q, &st.k, &st.v}) {
+    for (int64_t b = 0; b < buf->shape[0]; ++b)
+      for (int64_t i = 0; i < buf->shape[1]; ++i)
+        for (int64_t h = 0; h < buf->shape[2]; ++h)
+          for (int64_t e = 0; e < buf->shape[3]; ++e)
+            store_float(buf->host.data(), c.dtype, offset(*buf, b, i, h, e), normal(rng));
+  }
+  if (device.kind == DeviceKind::cuda) {
+    for (Buffer* buf : {&st.q, &st.k, &st.v, &st.out}) {
+      buf->device = DeviceBuffer(buf->host.size(), device.index);
+      buf->device.upload(buf->host.data());
+    }
+    st.lse_device = DeviceBuffer(st.lse.size() * sizeof(float), device.index);
+  }
+  poison_output();
+}
+
+Problem::~Problem() = default;
+
+Params Problem::params(Backend backend) const {
+  const Storage& st = *storage_;
+  const bool on_gpu = device_.kind == DeviceKind::cuda;
+  auto view = [&](const Buffer& buf) {
+    TensorView t;
+    t.data = on_gpu ? buf.device.data() : const_cast<uint8_t*>(buf.host.data());
+    t.dtype = case_.dtype;
+    t.device = device_;
+    std::copy(buf.shape, buf.shape + 4, t.shape);
+    std::copy(buf.stride, buf.stride + 4, t.stride);
+    return t;
+  };
+  Params p;
+  p.q = view(st.q);
+  p.k = view(st.k);
+  p.v = view(st.v);
+  p.out = view(st.out);
+  p.lse = on_gpu ? static_cast<float*>(st.lse_device.data()) : const_cast<float*>(st.lse.data());
+  p.scale = case_.scale;
+  p.mask = case_.mask;
+  p.backend = backend;
+  return p;
+}
+
+void Problem::poison_output() {
+  Storage& st = *storage_;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const size_t elems = st.out.host.size() / dtype_size(case_.dtype);
+  for (size_t e = 0; e < elems; ++e) store_float(st.out.host.data(), case_.dtype, int64_t(e), nan);
+  std::fill(st.lse.begin(), st.lse.end(), nan);
+  if (device_.kind == DeviceKind::cuda) {
+    st.out.device.upload(st.out.host.data());
+    st.lse_device.upload(st.lse.data());
+  }
+}
+
+double Problem::io_bytes() const {
+  const Shape& s = case_.shape;
+  const double q = double(s.batch) * s.seqlen_q * s.heads_q * s.head_dim;
+  const double kv = double(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim;
+  return (2 * q + 2 * kv) * dtype_size(case_.dtype);
+}
+
+Accuracy Problem::evaluate(int max_rows) {
+  Storage& st = *storage_;
+  const Shape& s = case_.shape;
+  if (device_.kind == DeviceKind::cuda) {
+    device_synchronize(device_.index);
+    st.out.device.download(st.out.host.data());
+    st.lse_device.download(st.lse.data());
+  }
+  // Reference rows: every row, or first, last and evenly spaced ones between.
+  const AttnParams ref_params = make_attn_params(params(Backend::reference));
+  if (st.ref.empty()) {
+    const int n = std::min(s.seqlen_q, std::max(max_rows, 2));
+    for (int r = 0; r < n; ++r)
+      st.ref_rows.push_back(n == s.seqlen_q ? r : int(int64_t(r) * (s.seqlen_q - 1) / (n - 1)));
+    st.ref = cpu::reference_rows(ref_params, st.ref_rows, &st.ref_lse);
+    if (case_.dtype != DType::f32) st.standard = standard_rows_in_dtype(ref_params, st.ref_rows);
+  }
+
+  Accuracy acc;
+  acc.checked_rows = int(st.ref_rows.size());
+  const int64_t n = int64_t(st.ref_rows.size());
+  double err2 = 0, ref2 = 0, std_err2 = 0;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t h = 0; h < s.heads_q; ++h) {
+        const int64_t base = offset(st.out, b, st.ref_rows[r], h, 0);
+        const double* ref = &st.ref[((b * n + r) * s.heads_q + h) * s.head_dim];
+        for (int64_t c = 0; c < s.head_dim; ++c) {
+          const double got = load_float(st.out.host.data(), case_.dtype, base + c);
+          const double diff = got - ref[c];
+          err2 += diff * diff;
+          ref2 += ref[c] * ref[c];
+          acc.max_abs = std::max(acc.max_abs, std::isnan(diff) ? INFINITY : std::fabs(diff));
+          if (!st.standard.empty()) {
+            const double sd = st.standard[&ref[c] - st.ref.data()] - ref[c];
+            std_err2 += sd * sd;
+          }
+        }
+        const double ref_lse = st.ref_lse[(b * s.heads_q + h) * n + r];
+        const float got_lse = st.lse[(b * s.heads_q + h) * s.seqlen_q + st.ref_rows[r]];
+        const double lse_err = std::isinf(ref_lse) ? (got_lse == ref_lse ? 0.0 : INFINITY)
+                                                   : std::fabs(got_lse - ref_lse);
+        acc.lse_max_abs = std::max(acc.lse_max_abs, std::isnan(lse_err) ? INFINITY : lse_err);
+      }
+  const double denom = std::sqrt(std::max(ref2, 1e-300));
+  acc.rel_l2 = ref2 > 0 ? std::sqrt(err2) / denom : std::sqrt(err2);
+  if (std::isnan(acc.rel_l2)) acc.rel_l2 = INFINITY;
+  acc.standard_rel_l2 = ref2 > 0 ? std::sqrt(std_err2) / denom : std::sqrt(std_err2);
+
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.seqlen_q; ++i)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t c = 0; c < s.head_dim; ++c)
+          acc.unwritten += std::isnan(load_float(st.out.host.data(), case_.dtype,
+                                                 offset(st.out, b, i, h, c)));
+  for (float x : st.lse) acc.unwritten += std::isnan(x);
+
+  // fp32: exact to 1e-5. 16-bit: twice standard attention's error in that dtype,
+  // plus the rounding of the output itself (half an ulp of the dtype, relative).
+  const double out_rounding = case_.dtype == DType::bf16 ? 0x1p-9 : 0x1p-12;
+  acc.tolerance = case_.dtype == DType::f32 ? 1e-5 : 2 * acc.standard_rel_l2 + out_rounding;
+  acc.passed = acc.unwritten == 0 && acc.rel_l2 <= acc.tolerance && acc.lse_max_abs <= 1e-3;
+  return acc;
+}
+
+std::string Accuracy::summary() const {
+  std::ostringstream out;
+  out << "rel_l2 " << rel_l2 << " (tolerance " << tolerance << "), max_abs " << max_abs
+      << ", lse_max_abs " << lse_max_abs << ", unwritten " << unwritten << ", rows checked "
+      << checked_rows;
+  if (standard_rel_l2 > 0) out << ", standard-in-dtype rel_l2 " << standard_rel_l2;
+  return out.str();
+}
+
+}  // namespace flashattn::harness

@@ -1,0 +1,70 @@
+// One attention problem with fresh random inputs, on the CPU or a GPU, that
+// tests, `flashattn check` and `flashattn bench` run backends on and score
+// against the float64 reference.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "device_memory.h"
+#include "flashattn/flashattn.hpp"
+#include "params.h"
+
+namespace flashattn::harness {
+
+struct Shape {
+  int batch = 1, seqlen_q = 1, seqlen_k = 1, heads_q = 1, heads_kv = 1, head_dim = 1;
+};
+
+struct Case {
+  Shape shape;
+  DType dtype = DType::f32;
+  Mask mask = Mask::none;
+  // Strided views: q and out are slices of wider (heads + 1, head_dim + 3)
+  // tensors; k and v are (batch, heads, seqlen, head_dim) tensors transposed.
+  bool strided = false;
+  std::optional<float> scale;
+  float input_std = 1.0f;  // inputs are normal(0, input_std), rounded to dtype
+};
+
+std::string describe(const Case& c);
+// 4·B·Hq·Nq·Nk·d, halved for causal.
+double flop_count(const Case& c);
+
+struct Accuracy {
+  double rel_l2 = 0;           // ‖out − ref‖ / ‖ref‖ over the checked rows
+  double max_abs = 0;
+  double lse_max_abs = 0;      // over rows with a finite reference lse
+  double standard_rel_l2 = 0;  // standard attention computed in the dtype (16-bit only)
+  double tolerance = 0;        // the bound rel_l2 must meet
+  int64_t unwritten = 0;       // output elements still NaN (poison) anywhere
+  int checked_rows = 0;
+  bool passed = false;
+  std::string summary() const;
+};
+
+class Problem {
+ public:
+  Problem(const Case& c, Device device, uint64_t seed);
+  ~Problem();
+
+  const Case& spec() const { return case_; }
+  Params params(Backend backend) const;  // views over this problem's buffers
+  void poison_output();                  // NaN into every out and lse element
+  // Scores the current output against the float64 reference on at most
+  // max_rows query rows (all rows when seqlen_q <= max_rows).
+  Accuracy evaluate(int max_rows = 256);
+  // Bytes of q, k, v and out as the kernels see them (for bandwidth floors).
+  double io_bytes() const;
+
+ private:
+  struct Storage;
+  Case case_;
+  Device device_;
+  std::unique_ptr<Storage> storage_;
+};
+
+}  // namespace flashattn::harness

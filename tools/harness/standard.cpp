@@ -1,0 +1,58 @@
+#include "standard.h"
+
+#include <cmath>
+#include <limits>
+
+#include "common/half.h"
+#include "cpu/parallel.h"
+
+namespace flashattn::harness {
+namespace {
+
+float round_to(DType dtype, float x) {
+  switch (dtype) {
+    case DType::f16: return f16_to_float(float_to_f16(x));
+    case DType::bf16: return bf16_to_float(float_to_bf16(x));
+    case DType::f32: return x;
+  }
+  return x;
+}
+
+float element(const AttnParams& p, const TensorRef& t, int b, int row, int h, int c) {
+  return load_float(t.data, p.dtype,
+                    b * t.batch_stride + int64_t(row) * t.row_stride + h * t.head_stride + c);
+}
+
+}  // namespace
+
+std::vector<double> standard_rows_in_dtype(const AttnParams& p, const std::vector<int>& rows) {
+  const Sizes& s = p.sizes;
+  const int64_t n = int64_t(rows.size());
+  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim, 0.0);
+  const int64_t items = int64_t(s.batch) * s.heads_q * n;
+  cpu::parallel_for(items, [&](int64_t item, int) {
+    const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
+    const int i = rows[r], hk = hq / s.group();
+    const int key_end = p.mask.key_end(i, s.seqlen_k);
+    std::vector<float> prob(s.seqlen_k, 0.0f);
+    float m = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < key_end; ++j) {
+      float dot = 0.0f;
+      for (int c = 0; c < s.head_dim; ++c)
+        dot += element(p, p.q, b, i, hq, c) * element(p, p.k, b, j, hk, c);
+      prob[j] = round_to(p.dtype, dot) * p.softmax.scale;
+      m = std::max(m, prob[j]);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
+    double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
+    for (int j = 0; j < key_end; ++j) {
+      const float pj = round_to(p.dtype, prob[j] / sum);
+      for (int c = 0; c < s.head_dim; ++c) o[c] += pj * element(p, p.v, b, j, hk, c);
+    }
+    for (int c = 0; c < s.head_dim; ++c) o[c] = round_to(p.dtype, float(o[c]));
+  });
+  return out;
+}
+
+}  // namespace flashattn::harness

@@ -43,11 +43,19 @@ struct ByteRange {
   uintptr_t first, last;
 };
 
-ByteRange byte_range(const TensorView& t) {
-  int64_t last_elem = 0;
-  for (int d = 0; d < 4; ++d) last_elem += (t.shape[d] - 1) * t.stride[d];
+ByteRange byte_range(const Named& v) {
+  const TensorView& t = v.t;
+  int64_t last_elem = 0, extent = 0, bytes = 0;
+  for (int d = 0; d < 4; ++d) {
+    require(!__builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &extent) &&
+                !__builtin_add_overflow(last_elem, extent, &last_elem),
+            v.name, ": shape × strides overflow 64-bit offsets");
+  }
   const auto base = reinterpret_cast<uintptr_t>(t.data);
-  return {base, base + uintptr_t(last_elem + 1) * dtype_size(t.dtype)};
+  require(!__builtin_mul_overflow(last_elem + 1, int64_t(dtype_size(t.dtype)), &bytes) &&
+              base + uint64_t(bytes) >= base,
+          v.name, ": shape × strides run past the end of the address space");
+  return {base, base + uintptr_t(bytes)};
 }
 
 bool overlaps(ByteRange a, ByteRange b) { return a.first < b.last && b.first < a.last; }
@@ -63,8 +71,9 @@ AttnParams make_attn_params(const Params& p) {
   for (const Named& t : {k, v, out}) {
     require(t.t.dtype == p.q.dtype, t.name, ": dtype ", to_string(t.t.dtype),
             " differs from q's dtype ", to_string(p.q.dtype));
-    require(t.t.device.kind == p.q.device.kind && t.t.device.index == p.q.device.index, t.name,
-            ": device differs from q's device");
+    require(t.t.device.kind == p.q.device.kind &&
+                (t.t.device.kind == DeviceKind::cpu || t.t.device.index == p.q.device.index),
+            t.name, ": device differs from q's device");
   }
   require_dim(k, 0, q, 0);
   require_dim(k, 3, q, 3);
@@ -73,9 +82,9 @@ AttnParams make_attn_params(const Params& p) {
   require(p.q.shape[2] % p.k.shape[2] == 0, "q: heads (", p.q.shape[2],
           ") must be a multiple of k's heads (", p.k.shape[2], ")");
 
-  const ByteRange out_bytes = byte_range(p.out);
+  const ByteRange out_bytes = byte_range(out);
   for (const Named& t : {q, k, v})
-    require(!overlaps(out_bytes, byte_range(t.t)), "out: memory overlaps ", t.name);
+    require(!overlaps(out_bytes, byte_range(t)), "out: memory overlaps ", t.name);
 
   AttnParams a;
   a.sizes = {int(p.q.shape[0]), int(p.q.shape[1]), int(p.k.shape[1]),
@@ -85,7 +94,7 @@ AttnParams make_attn_params(const Params& p) {
     const ByteRange lse_bytes{first, first + uintptr_t(a.sizes.batch) * a.sizes.heads_q *
                                                  a.sizes.seqlen_q * sizeof(float)};
     for (const Named& t : {q, k, v, out})
-      require(!overlaps(lse_bytes, byte_range(t.t)), "lse: memory overlaps ", t.name);
+      require(!overlaps(lse_bytes, byte_range(t)), "lse: memory overlaps ", t.name);
   }
 
   const float scale = p.scale.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));

@@ -105,14 +105,17 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
 
 Problem::~Problem() = default;
 
-Params Problem::params(Backend backend) const {
+Params Problem::params(Backend backend) const { return views(backend, device_); }
+
+// Views over the host copies (device cpu) or the device copies (device cuda).
+Params Problem::views(Backend backend, Device device) const {
   const Storage& st = *storage_;
-  const bool on_gpu = device_.kind == DeviceKind::cuda;
+  const bool on_gpu = device.kind == DeviceKind::cuda;
   auto view = [&](const Buffer& buf) {
     TensorView t;
     t.data = on_gpu ? buf.device.data() : const_cast<uint8_t*>(buf.host.data());
     t.dtype = case_.dtype;
-    t.device = device_;
+    t.device = device;
     std::copy(buf.shape, buf.shape + 4, t.shape);
     std::copy(buf.stride, buf.stride + 4, t.stride);
     return t;
@@ -157,7 +160,7 @@ Accuracy Problem::evaluate(int max_rows) {
     st.lse_device.download(st.lse.data());
   }
   // Reference rows: every row, or first, last and evenly spaced ones between.
-  const AttnParams ref_params = make_attn_params(params(Backend::reference));
+  const AttnParams ref_params = make_attn_params(views(Backend::reference, Device{}));
   if (st.ref.empty()) {
     const int n = std::min(s.seqlen_q, std::max(max_rows, 2));
     for (int r = 0; r < n; ++r)

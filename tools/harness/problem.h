@@ -62,6 +62,7 @@ class Problem {
 
  private:
   struct Storage;
+  Params views(Backend backend, Device device) const;
   Case case_;
   Device device_;
   std::unique_ptr<Storage> storage_;

@@ -1,0 +1,111 @@
+#include "cases.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "seed.h"
+
+namespace flashattn::test {
+namespace {
+
+struct Variant {
+  harness::Shape shape;  // batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim
+  Mask mask;
+  bool strided;
+  std::optional<float> scale;
+
+  Variant(harness::Shape s, Mask m = Mask::none, bool strided_views = false,
+          std::optional<float> custom_scale = std::nullopt)
+      : shape(s), mask(m), strided(strided_views), scale(custom_scale) {}
+};
+
+// Each variant stresses one or two awkward features; the CPU tiles are 32 query
+// × 64 key rows and the CUDA tiles 64 × 64, so lengths like 17, 65, 130 and
+// 4097 leave partial tiles at the edges.
+const std::vector<Variant> kVariants = {
+    {{1, 1, 1, 1, 1, 1}},                                // everything 1
+    {{1, 1, 1, 2, 1, 64}},                               // seqlen 1
+    {{1, 1, 300, 2, 2, 32}, Mask::causal_bottom_right},  // one query sees every key
+    {{1, 300, 1, 2, 2, 32}, Mask::causal_bottom_right},  // only the last row sees a key
+    {{1, 17, 17, 3, 3, 3}, Mask::causal_top_left},
+    {{2, 17, 17, 2, 2, 80}, Mask::none, true},
+    {{1, 33, 40, 1, 1, 200}, Mask::causal_bottom_right},
+    {{1, 20, 24, 1, 1, 1024}},  // large head_dim, short sequences
+    {{1, 1000, 1000, 2, 1, 48}, Mask::causal_top_left},
+    {{1, 4097, 4097, 1, 1, 8}},  // long, but one narrow head
+    {{1, 50, 130, 2, 2, 16}},    // seqlen_q < seqlen_k ...
+    {{1, 50, 130, 2, 2, 16}, Mask::causal_top_left},
+    {{1, 50, 130, 2, 2, 16}, Mask::causal_bottom_right},
+    {{1, 130, 50, 2, 2, 16}},  // ... and seqlen_q > seqlen_k
+    {{1, 130, 50, 2, 2, 16}, Mask::causal_top_left},
+    {{1, 130, 50, 2, 2, 16}, Mask::causal_bottom_right},       // rows with no visible key
+    {{1, 40, 70, 8, 2, 32}, Mask::causal_bottom_right, true},  // GQA
+    {{2, 40, 70, 4, 1, 32}, Mask::causal_top_left},            // MQA
+    {{1, 65, 65, 2, 2, 64}, Mask::none, false, 0.3f},
+    {{1, 65, 65, 2, 2, 16}, Mask::causal_top_left, true, 1.5f},
+    {{1, 65, 65, 2, 2, 32}, Mask::none, false, 1e-3f},         // nearly uniform weights
+    {{3, 31, 45, 2, 1, 24}, Mask::causal_bottom_right, true},  // batch > 1
+};
+
+}  // namespace
+
+std::vector<harness::Case> shared_cases() {
+  std::vector<harness::Case> cases;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (const Variant& v : kVariants) {
+      harness::Case c;
+      c.shape = v.shape;
+      c.dtype = dtype;
+      c.mask = v.mask;
+      c.strided = v.strided;
+      c.scale = v.scale;
+      cases.push_back(c);
+    }
+  return cases;
+}
+
+std::string case_name(const harness::Case& c) {
+  const harness::Shape& s = c.shape;
+  std::ostringstream out;
+  out << "B" << s.batch << "_Nq" << s.seqlen_q << "_Nk" << s.seqlen_k << "_Hq" << s.heads_q
+      << "_Hkv" << s.heads_kv << "_d" << s.head_dim << "_" << to_string(c.dtype)
+      << (c.mask == Mask::causal_top_left       ? "_causal_tl"
+          : c.mask == Mask::causal_bottom_right ? "_causal_br"
+                                                : "")
+      << (c.strided ? "_strided" : "");
+  // The scale in thousandths keeps the name alphanumeric: 0.3 -> "scale300m".
+  if (c.scale) out << "_scale" << std::lround(*c.scale * 1000) << "m";
+  if (c.input_std != 1.0f) out << "_std" << std::lround(c.input_std * 1000) << "m";
+  return out.str();
+}
+
+std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
+                                       const std::vector<harness::Case>& cases) {
+  std::vector<BackendCase> out;
+  for (Backend b : backends)
+    for (const harness::Case& c : cases) out.push_back({b, c});
+  return out;
+}
+
+std::string backend_case_name(const BackendCase& bc) {
+  return std::string(to_string(bc.backend)) + "_" + case_name(bc.c);
+}
+
+void PrintTo(const BackendCase& bc, std::ostream* out) {
+  *out << to_string(bc.backend) << " on " << harness::describe(bc.c);
+}
+
+void expect_accurate(const BackendCase& bc, Device device) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(to_string(bc.backend)) + " on " + harness::describe(bc.c) + ", " +
+               replay_hint(seed));
+  harness::Problem problem(bc.c, device, seed);
+  forward(problem.params(bc.backend));
+  const harness::Accuracy accuracy = problem.evaluate();
+  EXPECT_EQ(accuracy.unwritten, 0) << "output or lse elements left unwritten (still NaN)";
+  EXPECT_TRUE(accuracy.passed) << accuracy.summary();
+}
+
+}  // namespace flashattn::test

@@ -1,0 +1,39 @@
+// The randomised backend cases: one list of awkward shapes, dtypes, masks and
+// layouts that every backend must get right, shared by the CPU and CUDA suites,
+// and the check that runs one backend on one case.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "problem.h"
+
+namespace flashattn::test {
+
+// Seqlen 1, 17, 1000, 4097; head_dim 1, 3, 80, 200, 1024; seqlen_q ≠ seqlen_k
+// both ways; GQA and MQA; strided views; both causal alignments; custom scales;
+// batch > 1; each in f32, f16 and bf16. Sized so the CPU backends run the whole
+// list in seconds.
+std::vector<harness::Case> shared_cases();
+
+// A unique, gtest-safe name, e.g. "B1_Nq17_Nk17_Hq1_Hkv1_d3_f16_causal_br_strided".
+std::string case_name(const harness::Case& c);
+
+struct BackendCase {
+  Backend backend;
+  harness::Case c;
+};
+std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
+                                       const std::vector<harness::Case>& cases);
+// "cpu_B1_Nq17_...": for INSTANTIATE_TEST_SUITE_P's name generator.
+std::string backend_case_name(const BackendCase& bc);
+void PrintTo(const BackendCase& bc, std::ostream* out);
+
+// Runs bc.backend on a fresh random problem of bc.c on `device` (seed printed on
+// failure) and expects out and lse to pass harness::Accuracy: fp32 within 1e-5
+// relative L2, 16-bit within twice standard attention's error in that dtype,
+// every element written, lse within 1e-3.
+void expect_accurate(const BackendCase& bc, Device device);
+
+}  // namespace flashattn::test

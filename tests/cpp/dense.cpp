@@ -1,0 +1,108 @@
+#include "dense.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "common/half.h"
+#include "device_memory.h"
+
+namespace flashattn::test {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<uint8_t> encode(const Dense& t, DType dtype) {
+  std::vector<uint8_t> bytes(t.values.size() * dtype_size(dtype));
+  for (size_t e = 0; e < t.values.size(); ++e)
+    store_float(bytes.data(), dtype, int64_t(e), t.values[e]);
+  return bytes;
+}
+
+// Host bytes, and on a GPU their device copy: the pointer the library gets.
+struct Placed {
+  std::vector<uint8_t>& host;
+  harness::DeviceBuffer device;
+
+  Placed(std::vector<uint8_t>& bytes, Device where) : host(bytes) {
+    if (where.kind != DeviceKind::cuda) return;
+    device = harness::DeviceBuffer(bytes.size(), where.index);
+    device.upload(bytes.data());
+  }
+  void* data() { return device.data() ? device.data() : host.data(); }
+  void fetch() {
+    if (device.data()) device.download(host.data());
+  }
+};
+
+}  // namespace
+
+Dense::Dense(int b, int s, int h, int d)
+    : batch(b), seqlen(s), heads(h), head_dim(d), values(size_t(b) * s * h * d, 0.0f) {}
+
+float& Dense::at(int b, int s, int h, int c) {
+  return values[((size_t(b) * seqlen + s) * heads + h) * head_dim + c];
+}
+float Dense::at(int b, int s, int h, int c) const {
+  return values[((size_t(b) * seqlen + s) * heads + h) * head_dim + c];
+}
+
+float DenseResult::lse_at(int b, int h, int i) const {
+  return lse[(size_t(b) * out.heads + h) * out.seqlen + i];
+}
+
+DeviceKind device_of(Backend backend) {
+  return backend == Backend::cuda_naive || backend == Backend::cuda_tiled ? DeviceKind::cuda
+                                                                          : DeviceKind::cpu;
+}
+
+float round_to(DType dtype, float x) {
+  uint32_t slot = 0;
+  store_float(&slot, dtype, 0, x);
+  return load_float(&slot, dtype, 0);
+}
+
+void round_inputs(DenseProblem& problem) {
+  for (Dense* t : {&problem.q, &problem.k, &problem.v})
+    for (float& x : t->values) x = round_to(problem.dtype, x);
+}
+
+DenseResult run_dense(const DenseProblem& p, Backend backend) {
+  const Device device{device_of(backend), 0};
+  const DType dtype = p.dtype;
+  DenseResult result{Dense(p.q.batch, p.q.seqlen, p.q.heads, p.q.head_dim), {}};
+  std::fill(result.out.values.begin(), result.out.values.end(), kNaN);
+  result.lse.assign(size_t(p.q.batch) * p.q.heads * p.q.seqlen, kNaN);
+
+  std::vector<uint8_t> q = encode(p.q, dtype), k = encode(p.k, dtype), v = encode(p.v, dtype),
+                       out = encode(result.out, dtype);
+  std::vector<uint8_t> lse(result.lse.size() * sizeof(float));
+  std::memcpy(lse.data(), result.lse.data(), lse.size());
+  Placed q_at(q, device), k_at(k, device), v_at(v, device), out_at(out, device),
+      lse_at(lse, device);
+
+  auto view = [&](Placed& placed, const Dense& t) {
+    return contiguous_view(placed.data(), dtype, t.batch, t.seqlen, t.heads, t.head_dim, device);
+  };
+  Params params;
+  params.q = view(q_at, p.q);
+  params.k = view(k_at, p.k);
+  params.v = view(v_at, p.v);
+  params.out = view(out_at, result.out);
+  params.lse = static_cast<float*>(lse_at.data());
+  params.scale = p.scale;
+  params.mask = p.mask;
+  params.backend = backend;
+  forward(params);
+  if (device.kind == DeviceKind::cuda) harness::device_synchronize(device.index);
+
+  out_at.fetch();
+  lse_at.fetch();
+  for (size_t e = 0; e < result.out.values.size(); ++e)
+    result.out.values[e] = load_float(out.data(), dtype, int64_t(e));
+  std::memcpy(result.lse.data(), lse.data(), lse.size());
+  return result;
+}
+
+}  // namespace flashattn::test

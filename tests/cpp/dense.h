@@ -1,0 +1,52 @@
+// Attention on small explicit inputs, for closed-form tests: host float values
+// in and out, run by any backend on its own device (inputs copied to the GPU and
+// results back for the CUDA backends).
+#pragma once
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::test {
+
+// A contiguous (batch, seqlen, heads, head_dim) tensor of float values.
+struct Dense {
+  int batch, seqlen, heads, head_dim;
+  std::vector<float> values;
+
+  Dense(int batch, int seqlen, int heads, int head_dim);
+  float& at(int b, int s, int h, int c);
+  float at(int b, int s, int h, int c) const;
+};
+
+struct DenseProblem {
+  DenseProblem(Dense q_, Dense k_, Dense v_)
+      : q(std::move(q_)), k(std::move(k_)), v(std::move(v_)) {}
+  Dense q, k, v;
+  DType dtype = DType::f32;
+  Mask mask = Mask::none;
+  std::optional<float> scale;
+};
+
+struct DenseResult {
+  Dense out;
+  std::vector<float> lse;  // (batch, heads_q, seqlen_q)
+  float lse_at(int b, int h, int i) const;
+};
+
+// The device a backend runs on (reference and cpu: the CPU).
+DeviceKind device_of(Backend backend);
+
+// The value `x` becomes when stored in `dtype`.
+float round_to(DType dtype, float x);
+
+// Rounds q, k and v to the problem's dtype in place, so expected values computed
+// from them see exactly what the backend sees.
+void round_inputs(DenseProblem& problem);
+
+// Runs `backend` with out and lse poisoned with NaN beforehand.
+DenseResult run_dense(const DenseProblem& problem, Backend backend);
+
+}  // namespace flashattn::test

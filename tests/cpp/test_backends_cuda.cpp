@@ -1,0 +1,200 @@
+// The CUDA backends on random problems: the shared case list plus shapes only a
+// GPU runs quickly (head_dim 1024 at seqlen 256, seqlen 4097 at head_dim 64,
+// batch > 1), lse included. And the device rules: CUDA backends refuse CPU
+// tensors, CPU backends refuse CUDA tensors, host pointers labelled cuda are
+// rejected. Tests that need a GPU skip, saying so, when none is visible.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cases.h"
+#include "device_memory.h"
+
+namespace flashattn::test {
+namespace {
+
+using testing::HasSubstr;
+
+bool have_gpu() { return cuda_device_count() > 0; }
+
+constexpr const char* kNoGpu =
+    "no CUDA device: cuda_device_count() is 0 (no GPU or driver, or a build without CUDA)";
+
+// The shared list, then larger shapes for the GPU only.
+std::vector<harness::Case> cuda_cases() {
+  std::vector<harness::Case> cases = shared_cases();
+  auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
+    harness::Case c;
+    c.shape = shape;
+    c.dtype = dtype;
+    c.mask = mask;
+    c.strided = strided;
+    cases.push_back(c);
+  };
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    add({1, 256, 256, 2, 2, 1024}, dtype, Mask::none, false);
+    add({1, 256, 300, 2, 1, 1024}, dtype, Mask::causal_bottom_right, true);
+  }
+  add({1, 4097, 4097, 2, 1, 64}, DType::f32, Mask::none, false);
+  add({1, 4097, 4097, 2, 1, 64}, DType::f16, Mask::causal_bottom_right, false);
+  add({1, 4097, 4097, 2, 2, 64}, DType::bf16, Mask::causal_top_left, true);
+  add({4, 200, 300, 4, 2, 64}, DType::f32, Mask::causal_bottom_right, true);
+  add({4, 300, 200, 4, 2, 64}, DType::f16, Mask::causal_top_left, false);
+  add({3, 129, 257, 6, 3, 128}, DType::bf16, Mask::none, true);
+  return cases;
+}
+
+class CudaBackend : public testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  }
+};
+
+TEST_P(CudaBackend, MatchesFloat64Reference) {
+  expect_accurate(GetParam(), Device{DeviceKind::cuda, 0});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CudaBackend,
+    testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled}, cuda_cases())),
+    [](const testing::TestParamInfo<BackendCase>& info) { return backend_case_name(info.param); });
+
+// A small valid f32 problem in host memory: (1, 8, 2, 16) everywhere, out and
+// lse filled with a sentinel so a rejected call can be seen to leave them alone.
+struct HostTensors {
+  static constexpr float kSentinel = 42.0f;
+  std::vector<float> q, k, v, out, lse;
+  HostTensors()
+      : q(256, 0.5f), k(256, 0.25f), v(256, 1.0f), out(256, kSentinel), lse(16, kSentinel) {}
+
+  Params params(Device device, Backend backend) {
+    Params p;
+    p.q = contiguous_view(q.data(), DType::f32, 1, 8, 2, 16, device);
+    p.k = contiguous_view(k.data(), DType::f32, 1, 8, 2, 16, device);
+    p.v = contiguous_view(v.data(), DType::f32, 1, 8, 2, 16, device);
+    p.out = contiguous_view(out.data(), DType::f32, 1, 8, 2, 16, device);
+    p.lse = lse.data();
+    p.backend = backend;
+    return p;
+  }
+  void expect_untouched() const {
+    for (float x : out) ASSERT_EQ(x, kSentinel) << "out was written by a rejected call";
+    for (float x : lse) ASSERT_EQ(x, kSentinel) << "lse was written by a rejected call";
+  }
+};
+
+// Expects forward(p) to throw Error(status) whose message contains every part.
+void expect_error(const Params& p, Status status, const std::vector<std::string>& parts) {
+  try {
+    forward(p);
+    ADD_FAILURE() << "forward accepted the call";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    for (const std::string& part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
+  }
+}
+
+TEST(DeviceRules, CudaBackendOnCpuTensorsIsUnsupported) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled}) {
+    SCOPED_TRACE(std::string(to_string(backend)));
+    HostTensors t;
+    expect_error(
+        t.params(Device{}, backend), Status::unsupported,
+        {"backend: " + std::string(to_string(backend)), "runs on cuda tensors", "q is on cpu"});
+    t.expect_untouched();
+  }
+}
+
+TEST(DeviceRules, CudaTensorsWithoutGpuAreUnsupported) {
+  if (have_gpu()) GTEST_SKIP() << "a CUDA device is visible; this checks the no-GPU path";
+  for (Backend backend : {Backend::automatic, Backend::cuda_tiled, Backend::cpu}) {
+    SCOPED_TRACE(std::string(to_string(backend)));
+    HostTensors t;
+    expect_error(t.params(Device{DeviceKind::cuda, 0}, backend), Status::unsupported,
+                 {"q: device is cuda", "no CUDA device"});
+    t.expect_untouched();
+  }
+  EXPECT_TRUE(available_backends(DeviceKind::cuda).empty());
+}
+
+// Device rules that need a GPU to reach: every test skips without one.
+class DeviceRulesOnGpu : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << kNoGpu;
+  }
+};
+
+TEST_F(DeviceRulesOnGpu, CudaBackendsAreAvailable) {
+  EXPECT_EQ(available_backends(DeviceKind::cuda),
+            (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled}));
+}
+
+// q, k, v, out and lse in device memory of GPU 0, with f32 (1, 8, 2, 16) views.
+struct DeviceTensors {
+  harness::DeviceBuffer q{1024, 0}, k{1024, 0}, v{1024, 0}, out{1024, 0}, lse{64, 0};
+  Params params(Backend backend) const {
+    const Device gpu{DeviceKind::cuda, 0};
+    Params p;
+    p.q = contiguous_view(q.data(), DType::f32, 1, 8, 2, 16, gpu);
+    p.k = contiguous_view(k.data(), DType::f32, 1, 8, 2, 16, gpu);
+    p.v = contiguous_view(v.data(), DType::f32, 1, 8, 2, 16, gpu);
+    p.out = contiguous_view(out.data(), DType::f32, 1, 8, 2, 16, gpu);
+    p.lse = static_cast<float*>(lse.data());
+    p.backend = backend;
+    return p;
+  }
+};
+
+TEST_F(DeviceRulesOnGpu, CpuBackendOnCudaTensorsIsUnsupported) {
+  DeviceTensors t;
+  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_tiled);
+  for (Backend backend : {Backend::reference, Backend::cpu}) {
+    SCOPED_TRACE(std::string(to_string(backend)));
+    expect_error(
+        t.params(backend), Status::unsupported,
+        {"backend: " + std::string(to_string(backend)), "runs on cpu tensors", "q is on cuda"});
+  }
+}
+
+TEST_F(DeviceRulesOnGpu, HostPointersLabelledCudaAreRejected) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled}) {
+    SCOPED_TRACE(std::string(to_string(backend)));
+    HostTensors t;
+    expect_error(t.params(Device{DeviceKind::cuda, 0}, backend), Status::invalid_argument,
+                 {"q: device is cuda:0", "not memory that device can access"});
+    t.expect_untouched();
+  }
+  // One host pointer among device ones: the message names that argument.
+  HostTensors host;
+  void* host_data[] = {host.q.data(), host.k.data(), host.v.data(), host.out.data()};
+  const char* names[] = {"q", "k", "v", "out", "lse"};
+  const DeviceTensors device;
+  for (int which = 0; which < 5; ++which) {
+    SCOPED_TRACE(names[which]);
+    Params p = device.params(Backend::cuda_tiled);
+    TensorView* views[] = {&p.q, &p.k, &p.v, &p.out};
+    if (which < 4)
+      views[which]->data = host_data[which];
+    else
+      p.lse = host.lse.data();
+    expect_error(p, Status::invalid_argument,
+                 {std::string(names[which]) + ": ", "not memory that device can access"});
+  }
+  host.expect_untouched();
+}
+
+TEST_F(DeviceRulesOnGpu, CudaDeviceIndexOutOfRangeIsRejected) {
+  HostTensors t;
+  expect_error(t.params(Device{DeviceKind::cuda, cuda_device_count()}, Backend::automatic),
+               Status::invalid_argument, {"q: cuda device index", "out of range"});
+  expect_error(t.params(Device{DeviceKind::cuda, -1}, Backend::automatic), Status::invalid_argument,
+               {"q: cuda device index -1", "out of range"});
+  t.expect_untouched();
+}
+
+}  // namespace
+}  // namespace flashattn::test

@@ -1,0 +1,274 @@
+// The C ABI (flashattn.h): its helpers fill the structs as documented, a valid
+// call matches the C++ API bit for bit, and every failure returns the right code
+// with flashattn_last_error() naming the argument, writing nothing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/half.h"
+#include "flashattn/flashattn.h"
+#include "flashattn/flashattn.hpp"
+#include "seed.h"
+
+namespace flashattn::test {
+namespace {
+
+using testing::HasSubstr;
+
+constexpr float kSentinel = 777.0f;
+
+// q, out (2, 5, 4, 8); k, v (2, 7, 2, 8) in `dtype`, random inputs; out and lse
+// hold a sentinel. Stored as float slots wide enough for any dtype.
+struct Tensors {
+  DType dtype;
+  std::vector<float> q, k, v, out, lse;
+  explicit Tensors(DType d, uint64_t seed)
+      : dtype(d), q(320), k(224), v(224), out(320, kSentinel), lse(40, kSentinel) {
+    uint64_t state = seed;
+    auto next = [&] {  // splitmix64 → uniform in [-1, 1)
+      state += 0x9E3779B97F4A7C15ull;
+      uint64_t z = state;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return float(double(z ^ (z >> 31)) / 0x1p63 - 1.0);
+    };
+    for (std::vector<float>* t : {&q, &k, &v})
+      for (size_t e = 0; e < t->size(); ++e) store_float(t->data(), d, int64_t(e), next());
+  }
+
+  flashattn_params c_params() {
+    const auto c_dtype = static_cast<flashattn_dtype>(dtype);
+    flashattn_params p = flashattn_default_params(
+        flashattn_contiguous(q.data(), c_dtype, 2, 5, 4, 8, FLASHATTN_CPU, 0),
+        flashattn_contiguous(k.data(), c_dtype, 2, 7, 2, 8, FLASHATTN_CPU, 0),
+        flashattn_contiguous(v.data(), c_dtype, 2, 7, 2, 8, FLASHATTN_CPU, 0),
+        flashattn_contiguous(out.data(), c_dtype, 2, 5, 4, 8, FLASHATTN_CPU, 0));
+    p.lse = lse.data();
+    return p;
+  }
+  Params cpp_params() {
+    Params p;
+    p.q = contiguous_view(q.data(), dtype, 2, 5, 4, 8);
+    p.k = contiguous_view(k.data(), dtype, 2, 7, 2, 8);
+    p.v = contiguous_view(v.data(), dtype, 2, 7, 2, 8);
+    p.out = contiguous_view(out.data(), dtype, 2, 5, 4, 8);
+    p.lse = lse.data();
+    return p;
+  }
+  void expect_untouched() const {
+    for (float x : out) ASSERT_EQ(x, kSentinel) << "out written by a failed call";
+    for (float x : lse) ASSERT_EQ(x, kSentinel) << "lse written by a failed call";
+  }
+};
+
+TEST(CApi, EnumValuesMatchTheCppApi) {
+  EXPECT_EQ(int(FLASHATTN_ERR_INVALID_ARGUMENT), int(Status::invalid_argument));
+  EXPECT_EQ(int(FLASHATTN_ERR_UNSUPPORTED), int(Status::unsupported));
+  EXPECT_EQ(int(FLASHATTN_ERR_CUDA), int(Status::cuda_error));
+  EXPECT_EQ(int(FLASHATTN_ERR_INTERNAL), int(Status::internal));
+  EXPECT_EQ(int(FLASHATTN_BF16), int(DType::bf16));
+  EXPECT_EQ(int(FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT), int(Mask::causal_bottom_right));
+  EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_TILED), int(Backend::cuda_tiled));
+}
+
+TEST(CApi, ContiguousFillsShapeStridesAndDevice) {
+  float x;
+  const flashattn_tensor t =
+      flashattn_contiguous(&x, FLASHATTN_BF16, 2, 3, 5, 7, FLASHATTN_CUDA, 1);
+  EXPECT_EQ(t.data, &x);
+  EXPECT_EQ(t.dtype, FLASHATTN_BF16);
+  EXPECT_EQ(t.device, FLASHATTN_CUDA);
+  EXPECT_EQ(t.device_index, 1);
+  const int64_t shape[4] = {2, 3, 5, 7}, strides[4] = {105, 35, 7, 1};
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(t.shape[d], shape[d]);
+    EXPECT_EQ(t.strides[d], strides[d]);
+  }
+}
+
+TEST(CApi, DefaultParamsSetEveryOptionToItsDefault) {
+  Tensors t(DType::f32, 1);
+  const flashattn_params p = t.c_params();
+  EXPECT_EQ(p.q.data, t.q.data());
+  EXPECT_EQ(p.out.data, t.out.data());
+  EXPECT_EQ(p.has_scale, 0);
+  EXPECT_EQ(p.mask, FLASHATTN_MASK_NONE);
+  EXPECT_EQ(p.backend, FLASHATTN_BACKEND_AUTO);
+  EXPECT_EQ(p.stream, nullptr);
+  const flashattn_params bare = flashattn_default_params(p.q, p.k, p.v, p.out);
+  EXPECT_EQ(bare.lse, nullptr);
+}
+
+class CApiForward : public testing::TestWithParam<DType> {};
+
+TEST_P(CApiForward, MatchesCppApiBitForBit) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(replay_hint(seed));
+  for (auto [mask, scale] :
+       {std::pair{Mask::none, 0.0f}, std::pair{Mask::causal_bottom_right, 0.4f},
+        std::pair{Mask::causal_top_left, 0.0f}}) {
+    SCOPED_TRACE("mask " + std::to_string(int(mask)) + ", scale " + std::to_string(scale));
+    Tensors c(GetParam(), seed), cpp(GetParam(), seed);
+    flashattn_params cp = c.c_params();
+    cp.mask = int32_t(mask);
+    cp.has_scale = scale > 0;
+    cp.scale = scale;
+    ASSERT_EQ(flashattn_forward(&cp), FLASHATTN_OK) << flashattn_last_error();
+    EXPECT_STREQ(flashattn_last_error(), "");
+
+    Params pp = cpp.cpp_params();
+    pp.mask = mask;
+    if (scale > 0) pp.scale = scale;
+    forward(pp);
+    EXPECT_EQ(std::memcmp(c.out.data(), cpp.out.data(), c.out.size() * sizeof(float)), 0)
+        << "out differs from the C++ API's";
+    EXPECT_EQ(std::memcmp(c.lse.data(), cpp.lse.data(), c.lse.size() * sizeof(float)), 0)
+        << "lse differs from the C++ API's";
+    EXPECT_NE(c.lse[0], kSentinel);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CApiForward, testing::Values(DType::f32, DType::f16, DType::bf16),
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(to_string(info.param));
+                         });
+
+struct CError {
+  std::string name;
+  void (*breaks)(flashattn_params&);
+  flashattn_status code;
+  std::vector<std::string> message;
+};
+
+void PrintTo(const CError& e, std::ostream* out) { *out << e.name; }
+
+const std::vector<CError> kErrors = {
+    {"q_dtype_out_of_range",
+     [](flashattn_params& p) { p.q.dtype = 3; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"q: dtype 3 is not one of"}},
+    {"k_device_out_of_range",
+     [](flashattn_params& p) { p.k.device = 2; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"k: device 2 is not FLASHATTN_CPU or FLASHATTN_CUDA"}},
+    {"mask_out_of_range",
+     [](flashattn_params& p) { p.mask = 3; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"mask: 3 is not a flashattn_mask value"}},
+    {"backend_out_of_range",
+     [](flashattn_params& p) { p.backend = -1; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"backend: -1 is not a flashattn_backend value"}},
+    {"v_data_null",
+     [](flashattn_params& p) { p.v.data = nullptr; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"v: data pointer is null"}},
+    {"out_head_dim_zero",
+     [](flashattn_params& p) { p.out.shape[3] = 0; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"out: head_dim is 0"}},
+    {"k_head_dim_stride_3",
+     [](flashattn_params& p) { p.k.strides[3] = 3; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"k: head_dim stride is 3"}},
+    {"out_is_k",
+     [](flashattn_params& p) { p.out.data = p.k.data; },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"out: memory overlaps k"}},
+    {"scale_zero",
+     [](flashattn_params& p) {
+       p.has_scale = 1;
+       p.scale = 0.0f;
+     },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"scale: is 0"}},
+    {"scale_nan",
+     [](flashattn_params& p) {
+       p.has_scale = 1;
+       p.scale = NAN;
+     },
+     FLASHATTN_ERR_INVALID_ARGUMENT,
+     {"scale: is nan"}},
+    {"cuda_tiled_on_cpu_tensors",
+     [](flashattn_params& p) { p.backend = FLASHATTN_BACKEND_CUDA_TILED; },
+     FLASHATTN_ERR_UNSUPPORTED,
+     {"backend: cuda_tiled runs on cuda tensors"}},
+};
+
+class CApiError : public testing::TestWithParam<CError> {};
+
+TEST_P(CApiError, ReturnsCodeAndNamesArgument) {
+  const CError& error = GetParam();
+  Tensors t(DType::f32, 7);
+  flashattn_params p = t.c_params();
+  error.breaks(p);
+  EXPECT_EQ(flashattn_forward(&p), error.code);
+  for (const std::string& part : error.message)
+    EXPECT_THAT(flashattn_last_error(), HasSubstr(part));
+  t.expect_untouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(EachPath, CApiError, testing::ValuesIn(kErrors),
+                         [](const testing::TestParamInfo<CError>& info) {
+                           return info.param.name;
+                         });
+
+TEST(CApi, NullParamsIsAnInvalidArgument) {
+  EXPECT_EQ(flashattn_forward(nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(flashattn_last_error(), HasSubstr("params: pointer is null"));
+}
+
+TEST(CApi, CudaTensorsWithoutGpuAreUnsupported) {
+  if (cuda_device_count() > 0)
+    GTEST_SKIP() << "a CUDA device is visible; this checks the no-GPU path";
+  Tensors t(DType::f32, 3);
+  flashattn_params p = t.c_params();
+  for (flashattn_tensor* x : {&p.q, &p.k, &p.v, &p.out}) x->device = FLASHATTN_CUDA;
+  EXPECT_EQ(flashattn_forward(&p), FLASHATTN_ERR_UNSUPPORTED);
+  EXPECT_THAT(flashattn_last_error(), HasSubstr("no CUDA device"));
+  t.expect_untouched();
+}
+
+TEST(CApi, HostPointersLabelledCudaAreInvalid) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: cuda_device_count() is 0";
+  Tensors t(DType::f32, 3);
+  flashattn_params p = t.c_params();
+  for (flashattn_tensor* x : {&p.q, &p.k, &p.v, &p.out}) x->device = FLASHATTN_CUDA;
+  EXPECT_EQ(flashattn_forward(&p), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(flashattn_last_error(), HasSubstr("q: "));
+  t.expect_untouched();
+}
+
+TEST(CApi, LastErrorIsClearedBySuccess) {
+  Tensors t(DType::f32, 5);
+  flashattn_params p = t.c_params();
+  p.q.data = nullptr;
+  ASSERT_EQ(flashattn_forward(&p), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_STRNE(flashattn_last_error(), "");
+  p.q.data = t.q.data();
+  ASSERT_EQ(flashattn_forward(&p), FLASHATTN_OK);
+  EXPECT_STREQ(flashattn_last_error(), "");
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  ASSERT_EQ(flashattn_forward(nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
+  std::string other;
+  std::thread([&] {
+    other = flashattn_last_error();  // nothing failed on this thread yet
+    Tensors t(DType::f32, 9);
+    flashattn_params p = t.c_params();
+    p.mask = 9;
+    flashattn_forward(&p);
+  }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_THAT(flashattn_last_error(), HasSubstr("params: pointer is null"));
+}
+
+}  // namespace
+}  // namespace flashattn::test

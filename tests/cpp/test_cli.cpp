@@ -1,0 +1,215 @@
+// The flashattn command-line tool, run as a subprocess: help and usage errors,
+// and `flashattn run` on .npy files written here, its output read back and
+// compared with the library.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include <cstdlib>
+
+#include "flashattn/flashattn.hpp"
+#include "npy_io.h"
+#include "seed.h"
+
+#ifndef FLASHATTN_CLI_PATH
+#error "FLASHATTN_CLI_PATH must name the flashattn binary"
+#endif
+
+namespace flashattn::test {
+namespace {
+
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int exit_code;       // -1 if killed by a signal
+  std::string output;  // stdout and stderr together
+};
+
+// The binary under test: FLASHATTN_CLI from the environment (a build carried to
+// another machine), else the one this build made.
+std::string cli_path() {
+  const char* from_env = std::getenv("FLASHATTN_CLI");
+  return from_env && *from_env ? from_env : FLASHATTN_CLI_PATH;
+}
+
+CliResult run_cli(const std::string& args) {
+  std::string command = "'";
+  command.append(cli_path()).append("' ").append(args).append(" 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string output;
+  char chunk[4096];
+  for (size_t n; (n = fread(chunk, 1, sizeof chunk, pipe)) > 0;) output.append(chunk, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// Attention via the library on contiguous float32 host arrays shaped
+// (batch, seqlen, heads, head_dim).
+std::vector<float> library_attention(const NpyFloat32& q, const NpyFloat32& k, const NpyFloat32& v,
+                                     const int64_t q_shape[4], const int64_t kv_shape[4],
+                                     Backend backend, Mask mask, std::optional<float> scale) {
+  std::vector<float> out(q.values.size());
+  auto view = [](const float* data, const int64_t s[4]) {
+    return contiguous_view(const_cast<float*>(data), DType::f32, s[0], s[1], s[2], s[3]);
+  };
+  Params p;
+  p.q = view(q.values.data(), q_shape);
+  p.k = view(k.values.data(), kv_shape);
+  p.v = view(v.values.data(), kv_shape);
+  p.out = view(out.data(), q_shape);
+  p.backend = backend;
+  p.mask = mask;
+  p.scale = scale;
+  forward(p);
+  return out;
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, ref = 0;
+  for (size_t e = 0; e < want.size(); ++e) {
+    err += (double(got[e]) - want[e]) * (double(got[e]) - want[e]);
+    ref += double(want[e]) * want[e];
+  }
+  return std::sqrt(err / ref);
+}
+
+class Cli : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(cli_path())) << cli_path() << " is not built";
+    dir_ =
+        fs::temp_directory_path() / ("flashattn_test_cli_" + std::to_string(getpid()) + "_" +
+                                     testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    seed_ = fresh_seed();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A random float32 array, written to dir/name.
+  NpyFloat32 write_random(const std::string& name, std::vector<int64_t> shape) {
+    NpyFloat32 array{shape, {}};
+    int64_t elements = 1;
+    for (int64_t d : shape) elements *= d;
+    std::mt19937_64 rng(seed_ + std::hash<std::string>{}(name));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t e = 0; e < elements; ++e) array.values.push_back(normal(rng));
+    write_npy(path(name), array);
+    return array;
+  }
+
+  std::string files() const {
+    return "--q '" + path("q.npy") + "' --k '" + path("k.npy") + "' --v '" + path("v.npy") +
+           "' --out '" + path("out.npy") + "'";
+  }
+
+  fs::path dir_;
+  uint64_t seed_ = 0;
+};
+
+TEST_F(Cli, HelpExitsZero) {
+  const CliResult r = run_cli("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("usage"));
+  EXPECT_THAT(r.output, HasSubstr("run"));
+  const CliResult run_help = run_cli("run --help");
+  EXPECT_EQ(run_help.exit_code, 0) << run_help.output;
+  EXPECT_THAT(run_help.output, HasSubstr("--q"));
+}
+
+TEST_F(Cli, NoCommandOrUnknownCommandFails) {
+  const CliResult none = run_cli("");
+  EXPECT_NE(none.exit_code, 0) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("usage"));
+  const CliResult unknown = run_cli("frobnicate");
+  EXPECT_NE(unknown.exit_code, 0) << unknown.output;
+  EXPECT_THAT(unknown.output, HasSubstr("frobnicate"));
+}
+
+TEST_F(Cli, BadFlagFailsNamingIt) {
+  const CliResult r = run_cli("run " + files() + " --bogus-flag 3");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("bogus-flag"));
+}
+
+TEST_F(Cli, MissingInputFailsNamingIt) {
+  const CliResult r = run_cli("run " + files());  // nothing written yet
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(path("q.npy")));
+  EXPECT_FALSE(fs::exists(path("out.npy")));
+}
+
+TEST_F(Cli, LibraryErrorIsReported) {
+  write_random("q.npy", {1, 5, 4, 8});
+  write_random("k.npy", {1, 5, 3, 8});
+  write_random("v.npy", {1, 5, 3, 8});
+  const CliResult r = run_cli("run " + files() + " --device cpu");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("q: heads (4) must be a multiple of k's heads (3)"));
+}
+
+TEST_F(Cli, RunFourDimensionalMatchesLibraryBitForBit) {
+  SCOPED_TRACE(replay_hint(seed_));
+  const int64_t q_shape[4] = {2, 9, 4, 16}, kv_shape[4] = {2, 13, 2, 16};
+  const NpyFloat32 q = write_random("q.npy", {2, 9, 4, 16});
+  const NpyFloat32 k = write_random("k.npy", {2, 13, 2, 16});
+  const NpyFloat32 v = write_random("v.npy", {2, 13, 2, 16});
+  const CliResult r =
+      run_cli("run " + files() + " --causal=bottom_right --scale 0.25 --device cpu --backend cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const NpyFloat32 out = read_npy(path("out.npy"));
+  EXPECT_EQ(out.shape, q.shape);
+  const std::vector<float> want =
+      library_attention(q, k, v, q_shape, kv_shape, Backend::cpu, Mask::causal_bottom_right, 0.25f);
+  ASSERT_EQ(out.values.size(), want.size());
+  for (size_t e = 0; e < want.size(); ++e)
+    ASSERT_EQ(out.values[e], want[e]) << "element " << e << " differs from the library's";
+}
+
+TEST_F(Cli, RunTwoDimensionalWithHeadsMatchesReference) {
+  // (seqlen, d_model) with --heads 3: batch 1, head_dim 16. Default device.
+  SCOPED_TRACE(replay_hint(seed_));
+  const NpyFloat32 q = write_random("q.npy", {20, 48});
+  const NpyFloat32 k = write_random("k.npy", {25, 48});
+  const NpyFloat32 v = write_random("v.npy", {25, 48});
+  const CliResult r = run_cli("run " + files() + " --heads 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const NpyFloat32 out = read_npy(path("out.npy"));
+  EXPECT_EQ(out.shape, q.shape);
+  const int64_t q_shape[4] = {1, 20, 3, 16}, kv_shape[4] = {1, 25, 3, 16};
+  const std::vector<float> want =
+      library_attention(q, k, v, q_shape, kv_shape, Backend::reference, Mask::none, std::nullopt);
+  ASSERT_EQ(out.values.size(), want.size());
+  EXPECT_LE(rel_l2(out.values, want), 1e-5);
+}
+
+TEST_F(Cli, RunTwoDimensionalGroupedQueryMatchesReference) {
+  // q (20, 64) as 4 heads of 16; k, v (25, 32) as 2 heads of 16; top-left causal.
+  SCOPED_TRACE(replay_hint(seed_));
+  const NpyFloat32 q = write_random("q.npy", {20, 64});
+  const NpyFloat32 k = write_random("k.npy", {25, 32});
+  const NpyFloat32 v = write_random("v.npy", {25, 32});
+  const CliResult r = run_cli("run " + files() + " --heads 4 --heads-kv 2 --causal");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const NpyFloat32 out = read_npy(path("out.npy"));
+  EXPECT_EQ(out.shape, q.shape);
+  const int64_t q_shape[4] = {1, 20, 4, 16}, kv_shape[4] = {1, 25, 2, 16};
+  const std::vector<float> want = library_attention(q, k, v, q_shape, kv_shape, Backend::reference,
+                                                    Mask::causal_top_left, std::nullopt);
+  ASSERT_EQ(out.values.size(), want.size());
+  EXPECT_LE(rel_l2(out.values, want), 1e-5);
+}
+
+}  // namespace
+}  // namespace flashattn::test

@@ -1,0 +1,53 @@
+// Option parsing shared by the subcommands. Options are GNU style, "--name value"
+// or "--name=value"; each getter takes its option out of the list, and finish()
+// rejects whatever is left, so a misspelt option is an error, never ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::cli {
+
+// A bad command line: main prints it with a pointer to --help and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Options {
+ public:
+  Options(int argc, char** argv);  // argv[0] is the first option, not the program
+
+  bool help() const;                              // --help or -h anywhere
+  bool flag(std::string_view name);               // --name
+  std::optional<std::string> value(std::string_view name);  // --name V | --name=V
+  // --name=V, --name V (V not starting with "-"), or plain --name meaning `bare`.
+  std::optional<std::string> value_or_bare(std::string_view name, std::string_view bare);
+  std::optional<int64_t> integer(std::string_view name, int64_t min, int64_t max);
+  std::optional<double> number(std::string_view name);
+  void finish() const;  // throws UsageError naming the first unused word
+
+ private:
+  struct Word {
+    std::string text;
+    bool used = false;
+  };
+  // Index of the word "--name" or "--name=...", or -1; a repeated option is an error.
+  int find(std::string_view name) const;
+  std::vector<Word> words_;
+};
+
+// Shared option meanings.
+Device parse_device(Options& options);  // --device cpu|cuda[:N]; default cuda if a GPU is visible
+Mask parse_mask(Options& options);      // --causal[=top_left|bottom_right|none]
+std::vector<std::string> split_list(const std::string& list);  // "a,b,c"
+std::string device_label(Device device);  // "cpu", "cuda:0"
+std::string join(const std::vector<std::string>& items, std::string_view separator);
+
+}  // namespace flashattn::cli

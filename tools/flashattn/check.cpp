@@ -1,0 +1,119 @@
+// `flashattn check`: a randomised accuracy sweep of the backends against the
+// float64 reference (harness::Problem::evaluate), replayable from its seed.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <random>
+
+#include "check_cases.h"
+#include "commands.h"
+#include "problem.h"
+#include "format.h"
+
+namespace flashattn::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: flashattn check [options]
+
+Runs each backend on a sweep of cases and scores its output and lse against the
+float64 reference: fixed awkward shapes first (seqlen 1, 17, 1000; head_dim 1,
+3, 80, 200; seqlen_q != seqlen_k; grouped-query heads; strided views; both
+causal alignments; on the GPU also head_dim 1024 and seqlen 4097), then random
+shapes, dtypes, masks, scales and input spreads. Prints PASS or FAIL per case
+and backend (with the error summary for failures), then "N passed, M failed";
+exits 1 if any case failed.
+
+options:
+  --device cpu|cuda[:N]  default: cuda when a GPU is visible, else cpu
+  --backends LIST        comma-separated backend names (default: all that run
+                         on the device, the reference included)
+  --cases N              number of cases (default 100)
+  --seed S               replay a sweep (default: a fresh random seed, printed)
+  --quick                small cases only (default 12), e.g. under compute-sanitizer
+)";
+
+std::vector<Backend> chosen_backends(Options& options, DeviceKind device) {
+  const std::vector<Backend> available = available_backends(device);
+  std::vector<std::string> names;
+  for (Backend b : available) names.emplace_back(to_string(b));
+  const std::optional<std::string> list = options.value("backends");
+  if (!list) return available;
+  std::vector<Backend> chosen;
+  for (const std::string& name : split_list(*list)) {
+    const std::optional<Backend> b = backend_from_string(name);
+    if (!b || std::find(available.begin(), available.end(), *b) == available.end())
+      throw UsageError("--backends names '" + name + "', which is not one of " +
+                       join(names, ", ") + " on this device");
+    if (std::find(chosen.begin(), chosen.end(), *b) == chosen.end()) chosen.push_back(*b);
+  }
+  if (chosen.empty()) throw UsageError("--backends is empty");
+  return chosen;
+}
+
+std::string case_label(const harness::Case& c) {
+  std::string label = shape_label(c);
+  if (c.scale) label += " scale " + format_fixed(*c.scale, 3);
+  if (c.input_std != 1.0f) label += " std " + format_fixed(c.input_std, 2);
+  return label;
+}
+
+// Runs one backend on the problem; "" when it passed, else what went wrong.
+std::string check_backend(harness::Problem& problem, Backend backend) {
+  try {
+    problem.poison_output();
+    forward(problem.params(backend));
+    const harness::Accuracy accuracy = problem.evaluate();
+    return accuracy.passed ? "" : accuracy.summary();
+  } catch (const std::exception& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+}  // namespace
+
+int check_main(Options& options) {
+  if (options.help()) {
+    std::cout << kHelp;
+    return 0;
+  }
+  const Device device = parse_device(options);
+  const std::vector<Backend> backends = chosen_backends(options, device.kind);
+  const bool quick = options.flag("quick");
+  const int count =
+      int(options.integer("cases", 1, 1000000).value_or(default_check_cases(quick)));
+  const std::optional<int64_t> given_seed = options.integer("seed", 0, INT64_MAX);
+  options.finish();
+  const uint64_t seed = given_seed ? uint64_t(*given_seed) : std::random_device{}() >> 1;
+
+  std::vector<std::string> names;
+  for (Backend b : backends) names.emplace_back(to_string(b));
+  std::cout << "seed " << seed << ": " << count << " cases on " << device_label(device)
+            << " for " << join(names, ", ") << "\nreplay: flashattn check --device "
+            << device_label(device) << " --backends " << join(names, ",") << " --cases " << count
+            << (quick ? " --quick" : "") << " --seed " << seed << "\n";
+
+  const auto start = std::chrono::steady_clock::now();
+  int passed = 0, failed = 0;
+  const std::vector<CheckCase> cases = check_cases(device.kind, count, seed, quick);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string index = counter(i + 1, cases.size());
+    harness::Problem problem(cases[i].spec, device, cases[i].seed);
+    for (Backend b : backends) {
+      const std::string failure = check_backend(problem, b);
+      std::string name(to_string(b));
+      name.resize(std::max<size_t>(name.size(), 11), ' ');
+      std::cout << (failure.empty() ? "PASS " : "FAIL ") << index << " " << name
+                << case_label(cases[i].spec) << (failure.empty() ? "" : "\n     " + failure)
+                << "\n"
+                << std::flush;
+      (failure.empty() ? passed : failed) += 1;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << passed << " passed, " << failed << " failed (" << format_fixed(seconds, 1)
+            << " s, seed " << seed << ")\n";
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace flashattn::cli

@@ -34,7 +34,8 @@ typedef enum {
   FLASHATTN_BACKEND_REFERENCE = 1,
   FLASHATTN_BACKEND_CPU = 2,
   FLASHATTN_BACKEND_CUDA_NAIVE = 3,
-  FLASHATTN_BACKEND_CUDA_TILED = 4
+  FLASHATTN_BACKEND_CUDA_TILED = 4,
+  FLASHATTN_BACKEND_CUDA_TF32X3 = 5
 } flashattn_backend;
 
 /* A (batch, seqlen, heads, head_dim) view; strides in elements. */

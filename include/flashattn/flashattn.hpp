@@ -52,6 +52,7 @@ enum class Backend {
   cpu,        // CPU, tiled online softmax, multi-threaded
   cuda_naive, // one thread per query row
   cuda_tiled, // FlashAttention-1 style shared-memory tiles, any head_dim
+  cuda_tf32x3,  // fp32 only: tensor cores at fp32 accuracy (3×TF32 split), sm_80+
 };
 
 struct Params {
@@ -95,6 +96,9 @@ std::string_view to_string(DType dtype);
 std::optional<Backend> backend_from_string(std::string_view name);
 std::optional<DType> dtype_from_string(std::string_view name);
 size_t dtype_size(DType dtype);
+
+// Whether `backend` takes tensors of `dtype` (cuda_tf32x3 is fp32 only).
+bool backend_supports(Backend backend, DType dtype);
 
 // Backends compiled into this build that can run on tensors of `device`.
 std::vector<Backend> available_backends(DeviceKind device);

@@ -15,13 +15,15 @@ struct BackendInfo {
   Backend backend;
   std::string_view name;
   DeviceKind device;
+  bool f32_only;
 };
 
-constexpr std::array<BackendInfo, 4> kBackends = {{
-    {Backend::reference, "reference", DeviceKind::cpu},
-    {Backend::cpu, "cpu", DeviceKind::cpu},
-    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda},
-    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda},
+constexpr std::array<BackendInfo, 5> kBackends = {{
+    {Backend::reference, "reference", DeviceKind::cpu, false},
+    {Backend::cpu, "cpu", DeviceKind::cpu, false},
+    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, false},
+    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, false},
+    {Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, true},
 }};
 
 const BackendInfo* find(Backend b) {
@@ -100,6 +102,12 @@ TensorView contiguous_view(void* data, DType dtype, int64_t batch, int64_t seqle
 
 int cuda_device_count() { return cuda::device_count(); }
 
+bool backend_supports(Backend backend, DType dtype) {
+  if (backend == Backend::automatic) return true;
+  const BackendInfo* info = find(backend);
+  return info != nullptr && (!info->f32_only || dtype == DType::f32);
+}
+
 std::vector<Backend> available_backends(DeviceKind device) {
   std::vector<Backend> out;
   if (device == DeviceKind::cuda && cuda::device_count() == 0) return out;
@@ -124,7 +132,9 @@ Plan plan(const Params& p) {
   const DeviceKind device = p.q.device.kind;
   if (device == DeviceKind::cuda) check_cuda_device(p);
   if (p.backend == Backend::automatic) {
-    out.backend = device == DeviceKind::cpu ? Backend::cpu : Backend::cuda_tiled;
+    // fp32 on the GPU: tensor cores at fp32 accuracy; 16-bit: the tiled kernel.
+    if (device == DeviceKind::cpu) out.backend = Backend::cpu;
+    else out.backend = p.q.dtype == DType::f32 ? Backend::cuda_tf32x3 : Backend::cuda_tiled;
     return out;
   }
   const BackendInfo* info = find(p.backend);
@@ -133,6 +143,9 @@ Plan plan(const Params& p) {
     fail(Status::unsupported, "backend: ", info->name, " runs on ",
          info->device == DeviceKind::cpu ? "cpu" : "cuda", " tensors, but q is on ",
          device == DeviceKind::cpu ? "cpu" : "cuda");
+  if (!backend_supports(p.backend, p.q.dtype))
+    fail(Status::unsupported, "backend: ", info->name, " takes f32 tensors only, but q is ",
+         to_string(p.q.dtype));
   return out;
 }
 
@@ -147,6 +160,7 @@ void forward(const Params& params) {
     case Backend::cpu: cpu::flash_forward(pl.attn); break;
     case Backend::cuda_naive: cuda::naive_forward(pl.attn); break;
     case Backend::cuda_tiled: cuda::tiled_forward(pl.attn); break;
+    case Backend::cuda_tf32x3: cuda::tf32x3_forward(pl.attn); break;
     case Backend::automatic: fail(Status::internal, "backend: automatic was not resolved");
   }
 }

@@ -19,5 +19,6 @@ void require_device_pointer(const void* ptr, int device_index, const char* name)
 
 void naive_forward(const AttnParams& p);
 void tiled_forward(const AttnParams& p);
+void tf32x3_forward(const AttnParams& p);
 
 }  // namespace flashattn::cuda

@@ -23,4 +23,8 @@ void tiled_forward(const AttnParams&) {
   fail(Status::unsupported, "backend: cuda_tiled is not built (no CUDA support)");
 }
 
+void tf32x3_forward(const AttnParams&) {
+  fail(Status::unsupported, "backend: cuda_tf32x3 is not built (no CUDA support)");
+}
+
 }  // namespace flashattn::cuda

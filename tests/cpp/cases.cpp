@@ -85,7 +85,8 @@ std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
                                        const std::vector<harness::Case>& cases) {
   std::vector<BackendCase> out;
   for (Backend b : backends)
-    for (const harness::Case& c : cases) out.push_back({b, c});
+    for (const harness::Case& c : cases)
+      if (backend_supports(b, c.dtype)) out.push_back({b, c});
   return out;
 }
 

@@ -53,8 +53,10 @@ float DenseResult::lse_at(int b, int h, int i) const {
 }
 
 DeviceKind device_of(Backend backend) {
-  return backend == Backend::cuda_naive || backend == Backend::cuda_tiled ? DeviceKind::cuda
-                                                                          : DeviceKind::cpu;
+  return backend == Backend::cuda_naive || backend == Backend::cuda_tiled ||
+                 backend == Backend::cuda_tf32x3
+             ? DeviceKind::cuda
+             : DeviceKind::cpu;
 }
 
 float round_to(DType dtype, float x) {

@@ -59,7 +59,8 @@ TEST_P(CudaBackend, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CudaBackend,
-    testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled}, cuda_cases())),
+    testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3},
+                                    cuda_cases())),
     [](const testing::TestParamInfo<BackendCase>& info) { return backend_case_name(info.param); });
 
 // A small valid f32 problem in host memory: (1, 8, 2, 16) everywhere, out and
@@ -98,7 +99,7 @@ void expect_error(const Params& p, Status status, const std::vector<std::string>
 }
 
 TEST(DeviceRules, CudaBackendOnCpuTensorsIsUnsupported) {
-  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled}) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(
@@ -130,7 +131,7 @@ class DeviceRulesOnGpu : public testing::Test {
 
 TEST_F(DeviceRulesOnGpu, CudaBackendsAreAvailable) {
   EXPECT_EQ(available_backends(DeviceKind::cuda),
-            (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled}));
+            (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3}));
 }
 
 // q, k, v, out and lse in device memory of GPU 0, with f32 (1, 8, 2, 16) views.
@@ -151,7 +152,7 @@ struct DeviceTensors {
 
 TEST_F(DeviceRulesOnGpu, CpuBackendOnCudaTensorsIsUnsupported) {
   DeviceTensors t;
-  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_tiled);
+  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_tf32x3);  // f32 tensors
   for (Backend backend : {Backend::reference, Backend::cpu}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     expect_error(
@@ -161,7 +162,7 @@ TEST_F(DeviceRulesOnGpu, CpuBackendOnCudaTensorsIsUnsupported) {
 }
 
 TEST_F(DeviceRulesOnGpu, HostPointersLabelledCudaAreRejected) {
-  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled}) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(t.params(Device{DeviceKind::cuda, 0}, backend), Status::invalid_argument,

@@ -257,11 +257,17 @@ std::string param_name(const testing::TestParamInfo<ClosedForm::ParamType>& info
          std::string(to_string(std::get<1>(info.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, ClosedForm,
-                         testing::Combine(testing::Values(Backend::reference, Backend::cpu,
-                                                          Backend::cuda_naive, Backend::cuda_tiled),
-                                          testing::Values(DType::f32, DType::f16, DType::bf16)),
-                         param_name);
+// Every backend with every dtype it takes.
+std::vector<std::tuple<Backend, DType>> backend_dtypes() {
+  std::vector<std::tuple<Backend, DType>> out;
+  for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda_naive, Backend::cuda_tiled,
+                    Backend::cuda_tf32x3})
+    for (DType d : {DType::f32, DType::f16, DType::bf16})
+      if (backend_supports(b, d)) out.emplace_back(b, d);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, ClosedForm, testing::ValuesIn(backend_dtypes()), param_name);
 
 }  // namespace
 }  // namespace flashattn::test

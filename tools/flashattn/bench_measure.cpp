@@ -77,6 +77,11 @@ Runner standard_runner(const harness::Problem& problem, Device device) {
 Runner flash_runner(const harness::Problem& problem, Backend backend) {
   Runner r;
   const double flops = harness::flop_count(problem.spec());
+  if (!backend_supports(backend, problem.spec().dtype)) {
+    r.skip = std::string("skipped: ") + std::string(to_string(backend)) + " does not take " +
+             std::string(to_string(problem.spec().dtype));
+    return r;
+  }
   if (backend == Backend::cuda_naive && flops > kNaiveFlopLimit) {
     r.skip = "skipped: cuda_naive is one thread per query row; " + format_fixed(flops / 1e12, 1) +
              " TFLOP would take minutes";

@@ -31,7 +31,8 @@ options:
                                  visible to query i iff j <= i); bottom_right aligns
                                  the last query with the last key (j <= i + Nk - Nq)
   --scale S                      score scale (default 1/sqrt(head_dim))
-  --backend NAME                 auto (default), reference, cpu, cuda_naive, cuda_tiled
+  --backend NAME                 auto (default), reference, cpu, cuda_naive, cuda_tiled,
+                                 cuda_tf32x3 (f32)
   --device cpu|cuda[:N]          where to run (default: cuda when a GPU is visible)
 )";
 
@@ -94,7 +95,7 @@ Backend parse_backend(Options& options) {
   const std::optional<Backend> backend = backend_from_string(name);
   if (!backend)
     throw UsageError("--backend is '" + name +
-                     "', must be auto, reference, cpu, cuda_naive or cuda_tiled");
+                     "', must be auto, reference, cpu, cuda_naive, cuda_tiled or cuda_tf32x3");
   return *backend;
 }
 

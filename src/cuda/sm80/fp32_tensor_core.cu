@@ -1,0 +1,234 @@
+// Exact fp32 attention on tensor cores (sm_80+): both products, S = Q·Kᵀ and
+// O += P·V, run as 3×TF32 mma.sync (common/mma_tf32x3.cuh), which keeps fp32
+// accuracy at several times the fp32 FMA rate.
+//
+// A block of 4 warps owns kBlockM = 64 query rows (16 per warp) of one
+// (batch, q head) and kD output columns; it walks the visible key tiles of
+// kBlockN = 64 rows. Per query row i (two per thread: g and g + 8 of its warp):
+//   m_i = max over keys seen of s_ij (raw, unscaled),
+//   l_i = Σ exp2((s_ij − m_i)·c),  acc_i = Σ exp2((s_ij − m_i)·c)·v_j,  c = scale·log2(e),
+// with l_i and acc_i rescaled when m_i grows. Head dims above kD run one block
+// per kD-column slice of the output, accumulating S over kD-wide chunks of
+// head_dim (Q and K chunks re-read through shared memory); up to kD, Q stays
+// in shared memory for the whole key loop.
+//
+// P never leaves registers: for the P·V product the key order inside each
+// 8-key step is permuted so that the accumulator layout of S is the A layout
+// (A column t ↔ key 2t, column t+4 ↔ key 2t+1), and V's rows are read in the
+// same permuted order.
+#include <cmath>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/mma_tf32x3.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockM = 16 * kWarps;
+constexpr int kBlockN = 64;
+constexpr int kNTiles = kBlockN / 8;  // 8-key column tiles of S
+constexpr int kPad = 4;  // row pitch ≡ 4 (mod 32) words: fragment loads hit 32 distinct banks
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kD>
+struct SharedTiles {
+  float q[kBlockM][kD + kPad];
+  float k[kBlockN][kD + kPad];
+  float v[kBlockN][kD + kPad];
+};
+
+// dst[r][c] = src[r·row_stride + c] for r < rows, c < cols; 0 elsewhere in the
+// kRows × kD tile. vec4: src and row_stride are 16-byte aligned and cols % 4 == 0.
+template <int kD, int kRows>
+__device__ void load_tile(float (*dst)[kD + kPad], const float* src, int64_t row_stride, int rows,
+                          int cols, bool vec4) {
+  if (vec4) {
+    constexpr int kVecs = kD / 4;
+    for (int e = threadIdx.x; e < kRows * kVecs; e += kThreads) {
+      const int r = e / kVecs, c = (e % kVecs) * 4;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < rows && c < cols) x = *reinterpret_cast<const float4*>(src + r * row_stride + c);
+      *reinterpret_cast<float4*>(&dst[r][c]) = x;
+    }
+  } else {
+    for (int e = threadIdx.x; e < kRows * kD; e += kThreads) {
+      const int r = e / kD, c = e % kD;
+      dst[r][c] = r < rows && c < cols ? src[r * row_stride + c] : 0.0f;
+    }
+  }
+}
+
+// s += Q(warp's 16 rows, kD cols)·K(64 keys, kD cols)ᵀ.
+template <int kD>
+__device__ void scores_mma(const SharedTiles<kD>& sm, int warp, int g, int t,
+                           float (&s)[kNTiles][4]) {
+  const int row = warp * 16 + g;
+#pragma unroll 2
+  for (int kk = 0; kk < kD; kk += 8) {
+    const float a[4] = {sm.q[row][kk + t], sm.q[row + 8][kk + t], sm.q[row][kk + t + 4],
+                        sm.q[row + 8][kk + t + 4]};
+    const FragA fa = split_a(a);
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+      mma_tf32x3(s[j], fa, split_b(sm.k[8 * j + g][kk + t], sm.k[8 * j + g][kk + t + 4]));
+  }
+}
+
+// acc += P(warp's 16 rows, 64 keys)·V(64 keys, kD cols); P in the S accumulator layout.
+template <int kD>
+__device__ void output_mma(const SharedTiles<kD>& sm, int g, int t, const float (&p)[kNTiles][4],
+                           float (&acc)[kD / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+    const float a[4] = {p[j][0], p[j][2], p[j][1], p[j][3]};
+    const FragA fa = split_a(a);
+    const int key = 8 * j + 2 * t;  // A column t ↔ key 2t, column t + 4 ↔ key 2t + 1
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n)
+      mma_tf32x3(acc[n], fa, split_b(sm.v[key][8 * n + g], sm.v[key + 1][8 * n + g]));
+  }
+}
+
+// Max or sum over the 4 lanes of a quad, which share a row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads) fp32_tc_kernel(const AttnParams p, int m_blocks,
+                                                           bool vec4) {
+  extern __shared__ float4 smem[];
+  SharedTiles<kD>& sm = *reinterpret_cast<SharedTiles<kD>*>(smem);
+  const Sizes s = p.sizes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int m_block = int(blockIdx.x % m_blocks), bh = int(blockIdx.x / m_blocks);
+  const int hq = bh % s.heads_q, b = bh / s.heads_q, hk = hq / s.group();
+  const int m0 = m_block * kBlockM, col0 = blockIdx.y * kD;
+  const int rows = min(kBlockM, s.seqlen_q - m0);
+  const int chunks = (s.head_dim + kD - 1) / kD;
+
+  const float* gQ = static_cast<const float*>(p.q.data) + b * p.q.batch_stride +
+                    int64_t(m0) * p.q.row_stride + hq * p.q.head_stride;
+  const float* gK = static_cast<const float*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
+  const float* gV = static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
+  const float c = p.softmax.scale * kLog2e;
+
+  // This thread's rows: r = 0 is row g of the warp's 16, r = 1 is row g + 8.
+  const int my_row[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+  const int key_end[2] = {p.mask.key_end(my_row[0], s.seqlen_k), p.mask.key_end(my_row[1], s.seqlen_k)};
+  float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};  // l_i: this thread's partial
+  float acc[kD / 8][4] = {};
+  const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
+
+  if (chunks == 1) load_tile<kD, kBlockM>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
+  for (int n0 = 0; n0 < n_end; n0 += kBlockN) {
+    float s_ij[kNTiles][4] = {};
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      __syncthreads();  // earlier readers of sm.q, sm.k, sm.v are done
+      const int d0 = chunk * kD;
+      if (chunks > 1)
+        load_tile<kD, kBlockM>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
+      load_tile<kD, kBlockN>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0, p.k.row_stride,
+                             n_end - n0, s.head_dim - d0, vec4);
+      __syncthreads();
+      scores_mma(sm, warp, g, t, s_ij);
+    }
+    load_tile<kD, kBlockN>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0, p.v.row_stride,
+                           n_end - n0, s.head_dim - col0, vec4);
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s_ij[j][2 * r + e];
+          if (n0 + 8 * j + 2 * t + e >= key_end[r]) x = -INFINITY;
+          tile_max = fmaxf(tile_max, x);
+        }
+      const float m_new = fmaxf(m_i[r], quad_max(tile_max));
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // never −inf − −inf
+      const float alpha = exp2f((m_i[r] - m_use) * c);
+      m_i[r] = m_new;
+      l_i[r] *= alpha;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s_ij[j][2 * r + e];
+          x = exp2f((x - m_use) * c);
+          l_i[r] += x;
+        }
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        acc[n][2 * r] *= alpha;
+        acc[n][2 * r + 1] *= alpha;
+      }
+    }
+    __syncthreads();  // sm.v is loaded
+    output_mma(sm, g, t, s_ij, acc);
+  }
+
+  float* gO = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride + col0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(l_i[r]);
+    if (my_row[r] >= s.seqlen_q) continue;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    float* o_row = gO + int64_t(my_row[r]) * p.o.row_stride;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * n + 2 * t + e;
+        if (col0 + col < s.head_dim) o_row[col] = acc[n][2 * r + e] * inv_l;
+      }
+    if (p.softmax.lse && blockIdx.y == 0 && t == 0)
+      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + my_row[r]] =
+          l > 0.0f ? m_i[r] * p.softmax.scale + logf(l) : -INFINITY;
+  }
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+template <int kD>
+void launch(const AttnParams& p) {
+  const Sizes& s = p.sizes;
+  const int m_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t blocks = int64_t(m_blocks) * s.batch * s.heads_q;
+  const int64_t slices = (s.head_dim + kD - 1) / kD;
+  if (blocks > 0x7FFFFFFF || slices > 65535)
+    fail(Status::unsupported, "q: shape too large for cuda_tf32x3's grid");
+  // float4 loads need 16-byte rows: every base and row stride a multiple of 4 floats.
+  bool vec4 = s.head_dim % 4 == 0;
+  for (const TensorRef* t : {&p.q, &p.k, &p.v})
+    vec4 = vec4 && aligned16(t->data) && t->row_stride % 4 == 0 && t->batch_stride % 4 == 0 &&
+           t->head_stride % 4 == 0;
+  const int smem = int(sizeof(SharedTiles<kD>));
+  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(fp32_tc_kernel<kD>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid{unsigned(blocks), unsigned(slices)};
+  fp32_tc_kernel<kD><<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, m_blocks, vec4);
+  check_launch("fp32_tc_kernel");
+}
+
+}  // namespace
+
+void tf32x3_forward(const AttnParams& p) {
+  DeviceGuard device(p.device_index);
+  // Smallest bucket that holds head_dim, so small heads waste no tensor-core work.
+  if (p.sizes.head_dim <= 32) launch<32>(p);
+  else if (p.sizes.head_dim <= 64) launch<64>(p);
+  else launch<128>(p);
+}
+
+}  // namespace flashattn::cuda

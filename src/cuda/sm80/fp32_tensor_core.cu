@@ -4,7 +4,7 @@
 //
 // A block of 4 warps owns kBlockM = 64 query rows (16 per warp) of one
 // (batch, q head) and kD output columns; it walks the visible key tiles of
-// kBlockN = 64 rows. Per query row i (two per thread: g and g + 8 of its warp):
+// block_n(kD) rows. Per query row i (two per thread: g and g + 8 of its warp):
 //   m_i = max over keys seen of s_ij (raw, unscaled),
 //   l_i = Σ exp2((s_ij − m_i)·c),  acc_i = Σ exp2((s_ij − m_i)·c)·v_j,  c = scale·log2(e),
 // with l_i and acc_i rescaled when m_i grows. Head dims above kD run one block
@@ -28,16 +28,18 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockM = 16 * kWarps;
-constexpr int kBlockN = 64;
-constexpr int kNTiles = kBlockN / 8;  // 8-key column tiles of S
+// Keys per tile: 64, or 32 at kD = 128, where the S tile's registers would
+// otherwise push the O accumulator (64 per thread) into spills.
+__host__ __device__ constexpr int block_n(int kD) { return kD >= 128 ? 32 : 64; }
+__host__ __device__ constexpr int n_tiles(int kD) { return block_n(kD) / 8; }  // 8-key column tiles of S
 constexpr int kPad = 4;  // row pitch ≡ 4 (mod 32) words: fragment loads hit 32 distinct banks
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kD>
 struct SharedTiles {
   float q[kBlockM][kD + kPad];
-  float k[kBlockN][kD + kPad];
-  float v[kBlockN][kD + kPad];
+  float k[block_n(kD)][kD + kPad];
+  float v[block_n(kD)][kD + kPad];
 };
 
 // dst[r][c] = src[r·row_stride + c] for r < rows, c < cols; 0 elsewhere in the
@@ -61,34 +63,64 @@ __device__ void load_tile(float (*dst)[kD + kPad], const float* src, int64_t row
   }
 }
 
+// Tensor cores round the accumulator toward zero on every mma, a bias that grows
+// with the length of an accumulation chain (seen as 1e-4 error at 16k keys). So
+// each product accumulates short chains into a zeroed fragment, and those partial
+// sums are added in fp32 with round-to-nearest.
+constexpr int kChainK = 32;  // head_dim columns per chain of S = Q·Kᵀ (12 mma)
+
 // s += Q(warp's 16 rows, kD cols)·K(64 keys, kD cols)ᵀ.
 template <int kD>
 __device__ void scores_mma(const SharedTiles<kD>& sm, int warp, int g, int t,
-                           float (&s)[kNTiles][4]) {
+                           float (&s)[n_tiles(kD)][4]) {
+  static_assert(kD % kChainK == 0, "head_dim buckets are whole chains");
   const int row = warp * 16 + g;
-#pragma unroll 2
-  for (int kk = 0; kk < kD; kk += 8) {
-    const float a[4] = {sm.q[row][kk + t], sm.q[row + 8][kk + t], sm.q[row][kk + t + 4],
-                        sm.q[row + 8][kk + t + 4]};
-    const FragA fa = split_a(a);
+#pragma unroll 1
+  for (int k0 = 0; k0 < kD; k0 += kChainK) {
+    float part[n_tiles(kD)][4] = {};
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
-      mma_tf32x3(s[j], fa, split_b(sm.k[8 * j + g][kk + t], sm.k[8 * j + g][kk + t + 4]));
+    for (int kk = k0; kk < k0 + kChainK; kk += 8) {
+      const float a[4] = {sm.q[row][kk + t], sm.q[row + 8][kk + t], sm.q[row][kk + t + 4],
+                          sm.q[row + 8][kk + t + 4]};
+      const FragA fa = split_a(a);
+#pragma unroll
+      for (int j = 0; j < n_tiles(kD); ++j)
+        mma_tf32x3(part[j], fa, split_b(sm.k[8 * j + g][kk + t], sm.k[8 * j + g][kk + t + 4]));
+    }
+#pragma unroll
+    for (int j = 0; j < n_tiles(kD); ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] += part[j][e];
   }
 }
 
-// acc += P(warp's 16 rows, 64 keys)·V(64 keys, kD cols); P in the S accumulator layout.
+// acc += P(warp's 16 rows, 64 keys)·V(64 keys, kD cols); P in the S accumulator
+// layout. One chain per 8 output columns over the tile's 64 keys (24 mma); the
+// columns go in groups of kGroupN tiles so the chains' partial sums stay few
+// registers (P is re-split per group: 8 ALU ops per 8 keys, against 12 mma).
+constexpr int kGroupN = 4;
+
 template <int kD>
-__device__ void output_mma(const SharedTiles<kD>& sm, int g, int t, const float (&p)[kNTiles][4],
+__device__ void output_mma(const SharedTiles<kD>& sm, int g, int t, const float (&p)[n_tiles(kD)][4],
                            float (&acc)[kD / 8][4]) {
+  static_assert((kD / 8) % kGroupN == 0, "output column tiles come in whole groups");
 #pragma unroll
-  for (int j = 0; j < kNTiles; ++j) {
-    const float a[4] = {p[j][0], p[j][2], p[j][1], p[j][3]};
-    const FragA fa = split_a(a);
-    const int key = 8 * j + 2 * t;  // A column t ↔ key 2t, column t + 4 ↔ key 2t + 1
+  for (int n0 = 0; n0 < kD / 8; n0 += kGroupN) {
+    float part[kGroupN][4] = {};
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n)
-      mma_tf32x3(acc[n], fa, split_b(sm.v[key][8 * n + g], sm.v[key + 1][8 * n + g]));
+    for (int j = 0; j < n_tiles(kD); ++j) {
+      const float a[4] = {p[j][0], p[j][2], p[j][1], p[j][3]};
+      const FragA pa = split_a(a);
+      const int key = 8 * j + 2 * t;  // A column t ↔ key 2t, column t + 4 ↔ key 2t + 1
+#pragma unroll
+      for (int n = 0; n < kGroupN; ++n)
+        mma_tf32x3(part[n], pa,
+                   split_b(sm.v[key][8 * (n0 + n) + g], sm.v[key + 1][8 * (n0 + n) + g]));
+    }
+#pragma unroll
+    for (int n = 0; n < kGroupN; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n0 + n][e] += part[n][e];
   }
 }
 
@@ -103,7 +135,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads) fp32_tc_kernel(const AttnParams p, int m_blocks,
+__global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p, int m_blocks,
                                                            bool vec4) {
   extern __shared__ float4 smem[];
   SharedTiles<kD>& sm = *reinterpret_cast<SharedTiles<kD>*>(smem);
@@ -129,26 +161,26 @@ __global__ void __launch_bounds__(kThreads) fp32_tc_kernel(const AttnParams p, i
   const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
 
   if (chunks == 1) load_tile<kD, kBlockM>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
-  for (int n0 = 0; n0 < n_end; n0 += kBlockN) {
-    float s_ij[kNTiles][4] = {};
+  for (int n0 = 0; n0 < n_end; n0 += block_n(kD)) {
+    float s_ij[n_tiles(kD)][4] = {};
     for (int chunk = 0; chunk < chunks; ++chunk) {
       __syncthreads();  // earlier readers of sm.q, sm.k, sm.v are done
       const int d0 = chunk * kD;
       if (chunks > 1)
         load_tile<kD, kBlockM>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
-      load_tile<kD, kBlockN>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0, p.k.row_stride,
+      load_tile<kD, block_n(kD)>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0, p.k.row_stride,
                              n_end - n0, s.head_dim - d0, vec4);
       __syncthreads();
       scores_mma(sm, warp, g, t, s_ij);
     }
-    load_tile<kD, kBlockN>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0, p.v.row_stride,
+    load_tile<kD, block_n(kD)>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0, p.v.row_stride,
                            n_end - n0, s.head_dim - col0, vec4);
 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float tile_max = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
+      for (int j = 0; j < n_tiles(kD); ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s_ij[j][2 * r + e];
@@ -161,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) fp32_tc_kernel(const AttnParams p, i
       m_i[r] = m_new;
       l_i[r] *= alpha;
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
+      for (int j = 0; j < n_tiles(kD); ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s_ij[j][2 * r + e];

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -45,10 +46,12 @@ std::optional<size_t> host_available_bytes() {
 }
 
 std::string git_commit() {
+  // A copied tree without git history (a GPU machine) is told its commit.
+  const char* given = std::getenv("FLASHATTN_COMMIT");
+  if (given && *given) return given;
   const std::string now = trimmed_output("git -C '" FLASHATTN_SOURCE_DIR "' rev-parse --short HEAD 2>/dev/null");
-  if (!now.empty() && now.find_first_not_of("0123456789abcdef") == std::string::npos) return now;
-  const std::string built = FLASHATTN_BUILD_COMMIT;
-  return built.empty() ? "unknown" : built;
+  const bool is_hash = !now.empty() && now.find_first_not_of("0123456789abcdef") == std::string::npos;
+  return is_hash ? now : "unknown";
 }
 
 std::string utc_now_iso8601() {

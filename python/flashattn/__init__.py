@@ -1,0 +1,21 @@
+"""flashattn: exact attention softmax(Q·Kᵀ·scale)·V, FlashAttention-style, for NumPy arrays
+and PyTorch tensors, through libflashattn's C ABI.
+
+    out = flashattn.attention(q, k, v, causal=True)     # (batch, seqlen, heads, head_dim)
+    out = flashattn.sdpa(query, key, value, is_causal=True)  # torch SDPA's signature
+
+The library is loaded on first use from $FLASHATTN_LIBRARY, else from this package.
+"""
+from ._attention import attention
+from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError
+from ._sdpa import sdpa
+
+__all__ = [
+    "attention",
+    "sdpa",
+    "Error",
+    "InvalidArgumentError",
+    "UnsupportedError",
+    "CudaError",
+    "InternalError",
+]

@@ -1,0 +1,46 @@
+"""flashattn.attention: one entry point for NumPy arrays and PyTorch tensors."""
+import numpy as np
+
+from . import _numpy, _options
+
+# The PyTorch operator, or None without torch: torch is optional, but a broken torch
+# install (one of its own imports missing) still fails loudly.
+try:
+    from . import _torch_op as torch_op
+except ModuleNotFoundError as e:
+    if e.name != "torch":
+        raise
+    torch_op = None
+
+
+def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
+              return_lse=False, backend=None):
+    """Exact attention softmax(q·kᵀ·scale)·v over (batch, seqlen, heads, head_dim) inputs.
+
+    q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), with
+    heads_q a multiple of heads_kv (grouped-query attention). PyTorch CUDA tensors run on the
+    GPU kernels, on the current stream; PyTorch CPU tensors and NumPy arrays on the CPU
+    backends. Dtypes float32, float16, bfloat16 (NumPy: float32, float16); arithmetic is
+    float32. Views whose head_dim is contiguous are read in place, others copied once.
+
+    causal: mask keys after each query; causal_alignment "top_left" (query i sees keys
+    j <= i, PyTorch's is_causal) or "bottom_right" (j <= i + seqlen_k - seqlen_q; a query
+    that sees no key gets output 0 and lse -inf). scale: default 1/sqrt(head_dim).
+    backend: None (chosen from the device), "reference", "cpu", "cuda_naive", "cuda_tiled".
+
+    Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
+    return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
+    softmax denominator. Rejected arguments raise flashattn.InvalidArgumentError (a
+    ValueError) with the library's message, naming the argument and the rule it broke.
+    """
+    scale = _options.scale_value(scale)
+    if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
+        out, lse = torch_op.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
+                                      scale=scale, backend=backend)
+    elif isinstance(q, np.ndarray):
+        out, lse = _numpy.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
+                                    scale=scale, backend=backend, return_lse=return_lse)
+    else:
+        raise TypeError(f"q: is a {type(q).__module__}.{type(q).__qualname__}, must be a NumPy "
+                        f"array or a torch tensor")
+    return (out, lse) if return_lse else out

@@ -1,0 +1,22 @@
+"""The (batch, seqlen, heads, head_dim) layout: rank check, output shapes, and which strides
+the kernels read in place."""
+from . import _errors
+
+
+def require_4d(name, shape):
+    if len(shape) != 4:
+        raise _errors.InvalidArgumentError(
+            f"{name}: has shape {tuple(shape)}, must have 4 dimensions "
+            f"(batch, seqlen, heads, head_dim)")
+
+
+def kernels_accept(shape, strides):
+    """Whether the kernels can read a view with these strides (in elements) without a copy:
+    every stride non-negative and head_dim contiguous."""
+    return all(s >= 0 for s in strides) and (strides[3] == 1 or shape[3] == 1)
+
+
+def lse_shape(q_shape):
+    """lse is float32 (batch, heads_q, seqlen_q): the library writes it contiguous."""
+    batch, seqlen_q, heads_q, _ = q_shape
+    return (batch, heads_q, seqlen_q)

@@ -1,0 +1,65 @@
+"""Finds, loads and calls libflashattn.so.
+
+Looked up in this order: the file named by the environment variable FLASHATTN_LIBRARY (a
+build made elsewhere, e.g. `FLASHATTN_LIBRARY=build/libflashattn.so`), then the copy that
+`pip install .` puts inside this package. Loaded on first use, so `import flashattn` works
+before the library is built.
+"""
+import ctypes
+import functools
+import os
+from pathlib import Path
+
+from . import _abi, _errors
+
+ENV_VAR = "FLASHATTN_LIBRARY"
+PACKAGED = Path(__file__).with_name("libflashattn.so")
+
+
+def library_path():
+    """The path of the library to load; raises FileNotFoundError naming where it looked."""
+    from_env = os.environ.get(ENV_VAR)
+    if from_env:
+        path = Path(from_env)
+        if not path.is_file():
+            raise FileNotFoundError(f"flashattn: {ENV_VAR}={from_env} is not a file")
+        return path
+    if PACKAGED.is_file():
+        return PACKAGED
+    raise FileNotFoundError(
+        f"flashattn: libflashattn.so not found: {ENV_VAR} is unset and {PACKAGED} does not "
+        f"exist. Install the package with `pip install .` from the repository root, or "
+        f"point {ENV_VAR} at a CMake build's libflashattn.so")
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The loaded library, its functions declared."""
+    path = library_path()
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise OSError(f"flashattn: could not load {path}: {e}") from e
+    _abi.declare(lib)
+    return lib
+
+
+def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend="auto", stream=None):
+    """flashattn_forward on _abi.Tensor views.
+
+    lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None; scale None
+    means 1/sqrt(head_dim); stream is a cudaStream_t address or None (the default stream).
+    Raises the _errors exception for a non-zero status, with the library's message.
+    """
+    params = _abi.Params(q, k, v, out)
+    params.lse = lse
+    if scale is not None:
+        params.has_scale = 1
+        params.scale = scale
+    params.mask = _abi.MASKS[mask]
+    params.backend = _abi.BACKENDS[backend]
+    params.stream = stream
+    lib = library()
+    status = lib.flashattn_forward(ctypes.byref(params))
+    if status != _abi.OK:
+        raise _errors.from_status(status, lib.flashattn_last_error().decode())

@@ -1,0 +1,137 @@
+"""flashattn on PyTorch CPU tensors: the custom op, sdpa, torch.compile, autograd, errors.
+Skipped without torch; test_torch_cuda.py covers the GPU."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import flashattn  # noqa: E402
+from flashattn import _torch_op  # noqa: E402
+from attention_reference import assert_lse_close, rel_l2  # noqa: E402
+from torch_cases import random_bhsd, random_bshd, reference_bshd  # noqa: E402
+
+# Relative L2 error of fp32 arithmetic on rounded inputs: the output's rounding dominates.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_attention_on_cpu_tensors(dtype, alignment):
+    q, k, v = random_bshd(2, 19, 27, 4, 2, 32, dtype=dtype, seed=1)
+    out, lse = flashattn.attention(q, k, v, causal=True, causal_alignment=alignment,
+                                   return_lse=True)
+    expected, expected_lse = reference_bshd(q, k, v, causal=True, causal_alignment=alignment)
+    assert out.dtype == dtype and out.shape == q.shape and out.is_contiguous()
+    assert lse.dtype == torch.float32 and lse.shape == (2, 4, 19)
+    assert rel_l2(out.float().numpy(), expected) <= TOLERANCE[dtype]
+    assert_lse_close(lse.numpy(), expected_lse, tol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sdpa_matches_torch(seed):
+    rng = np.random.default_rng(seed)
+    heads_kv = int(rng.integers(1, 4))
+    heads_q = heads_kv * int(rng.choice([1, 2, 3]))
+    query, key, value = random_bhsd(int(rng.integers(1, 3)), int(rng.integers(1, 64)),
+                                    int(rng.integers(1, 64)), heads_q, heads_kv,
+                                    int(rng.choice([8, 32, 64])), seed=seed)
+    options = dict(is_causal=bool(rng.integers(2)), enable_gqa=heads_q != heads_kv)
+    out = flashattn.sdpa(query, key, value, **options)
+    assert out.shape == query.shape
+    expected = F.scaled_dot_product_attention(query, key, value, **options)
+    assert rel_l2(out.numpy(), expected.numpy()) <= 1e-5
+
+
+def test_sdpa_scale():
+    query, key, value = random_bhsd(1, 8, 8, 2, 2, 16, seed=2)
+    out = flashattn.sdpa(query, key, value, scale=0.3)
+    expected = F.scaled_dot_product_attention(query, key, value, scale=0.3)
+    assert rel_l2(out.numpy(), expected.numpy()) <= 1e-5
+
+
+def test_strided_views_are_read_in_place():
+    # A packed (batch, seqlen, 3, heads, head_dim) projection, as a transformer makes it.
+    packed = torch.randn(2, 33, 3, 4, 40)[..., :32]
+    q, k, v = packed.unbind(2)
+    for t in (q, k, v):
+        assert not t.is_contiguous() and _torch_op.kernel_tensor(t)[0] is t
+    out = flashattn.attention(q, k, v, causal=True)
+    assert rel_l2(out.numpy(), reference_bshd(q, k, v, causal=True)[0]) <= 1e-5
+
+
+def test_views_the_kernels_cannot_read_are_copied():
+    q, k, v = (t[..., ::2] for t in random_bshd(1, 9, 9, 2, 2, 16, seed=3))
+    assert _torch_op.kernel_tensor(q)[0] is not q
+    out = flashattn.attention(q, k, v)
+    assert rel_l2(out.numpy(), reference_bshd(q, k, v)[0]) <= 1e-5
+
+
+def test_custom_op_passes_opcheck():
+    q, k, v = random_bshd(1, 7, 9, 4, 2, 16, seed=4)
+    for args in [(q, k, v, True, "bottom_right", None, None),
+                 (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, False, "top_left", 0.5,
+                  "reference")]:
+        torch.library.opcheck(torch.ops.flashattn.attention_fwd.default, args)
+
+
+def test_torch_compile_fullgraph():
+    query, key, value = random_bhsd(2, 16, 24, 4, 2, 32, seed=5)
+
+    def block(x, y, z):
+        return flashattn.sdpa(x * 2, y, z, is_causal=True, enable_gqa=True).sum(dim=1)
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(query, key, value), block(query, key, value))
+
+
+def test_backward_is_not_implemented_yet():
+    q, k, v = random_bshd(1, 4, 4, 1, 1, 8, seed=6)
+    out = flashattn.attention(q.requires_grad_(), k, v)
+    assert out.requires_grad
+    with pytest.raises(NotImplementedError, match="backward kernels are not implemented yet"):
+        out.sum().backward()
+
+
+def test_no_grad_inference():
+    q, k, v = random_bshd(1, 4, 4, 1, 1, 8, seed=7)
+    with torch.no_grad():
+        assert not flashattn.attention(q.requires_grad_(), k, v).requires_grad
+
+
+def bhsd():
+    return random_bhsd(1, 5, 6, 4, 2, 8, seed=8)
+
+
+def attention_bhsd(q, k, v, **options):
+    """flashattn.attention on SDPA-layout tensors, through (batch, seqlen, heads, head_dim) views."""
+    return flashattn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **options)
+
+
+SDPA_ERRORS = [
+    ("attn_mask", lambda q, k, v: flashattn.sdpa(q, k, v, attn_mask=torch.ones(5, 6, dtype=bool),
+                                                 enable_gqa=True),
+     NotImplementedError, "attn_mask"),
+    ("dropout", lambda q, k, v: flashattn.sdpa(q, k, v, dropout_p=0.1, enable_gqa=True),
+     NotImplementedError, "dropout_p: is 0.1"),
+    ("gqa", lambda q, k, v: flashattn.sdpa(q, k, v), ValueError, "enable_gqa=True"),
+    ("rank", lambda q, k, v: flashattn.sdpa(q[0], k[0], v[0], enable_gqa=True), ValueError,
+     "query: has shape"),
+    ("numpy", lambda q, k, v: flashattn.sdpa(q.numpy(), k, v), TypeError, "query: is a numpy"),
+    ("dtype", lambda q, k, v: attention_bhsd(q.double(), k.double(), v.double()),
+     ValueError, "q: dtype is torch.float64"),
+    ("mixed", lambda q, k, v: flashattn.attention(q, k.numpy(), v), TypeError, "k: is a numpy"),
+    ("library", lambda q, k, v: attention_bhsd(q, k[..., :4], v[..., :4]), ValueError,
+     "k: head_dim is 4, must equal q's head_dim"),
+    ("cuda_backend", lambda q, k, v: attention_bhsd(q, k, v, backend="cuda_tiled"),
+     NotImplementedError, "backend: cuda_tiled runs on cuda tensors"),
+    ("alignment", lambda q, k, v: attention_bhsd(q, k, v, causal_alignment="right"),
+     ValueError, "causal_alignment: is 'right'"),
+]
+
+
+@pytest.mark.parametrize("call,error,words", [e[1:] for e in SDPA_ERRORS],
+                         ids=[e[0] for e in SDPA_ERRORS])
+def test_errors_name_the_argument(call, error, words):
+    with pytest.raises(error, match=words):
+        call(*bhsd())

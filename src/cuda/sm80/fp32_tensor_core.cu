@@ -20,6 +20,7 @@
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
+#include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma_tf32x3.cuh"
 
 namespace flashattn::cuda {
@@ -42,23 +43,26 @@ struct SharedTiles {
   float v[block_n(kD)][kD + kPad];
 };
 
-// dst[r][c] = src[r·row_stride + c] for r < rows, c < cols; 0 elsewhere in the
-// kRows × kD tile. vec4: src and row_stride are 16-byte aligned and cols % 4 == 0.
+// Issues dst[r][c] = src[r·row_stride + c] for r < rows, c < cols, and 0
+// elsewhere in the kRows × kD tile, as cp.async copies (not yet landed). vec4:
+// src and row_stride are 16-byte aligned and cols % 4 == 0.
 template <int kD, int kRows>
-__device__ void load_tile(float (*dst)[kD + kPad], const float* src, int64_t row_stride, int rows,
-                          int cols, bool vec4) {
+__device__ void load_tile_async(float (*dst)[kD + kPad], const float* src, int64_t row_stride,
+                                int rows, int cols, bool vec4) {
   if (vec4) {
     constexpr int kVecs = kD / 4;
+#pragma unroll 2
     for (int e = threadIdx.x; e < kRows * kVecs; e += kThreads) {
       const int r = e / kVecs, c = (e % kVecs) * 4;
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < rows && c < cols) x = *reinterpret_cast<const float4*>(src + r * row_stride + c);
-      *reinterpret_cast<float4*>(&dst[r][c]) = x;
+      const bool valid = r < rows && c < cols;
+      cp_async_16(&dst[r][c], valid ? src + r * row_stride + c : src, valid);
     }
   } else {
+#pragma unroll 2
     for (int e = threadIdx.x; e < kRows * kD; e += kThreads) {
       const int r = e / kD, c = e % kD;
-      dst[r][c] = r < rows && c < cols ? src[r * row_stride + c] : 0.0f;
+      const bool valid = r < rows && c < cols;
+      cp_async_4(&dst[r][c], valid ? src + r * row_stride + c : src, valid);
     }
   }
 }
@@ -160,21 +164,32 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   float acc[kD / 8][4] = {};
   const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
 
-  if (chunks == 1) load_tile<kD, kBlockM>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
+  if (chunks == 1) {
+    load_tile_async<kD, kBlockM>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
+    cp_async_commit();
+  }
   for (int n0 = 0; n0 < n_end; n0 += block_n(kD)) {
     float s_ij[n_tiles(kD)][4] = {};
     for (int chunk = 0; chunk < chunks; ++chunk) {
       __syncthreads();  // earlier readers of sm.q, sm.k, sm.v are done
       const int d0 = chunk * kD;
       if (chunks > 1)
-        load_tile<kD, kBlockM>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
-      load_tile<kD, block_n(kD)>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0, p.k.row_stride,
-                             n_end - n0, s.head_dim - d0, vec4);
+        load_tile_async<kD, kBlockM>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
+      load_tile_async<kD, block_n(kD)>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0,
+                                       p.k.row_stride, n_end - n0, s.head_dim - d0, vec4);
+      cp_async_commit();
+      if (chunk == 0) {
+        // V lands while S and the softmax are computed.
+        load_tile_async<kD, block_n(kD)>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0,
+                                         p.v.row_stride, n_end - n0, s.head_dim - col0, vec4);
+        cp_async_commit();
+        cp_async_wait<1>();  // Q and K have landed; V may still be in flight
+      } else {
+        cp_async_wait<0>();
+      }
       __syncthreads();
       scores_mma(sm, warp, g, t, s_ij);
     }
-    load_tile<kD, block_n(kD)>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0, p.v.row_stride,
-                           n_end - n0, s.head_dim - col0, vec4);
 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -206,7 +221,8 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
         acc[n][2 * r + 1] *= alpha;
       }
     }
-    __syncthreads();  // sm.v is loaded
+    cp_async_wait<0>();
+    __syncthreads();  // sm.v has landed for every thread
     output_mma(sm, g, t, s_ij, acc);
   }
 

@@ -1,0 +1,150 @@
+"""One point, every implementation: inputs and reference, then per implementation a
+warm-up call, one call for peak extra memory and accuracy and, on timed points, its time.
+
+A row's "status" says what happened: "ok"; "unsupported" (the implementation declines the
+dtype or head_dim); "oom" (torch.OutOfMemoryError); "skipped" (a slow baseline whose
+predicted time per call is over the limit); "error" (anything else, message in "note").
+"""
+import gc
+import re
+import warnings
+
+import torch
+
+import accuracy
+import flashattn
+import timing
+
+TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+# A slow baseline's rate (TFLOP/s) before it has been seen on a kind of point: cuda_naive's
+# slowest measured earlier (bf16, head_dim 128), so predictions err towards skipping.
+SLOW_PRIOR_TFLOPS = 0.075
+# Calls shorter than this say more about launch overhead than about the rate.
+SLOW_MIN_OBSERVED_MS = 20
+
+
+class SlowRate:
+    """Predicts a slow baseline's time per call from its slowest rate seen on points of the
+    same dtype, head_dim and mask (its rate falls steeply with head_dim)."""
+
+    def __init__(self, limit_s):
+        self.limit_s = limit_s
+        self.tflops = {}
+
+    @staticmethod
+    def kind(point):
+        return point.dtype, point.head_dim, point.causal
+
+    def rate(self, point):
+        return self.tflops.get(self.kind(point), SLOW_PRIOR_TFLOPS)
+
+    def predicted_s(self, point):
+        return point.flops() / (self.rate(point) * 1e12)
+
+    def observe(self, point, ms):
+        if ms >= SLOW_MIN_OBSERVED_MS:
+            tflops = point.flops() / (ms * 1e9)
+            self.tflops[self.kind(point)] = min(self.rate(point), tflops)
+
+
+def make_inputs(point, copies):
+    """`copies` independent (q, k, v) sets of fresh standard-normal data."""
+    shape = (point.batch, point.seqlen, point.heads, point.head_dim)
+    dtype = TORCH_DTYPES[point.dtype]
+    return [tuple(torch.randn(shape, dtype=dtype, device="cuda") for _ in range(3))
+            for _ in range(copies)]
+
+
+def base_row(point, impl):
+    row = {"impl": impl.name, "family": impl.family, "grid": point.grid, "dtype": point.dtype,
+           "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
+           "heads_q": point.heads, "heads_kv": point.heads, "head_dim": point.head_dim,
+           "causal": point.causal, "ms": None, "tflops": None, "peak_extra_bytes": None,
+           "rel_l2_err": None, "status": "ok"}
+    if point.exercise:
+        row["exercise"] = list(point.exercise)
+    return row
+
+
+def failure(exc, caught_warnings):
+    """(status, note) for an exception from an implementation's call."""
+    first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "oom", first_line[:200]
+    declined = isinstance(exc, (flashattn.UnsupportedError, flashattn.InvalidArgumentError))
+    if declined or "No available kernel" in first_line or "No viable backend" in first_line:
+        return "unsupported", (sdpa_reasons(caught_warnings) or first_line)[:300]
+    return "error", f"{type(exc).__name__}: {first_line}"[:300]
+
+
+def sdpa_reasons(caught_warnings):
+    """Why PyTorch's SDPA declined a backend: its warnings, less their headers ("... not used
+    because:"), source locations and the lines about the backends switched off on purpose."""
+    reasons = []
+    for w in caught_warnings:
+        text = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", str(w.message)).strip()
+        if text and not text.endswith("because:") and "runtime disabled" not in text:
+            if text not in reasons:
+                reasons.append(text)
+    return "; ".join(reasons[:3])
+
+
+def run_impl(point, impl, inputs, reference, rows, budget):
+    """The row of one implementation at one point. The first call is a warm-up (module
+    loads, plans, workspaces); the second gives the peak extra memory, the accuracy and the
+    estimate that sizes the timed calls."""
+    row = base_row(point, impl)
+    causal = point.causal != "none"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with impl.context():
+                impl.call(*inputs[0], causal)
+                out, estimate, row["peak_extra_bytes"] = timing.measured_call(
+                    lambda: impl.call(*inputs[0], causal))
+                row["rel_l2_err"] = accuracy.rel_l2_err(out, reference, rows)
+                if row["rel_l2_err"] is None:
+                    row["note"] = "output holds NaN or inf"
+                del out
+                if point.timed:
+                    row.update(timing.summary(*timing.time_calls(
+                        lambda i: impl.call(*inputs[i], causal), len(inputs), budget, estimate)))
+                    row["tflops"] = point.flops() / (row["ms"] * 1e9)
+                row["single_call_ms"] = estimate
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a row, the run goes on
+            row["status"], row["note"] = failure(exc, caught)
+    if row["status"] == "oom":
+        release_memory()
+    return row
+
+
+def release_memory():
+    """After an out-of-memory failure: drop the failed call's tensors (the traceback held
+    them) and hand the allocator's cached blocks back, so the next call starts clean."""
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def measure_point(point, impls, budget, slow_rate):
+    """Rows for every implementation in `impls` at `point`."""
+    copies = timing.copies_needed(3 * point.tensor_bytes()) if point.timed else 1
+    inputs = make_inputs(point, copies)
+    rows = accuracy.sample_rows(point.seqlen, "cuda")
+    reference = accuracy.reference_rows(*inputs[0], point.causal != "none", rows)
+    results = []
+    for impl in impls:
+        if impl.slow and slow_rate.predicted_s(point) > slow_rate.limit_s:
+            row = base_row(point, impl)
+            row["status"] = "skipped"
+            row["note"] = (f"predicted {slow_rate.predicted_s(point):.0f} s per call at "
+                           f"{slow_rate.rate(point):.3g} TFLOP/s, over the "
+                           f"{slow_rate.limit_s:g} s limit")
+        else:
+            row = run_impl(point, impl, inputs, reference, rows, budget)
+            if impl.slow and row["status"] == "ok":
+                slow_rate.observe(point, row["single_call_ms"])
+        results.append(row)
+    del inputs, reference
+    return results

@@ -1,0 +1,200 @@
+"""Figures from one bench/run JSON, in the FlashAttention papers' manner: TFLOP/s against
+sequence length, one panel per head dim and mask, one line per implementation (one figure
+per dtype); the fp32 exercise shapes as grouped bars; peak memory against seqlen.
+
+Every axis that spans orders of magnitude is logarithmic: the slowest baselines run at a
+thousandth of the fastest, and a linear axis would flatten them to zero.
+"""
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+
+import report  # noqa: E402
+
+MIB = 2**20
+PALETTE = ["#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#17becf",
+           "#7f7f7f", "#bcbd22", "#e377c2"]
+
+
+def styles(results):
+    """A colour per implementation, the same in every figure; flashattn's drawn solid and
+    thick, the alternatives dashed."""
+    out = {}
+    for i, impl in enumerate(report.impl_order(results, results["rows"])):
+        ours = report.family_of(results, impl) == report.FLASHATTN
+        out[impl] = dict(color=PALETTE[i % len(PALETTE)], linestyle="-" if ours else "--",
+                         linewidth=2.2 if ours else 1.4, marker="o" if ours else "s",
+                         markersize=4)
+    return out
+
+
+def seqlen_axis(ax, seqlens):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(seqlens)
+    ax.xaxis.set_major_formatter(
+        FuncFormatter(lambda x, _: f"{x / 1024:g}k" if x >= 1024 else f"{x:g}"))
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length")
+
+
+def figure_legend(fig, axes):
+    handles, labels = {}, []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = h
+                labels.append(label)
+    fig.legend([handles[n] for n in labels], labels, loc="lower center", ncol=len(labels),
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
+
+
+def paper_figure(results, dtype, path):
+    rows = [r for r in results["rows"] if r["grid"] == "paper" and r["dtype"] == dtype]
+    head_dims = sorted({r["head_dim"] for r in rows})
+    masks = [m for m in ("none", "top_left") if any(r["causal"] == m for r in rows)]
+    seqlens = sorted({r["seqlen_q"] for r in rows})
+    style = styles(results)
+    ceiling = results["ceilings"]["bf16_matmul_tflops"]
+    fig, axes = plt.subplots(len(masks), len(head_dims), squeeze=False, sharey=True,
+                             figsize=(4.6 * len(head_dims), 3.8 * len(masks) + 0.8))
+    for i, mask in enumerate(masks):
+        for j, d in enumerate(head_dims):
+            ax = axes[i][j]
+            series = defaultdict(list)
+            for r in rows:
+                if r["causal"] == mask and r["head_dim"] == d and report.timed(r):
+                    series[r["impl"]].append((r["seqlen_q"], r["tflops"]))
+            for impl in style:
+                if series.get(impl):
+                    xs, ys = zip(*sorted(series[impl]))
+                    ax.plot(xs, ys, label=impl, **style[impl])
+            ax.axhline(ceiling, color="black", linestyle=":", linewidth=1,
+                       label=f"bf16 matmul, measured ({ceiling:.0f})")
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(base=10))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+            ax.grid(True, which="major", alpha=0.3)
+            seqlen_axis(ax, seqlens)
+            ax.set_title(f"head dim {d}, {'causal' if mask != 'none' else 'not causal'}")
+            if j == 0:
+                ax.set_ylabel("TFLOP/s (forward)")
+            if j == len(head_dims) - 1:
+                right = ax.secondary_yaxis("right", functions=(lambda y: 100 * y / ceiling,
+                                                               lambda p: p * ceiling / 100))
+                right.yaxis.set_major_formatter(FuncFormatter(lambda p, _: f"{p:g}"))
+                right.set_ylabel("% of the bf16 matmul rate")
+    fig.suptitle(f"Attention forward, {dtype}, {results['device']} "
+                 f"(batch × seqlen = 16k tokens, heads × head dim = 2048)")
+    figure_legend(fig, axes.flat)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def exercise_figure(results, path):
+    rows = [r for r in results["rows"] if r["grid"] == "exercise"]
+    masks = [m for m in ("none", "top_left") if any(r["causal"] == m for r in rows)]
+    style = styles(results)
+    impls = [n for n in style if any(report.timed(r) for r in rows if r["impl"] == n)]
+    absent = [n for n in style if n not in impls and any(r["impl"] == n for r in rows)]
+    fig, axes = plt.subplots(len(masks), 1, squeeze=False, figsize=(14, 3.6 * len(masks) + 0.8))
+    width = 0.8 / len(impls)
+    for ax, mask in zip(axes[:, 0], masks):
+        points = [(key, impl_rows) for key, impl_rows in report.by_point(rows, "exercise").items()
+                  if key[6] == mask]
+        for x, (key, impl_rows) in enumerate(points):
+            for k, impl in enumerate(impls):
+                r = impl_rows.get(impl)
+                xpos = x - 0.4 + (k + 0.5) * width
+                if report.timed(r):
+                    ax.bar(xpos, r["ms"], width, color=style[impl]["color"])
+                elif r is not None:
+                    ax.text(xpos, 0.0, report.status_mark(r), rotation=90, fontsize=6,
+                            ha="center", va="bottom", transform=ax.get_xaxis_transform())
+        labels = ["{}\nd{}".format(*report.exercise_shape(next(iter(ir.values())))[:2])
+                  for _, ir in points]
+        ax.set_xticks(range(len(points)))
+        ax.set_xticklabels(labels)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.set_ylabel("ms (lower is better)")
+        ax.set_xlabel("(N, d_model, h), head dim")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_title(f"fp32 exercise shapes, {'causal' if mask != 'none' else 'not causal'} "
+                     f"(n/a: declines fp32 or the head dim; skip: over the time limit)")
+    fig.suptitle(f"Attention forward, fp32, {results['device']}" +
+                 (f"; not drawn (no fp32 run): {', '.join(absent)}" if absent else ""))
+    fig.legend([Patch(color=style[n]["color"]) for n in impls], impls, loc="lower center",
+               ncol=len(impls), frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bytes_label(y, _):
+    for unit, size in (("GiB", 2**30), ("MiB", MIB), ("KiB", 2**10)):
+        if y >= size:
+            return f"{y / size:g} {unit}"
+    return f"{y:g} B"
+
+
+def memory_figure(results, path):
+    """Peak extra bytes against seqlen; an implementation's line ends where it ran out of
+    memory, marked with an x at the top of the plot. 0 B is drawn at 1 KiB (log axis)."""
+    rows = [r for r in results["rows"] if r["grid"] == "memory"]
+    style = styles(results)
+    seqlens = sorted({r["seqlen_q"] for r in rows})
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    oom_at = defaultdict(list)
+    for impl in style:
+        mine = sorted((r for r in rows if r["impl"] == impl), key=lambda r: r["seqlen_q"])
+        ok = [(r["seqlen_q"], max(r["peak_extra_bytes"], 1024)) for r in mine
+              if r["status"] == "ok"]
+        if ok:
+            ax.plot(*zip(*ok), label=impl, **style[impl])
+        for r in mine:
+            if r["status"] == "oom":
+                oom_at[r["seqlen_q"]].append(impl)
+    for n, impls in oom_at.items():
+        for k, impl in enumerate(impls):
+            ax.plot(n, 1.02 + 0.035 * k, marker="x", color=style[impl]["color"], markersize=8,
+                    transform=ax.get_xaxis_transform(), clip_on=False, linestyle="")
+        ax.annotate("OOM", (n, 1.02 + 0.035 * len(impls)), xycoords=("data", "axes fraction"),
+                    ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_locator(LogLocator(base=1024))
+    ax.yaxis.set_major_formatter(FuncFormatter(bytes_label))
+    seqlen_axis(ax, seqlens)
+    ax.set_ylabel("peak extra device memory")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_title(f"One forward call, bf16, batch 1, 16 heads, head dim 128, not causal\n"
+                 f"{results['device']} (x: out of memory; 0 B drawn at 1 KiB)", pad=30)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(results, stem):
+    """Writes every figure the results have data for; returns {section: file name}."""
+    names = {}
+    grids = {r["grid"] for r in results["rows"]}
+    if "paper" in grids:
+        for dtype in sorted({r["dtype"] for r in results["rows"] if r["grid"] == "paper"}):
+            path = stem.with_name(f"{stem.name}-paper-{dtype}.png")
+            paper_figure(results, dtype, path)
+            names[dtype] = path.name
+    if "exercise" in grids:
+        path = stem.with_name(f"{stem.name}-exercise.png")
+        exercise_figure(results, path)
+        names["exercise"] = path.name
+    if "memory" in grids:
+        path = stem.with_name(f"{stem.name}-memory.png")
+        memory_figure(results, path)
+        names["memory"] = path.name
+    return names

@@ -1,0 +1,141 @@
+"""Tests of the benchmark's GPU-free parts: `python3 -m pytest bench -q`.
+
+The grids and the report run on a synthetic results file in the schema bench/run writes;
+with torch installed, the implementations' layouts and the float64 reference are checked on
+the CPU (the timing itself needs a GPU and runs only there).
+"""
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grid  # noqa: E402
+import report  # noqa: E402
+
+# Synthetic rates (TFLOP/s) by implementation; None: declines fp32.
+RATES = {"cuda_naive": 0.1, "cuda_tiled": 12.0, "flash": (300.0, None), "efficient": 150.0,
+         "cudnn": (550.0, None), "math": 20.0, "standard_cublas": 60.0}
+FAMILIES = {n: "flashattn" if n.startswith("cuda_") else "alternative" for n in RATES}
+
+
+def synthetic_row(point, impl):
+    row = {"impl": impl, "family": FAMILIES[impl], "grid": point.grid, "dtype": point.dtype,
+           "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
+           "heads_q": point.heads, "heads_kv": point.heads, "head_dim": point.head_dim,
+           "causal": point.causal, "ms": None, "tflops": None, "peak_extra_bytes": None,
+           "rel_l2_err": None, "status": "ok"}
+    rate = RATES[impl]
+    if isinstance(rate, tuple):
+        rate = rate[1] if point.dtype == "f32" else rate[0]
+    if rate is None:
+        row.update(status="unsupported", note="only fp16 and bf16")
+    elif impl == "cuda_naive" and point.flops() / (rate * 1e12) > 2:
+        row.update(status="skipped", note="skipped: predicted over 2 s")
+    elif impl in ("math", "standard_cublas") and point.seqlen >= 32768:
+        row.update(status="oom", note="CUDA out of memory")
+    else:
+        row["peak_extra_bytes"] = (4 * point.batch * point.heads * point.seqlen  # lse
+                                   if FAMILIES[impl] == "flashattn"
+                                   else 4 * point.batch * point.heads * point.seqlen**2)
+        row["rel_l2_err"] = 1e-6 if point.dtype == "f32" else 3e-3
+        if point.timed:
+            ms = point.flops() / (rate * 1e9)
+            row.update(ms=ms, ms_min=0.98 * ms, ms_max=1.05 * ms, reps=10,
+                       tflops=rate, floor_ms=ms / 10, fraction_of_ceiling=0.1)
+    return row
+
+
+def synthetic_results(suite, mode="full"):
+    rows = [synthetic_row(p, impl) for pts in suite.values() for p in pts for impl in RATES]
+    return {"device": "NVIDIA H100 80GB HBM3", "commit": "abc1234", "date": "2026-11-22",
+            "mode": mode, "environment": {"torch": "2.11.0"}, "impls": FAMILIES,
+            "ceilings": {"bf16_matmul_tflops": 740.0, "f32_matmul_tflops": 51.0,
+                         "copy_tb_per_s": 3.0, "l2_bytes": 50 << 20},
+            "rows": rows}
+
+
+def test_paper_grid_keeps_tokens_and_model_dim_fixed():
+    points = grid.paper_points()
+    assert len(points) == 6 * 3 * 2 * 2
+    assert all(p.batch * p.seqlen == 16384 and p.heads * p.head_dim == 2048 for p in points)
+
+
+def test_exercise_shapes_split_d_model_over_heads():
+    points = grid.exercise_points()
+    assert len(points) == 16
+    assert {(p.seqlen, p.heads, p.head_dim) for p in points} >= {(1000, 1024, 1), (1, 1, 2),
+                                                                  (17, 3, 32), (1000, 1, 1024)}
+    assert all(p.dtype == "f32" and p.batch == 1 for p in points)
+
+
+def test_flops_halve_for_causal():
+    full = grid.Point("paper", "bf16", 2, 8192, 16, 128)
+    causal = grid.Point("paper", "bf16", 2, 8192, 16, 128, "top_left")
+    assert full.flops() == 4 * 2 * 16 * 8192**2 * 128 == 2 * causal.flops()
+    assert full.min_bytes() == 4 * 2 * 8192 * 16 * 128 * 2
+
+
+def test_memory_grid_doubles_to_65536_untimed():
+    points = grid.memory_points()
+    assert [p.seqlen for p in points] == [512 * 2**i for i in range(8)]
+    assert not any(p.timed for p in points)
+
+
+def test_report_ratio_is_best_alternative_time_over_ours():
+    results = synthetic_results(grid.quick_suite(), mode="quick")
+    md = report.markdown(results, "x.json")
+    # cudnn (550) is the best alternative in bf16: cuda_tiled at 12 is 12/550 of it.
+    assert f"{report.sig(12 / 550, 2)}×" in md
+    # fp32: flash and cudnn decline, efficient (150) is best.
+    assert f"{report.sig(12 / 150, 2)}×" in md
+    assert "n/a" in md and "OOM" in md
+    head = report.headline(results)
+    assert "cuda_tiled paper bf16" in head and "cudnn" in head and "per point" in head
+
+
+def test_report_cli_writes_markdown_and_plots(tmp_path, monkeypatch):
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed")
+    path = tmp_path / "gpu-2026-11-22.json"
+    path.write_text(json.dumps(synthetic_results(grid.full_suite())))
+    monkeypatch.setattr(sys, "argv", ["report.py", str(path)])
+    report.main()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["gpu-2026-11-22-exercise.png", "gpu-2026-11-22-memory.png",
+                     "gpu-2026-11-22-paper-bf16.png", "gpu-2026-11-22-paper-f16.png",
+                     "gpu-2026-11-22.json", "gpu-2026-11-22.md"]
+    md = (tmp_path / "gpu-2026-11-22.md").read_text()
+    assert "![TFLOP/s against seqlen, bf16](gpu-2026-11-22-paper-bf16.png)" in md
+
+
+def test_budget_gives_slow_calls_fewer_reps():
+    timing = pytest.importorskip("timing")  # imports torch
+    budget = timing.Budget(ms=100, min_reps=5, max_reps=50, slow_cap_ms=1000)
+    assert budget.reps(0.01) == 50
+    assert budget.reps(10) == 10
+    assert budget.reps(100) == 5
+    assert budget.reps(400) == 2
+    assert budget.reps(1500) == 1
+    assert timing.copies_needed(200 << 20, l2=50 << 20) == 1
+    assert timing.copies_needed(12 << 20, l2=50 << 20) == timing.MAX_COPIES  # 17 wanted
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_standard_attention_and_math_sdpa_match_the_reference_rows(causal):
+    torch = pytest.importorskip("torch")
+    implementations = pytest.importorskip("implementations")  # imports flashattn too
+    import accuracy
+    q, k, v = (torch.randn(2, 50, 3, 16) for _ in range(3))
+    rows = accuracy.sample_rows(50, "cpu", count=8)
+    reference = accuracy.reference_rows(q, k, v, causal, rows)
+    for impl in implementations.all_impls():
+        if impl.name in ("standard_cublas", "math"):
+            with impl.context():
+                out = impl.call(q, k, v, causal)
+            assert out.shape == (2, 3, 50, 16)
+            assert accuracy.rel_l2_err(out, reference, rows) < 1e-5
+    assert math.isclose(accuracy.rel_l2_err(torch.zeros(1, 3, 50, 16), reference, rows), 1.0)

@@ -1,7 +1,5 @@
 #include <cuda_runtime.h>
 
-#include <cstdint>
-
 #include "cuda/common/check.h"
 #include "gpu.h"
 
@@ -39,29 +37,6 @@ double time_ms(int device, const std::function<void()>& work) {
   float ms = 0.0f;
   FLASHATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
   return ms;
-}
-
-namespace {
-
-cudaMemPool_t default_pool(int device) {
-  cudaMemPool_t pool;
-  FLASHATTN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  return pool;
-}
-
-}  // namespace
-
-void reset_pool_peak(int device) {
-  std::uint64_t zero = 0;  // the only value the high-water mark may be set to
-  FLASHATTN_CUDA_CHECK(
-      cudaMemPoolSetAttribute(default_pool(device), cudaMemPoolAttrUsedMemHigh, &zero));
-}
-
-size_t pool_peak_bytes(int device) {
-  std::uint64_t high = 0;
-  FLASHATTN_CUDA_CHECK(
-      cudaMemPoolGetAttribute(default_pool(device), cudaMemPoolAttrUsedMemHigh, &high));
-  return size_t(high);
 }
 
 }  // namespace flashattn::cli::gpu

@@ -11,12 +11,4 @@ double time_ms(int, const std::function<void()>&) {
   fail(Status::unsupported, "device: this build has no CUDA support");
 }
 
-void reset_pool_peak(int) {
-  fail(Status::unsupported, "device: this build has no CUDA support");
-}
-
-size_t pool_peak_bytes(int) {
-  fail(Status::unsupported, "device: this build has no CUDA support");
-}
-
 }  // namespace flashattn::cli::gpu

@@ -10,8 +10,7 @@
 // with l_i and acc_i rescaled when m_i grows. Head dims above kD run one block
 // per kD-column slice of the output, accumulating S over kD-wide chunks of
 // head_dim (Q and K chunks re-read through shared memory); up to kD, Q stays
-// in shared memory for the whole key loop. Small grids split each tile's keys
-// over blockIdx.z (common/split_kv.h).
+// in shared memory for the whole key loop.
 //
 // P never leaves registers: for the P·V product the key order inside each
 // 8-key step is permuted so that the accumulator layout of S is the A layout
@@ -23,7 +22,6 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma_tf32x3.cuh"
-#include "cuda/common/split_kv.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -142,7 +140,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p, int m_blocks,
-                                                              bool vec4, const SplitKv split) {
+                                                           bool vec4) {
   extern __shared__ float4 smem[];
   SharedTiles<kD>& sm = *reinterpret_cast<SharedTiles<kD>*>(smem);
   const Sizes s = p.sizes;
@@ -165,16 +163,12 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};  // l_i: this thread's partial
   float acc[kD / 8][4] = {};
   const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
-  // This split's key tiles: [n_begin, n_stop), whole tiles except at n_end.
-  const int tiles = (n_end + block_n(kD) - 1) / block_n(kD);
-  const int n_begin = tiles * int(blockIdx.z) / split.count * block_n(kD);
-  const int n_stop = min(n_end, tiles * (int(blockIdx.z) + 1) / split.count * block_n(kD));
 
   if (chunks == 1) {
     load_tile_async<kD, kBlockM>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
     cp_async_commit();
   }
-  for (int n0 = n_begin; n0 < n_stop; n0 += block_n(kD)) {
+  for (int n0 = 0; n0 < n_end; n0 += block_n(kD)) {
     float s_ij[n_tiles(kD)][4] = {};
     for (int chunk = 0; chunk < chunks; ++chunk) {
       __syncthreads();  // earlier readers of sm.q, sm.k, sm.v are done
@@ -182,12 +176,12 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
       if (chunks > 1)
         load_tile_async<kD, kBlockM>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
       load_tile_async<kD, block_n(kD)>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0,
-                                       p.k.row_stride, n_stop - n0, s.head_dim - d0, vec4);
+                                       p.k.row_stride, n_end - n0, s.head_dim - d0, vec4);
       cp_async_commit();
       if (chunk == 0) {
         // V lands while S and the softmax are computed.
         load_tile_async<kD, block_n(kD)>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0,
-                                         p.v.row_stride, n_stop - n0, s.head_dim - col0, vec4);
+                                         p.v.row_stride, n_end - n0, s.head_dim - col0, vec4);
         cp_async_commit();
         cp_async_wait<1>();  // Q and K have landed; V may still be in flight
       } else {
@@ -232,18 +226,13 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
     output_mma(sm, g, t, s_ij, acc);
   }
 
+  float* gO = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride + col0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(l_i[r]);
     if (my_row[r] >= s.seqlen_q) continue;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    const float row_lse = l > 0.0f ? m_i[r] * p.softmax.scale + logf(l) : -INFINITY;
-    // Split: this split's partial row and lse; else the output and lse themselves.
-    const int64_t part = split.row_index(blockIdx.z, b, hq, my_row[r], s);
-    float* o_row = split.count > 1
-                       ? split.o + part * s.head_dim + col0
-                       : static_cast<float*>(p.o.data) + b * p.o.batch_stride +
-                             int64_t(my_row[r]) * p.o.row_stride + hq * p.o.head_stride + col0;
+    float* o_row = gO + int64_t(my_row[r]) * p.o.row_stride;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)
 #pragma unroll
@@ -251,9 +240,9 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
         const int col = 8 * n + 2 * t + e;
         if (col0 + col < s.head_dim) o_row[col] = acc[n][2 * r + e] * inv_l;
       }
-    if (blockIdx.y != 0 || t != 0) continue;
-    if (split.count > 1) split.lse[part] = row_lse;
-    else if (p.softmax.lse) p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + my_row[r]] = row_lse;
+    if (p.softmax.lse && blockIdx.y == 0 && t == 0)
+      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + my_row[r]] =
+          l > 0.0f ? m_i[r] * p.softmax.scale + logf(l) : -INFINITY;
   }
 }
 
@@ -275,20 +264,9 @@ void launch(const AttnParams& p) {
   const int smem = int(sizeof(SharedTiles<kD>));
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(fp32_tc_kernel<kD>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const int key_tiles = (s.seqlen_k + block_n(kD) - 1) / block_n(kD);
-  const int splits = choose_splits(blocks * slices, key_tiles, p.device_index);
-  auto stream = static_cast<cudaStream_t>(p.stream);
-  if (splits == 1) {
-    const dim3 grid{unsigned(blocks), unsigned(slices)};
-    fp32_tc_kernel<kD><<<grid, kThreads, smem, stream>>>(p, m_blocks, vec4, SplitKv{});
-    check_launch("fp32_tc_kernel");
-    return;
-  }
-  const SplitWorkspace workspace(p, splits);
-  const dim3 grid{unsigned(blocks), unsigned(slices), unsigned(splits)};
-  fp32_tc_kernel<kD><<<grid, kThreads, smem, stream>>>(p, m_blocks, vec4, workspace.split());
+  const dim3 grid{unsigned(blocks), unsigned(slices)};
+  fp32_tc_kernel<kD><<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, m_blocks, vec4);
   check_launch("fp32_tc_kernel");
-  merge_splits(p, workspace.split());
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ std::vector<harness::Case> cuda_cases() {
   add({4, 200, 300, 4, 2, 64}, DType::f32, Mask::causal_bottom_right, true);
   add({4, 300, 200, 4, 2, 64}, DType::f16, Mask::causal_top_left, false);
   add({3, 129, 257, 6, 3, 128}, DType::bf16, Mask::none, true);
+  // Grids of a thousand blocks and more, as benchmarks run them.
+  add({4, 1024, 1024, 16, 8, 64}, DType::f32, Mask::causal_bottom_right, false);
+  add({2, 1024, 1100, 16, 16, 128}, DType::f32, Mask::none, true);
   return cases;
 }
 

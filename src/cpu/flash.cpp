@@ -18,15 +18,18 @@
 namespace flashattn::cpu {
 namespace {
 
+// 128 query rows share each K and V tile load (loading is as costly as a
+// 32-row tile's arithmetic).
 constexpr int kBlockM = 32;
 constexpr int kBlockN = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Per-thread tiles, allocated once per call.
+// Per-thread tiles, allocated once per call. K is kept transposed (head_dim ×
+// kBlockN) so that a row of scores is a sum of contiguous axpys, which vectorise.
 struct Workspace {
-  std::vector<float> q, k, v, s, acc, m, l;
+  std::vector<float> q, k_t, v, s, acc, m, l;
   Workspace(int d)
-      : q(size_t(kBlockM) * d), k(size_t(kBlockN) * d), v(size_t(kBlockN) * d),
+      : q(size_t(kBlockM) * d), k_t(size_t(d) * kBlockN), v(size_t(kBlockN) * d),
         s(size_t(kBlockM) * kBlockN), acc(size_t(kBlockM) * d), m(kBlockM), l(kBlockM) {}
 };
 
@@ -44,11 +47,37 @@ void load_tile(const AttnParams& p, const TensorRef& t, int b, int h, int row0, 
   }
 }
 
-float dot(const float* a, const float* b, int d) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int c = 0; c < d; ++c) sum += a[c] * b[c];
-  return sum;
+// k_t[c][r] = K[row0 + r][c] for r < rows, 0 for rows <= r < kBlockN.
+void load_tile_transposed(const AttnParams& p, const TensorRef& t, int b, int h, int row0,
+                          int rows, float* k_t) {
+  const int d = p.sizes.head_dim;
+  std::fill(k_t, k_t + size_t(d) * kBlockN, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const int64_t base = b * t.batch_stride + int64_t(row0 + r) * t.row_stride + h * t.head_stride;
+    if (p.dtype == DType::f32) {
+      const float* src = static_cast<const float*>(t.data) + base;
+      for (int c = 0; c < d; ++c) k_t[size_t(c) * kBlockN + r] = src[c];
+    } else {
+      for (int c = 0; c < d; ++c) k_t[size_t(c) * kBlockN + r] = load_float(t.data, p.dtype, base + c);
+    }
+  }
+}
+
+// exp(x) for x <= 0 (x = −inf gives 0), in plain arithmetic so a loop of it
+// vectorises: x·log2(e) = n + f with n an integer and |f| <= 1/2, then
+// exp(x) = 2^n · e^(f·ln 2), the second factor by its Taylor series to degree 7
+// (remainder below 6e-9 relative, under fp32 rounding).
+inline float exp_nonpositive(float x) {
+  const float t = std::max(x * 1.44269504088896341f, -126.0f);
+  // Round to nearest by adding and subtracting 1.5·2^23 (exact for |t| < 2^22),
+  // which vectorises where nearbyint would be a library call.
+  constexpr float kRound = 12582912.0f;
+  const float n = (t + kRound) - kRound;
+  const float y = (t - n) * 0.69314718055994531f;
+  float e = 1.0f / 5040;
+  for (float k : {720.0f, 120.0f, 24.0f, 6.0f, 2.0f, 1.0f, 1.0f}) e = e * y + 1.0f / k;
+  const float two_n = bits_float(uint32_t(int32_t(n) + 127) << 23);
+  return t > -126.0f ? e * two_n : 0.0f;
 }
 
 // Folds key tile [n0, n0 + cols) into the running (m, l, acc) of query rows
@@ -59,10 +88,16 @@ void update_tile(const AttnParams& p, Workspace& w, int m0, int rows, int n0, in
   for (int r = 0; r < rows; ++r) {
     float* s = &w.s[size_t(r) * kBlockN];
     const int key_end = p.mask.key_end(m0 + r, p.sizes.seqlen_k);
+    std::fill(s, s + kBlockN, 0.0f);
+    for (int e = 0; e < d; ++e) {
+      const float q = w.q[size_t(r) * d + e] * scale;
+      const float* k_t = &w.k_t[size_t(e) * kBlockN];
+#pragma omp simd
+      for (int c = 0; c < kBlockN; ++c) s[c] += q * k_t[c];
+    }
     float tile_max = kNegInf;
     for (int c = 0; c < cols; ++c) {
-      s[c] = n0 + c < key_end ? dot(&w.q[size_t(r) * d], &w.k[size_t(c) * d], d) * scale
-                                    : kNegInf;
+      if (n0 + c >= key_end) s[c] = kNegInf;
       tile_max = std::max(tile_max, s[c]);
     }
     const float m_new = std::max(w.m[r], tile_max);
@@ -71,9 +106,13 @@ void update_tile(const AttnParams& p, Workspace& w, int m0, int rows, int n0, in
     float* acc = &w.acc[size_t(r) * d];
     for (int c = 0; c < d; ++c) acc[c] *= alpha;
     float row_sum = 0.0f;
+#pragma omp simd reduction(+ : row_sum)
     for (int c = 0; c < cols; ++c) {
-      const float pc = std::exp(s[c] - m_new);
-      row_sum += pc;
+      s[c] = exp_nonpositive(s[c] - m_new);
+      row_sum += s[c];
+    }
+    for (int c = 0; c < cols; ++c) {
+      const float pc = s[c];
       const float* v = &w.v[size_t(c) * d];
 #pragma omp simd
       for (int e = 0; e < d; ++e) acc[e] += pc * v[e];
@@ -121,7 +160,7 @@ void flash_forward(const AttnParams& p) {
     const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
     for (int n0 = 0; n0 < n_end; n0 += kBlockN) {
       const int cols = std::min(kBlockN, n_end - n0);
-      load_tile(p, p.k, b, hk, n0, cols, w.k.data());
+      load_tile_transposed(p, p.k, b, hk, n0, cols, w.k_t.data());
       load_tile(p, p.v, b, hk, n0, cols, w.v.data());
       update_tile(p, w, m0, rows, n0, cols);
     }

@@ -14,6 +14,7 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/tile_grid.cuh"
 
 namespace flashattn::cuda {
 namespace {
@@ -64,9 +65,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
   __shared__ SharedTiles sm;
   const Sizes s = p.sizes;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int m_block = int(blockIdx.x % m_blocks);
-  const int bh = int(blockIdx.x / m_blocks);
-  const int hq = bh % s.heads_q, b = bh / s.heads_q, hk = hq / s.group();
+  const auto [m_block, b, hq, hk] = tile_coord(s, m_blocks);
   const int m0 = m_block * kBlockM, col0 = blockIdx.y * kOutCols;
   const int rows = min(kBlockM, s.seqlen_q - m0);
 
@@ -160,16 +159,11 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
 
 void tiled_forward(const AttnParams& p) {
   DeviceGuard device(p.device_index);
-  const Sizes& s = p.sizes;
-  const int m_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
-  const int64_t blocks = int64_t(m_blocks) * s.batch * s.heads_q;
-  const int64_t col_slices = (s.head_dim + kOutCols - 1) / kOutCols;
-  if (blocks > 0x7FFFFFFF || col_slices > 65535)
-    fail(Status::unsupported, "q: shape too large for cuda_tiled's grid");
-  const dim3 grid{unsigned(blocks), unsigned(col_slices)};
+  const TileGrid grid = make_tile_grid(p.sizes, kBlockM, kOutCols, "cuda_tiled");
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    tiled_kernel<T><<<grid, dim3(kSide, kSide), 0, static_cast<cudaStream_t>(p.stream)>>>(p, m_blocks);
+    tiled_kernel<T><<<grid.dims, dim3(kSide, kSide), 0, static_cast<cudaStream_t>(p.stream)>>>(
+        p, grid.m_blocks);
     check_launch("tiled_kernel");
   });
 }

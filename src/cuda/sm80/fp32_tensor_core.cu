@@ -22,6 +22,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma_tf32x3.cuh"
+#include "cuda/common/tile_grid.cuh"
 
 namespace flashattn::cuda {
 namespace {
@@ -145,8 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   SharedTiles<kD>& sm = *reinterpret_cast<SharedTiles<kD>*>(smem);
   const Sizes s = p.sizes;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int m_block = int(blockIdx.x % m_blocks), bh = int(blockIdx.x / m_blocks);
-  const int hq = bh % s.heads_q, b = bh / s.heads_q, hk = hq / s.group();
+  const auto [m_block, b, hq, hk] = tile_coord(s, m_blocks);
   const int m0 = m_block * kBlockM, col0 = blockIdx.y * kD;
   const int rows = min(kBlockM, s.seqlen_q - m0);
   const int chunks = (s.head_dim + kD - 1) / kD;
@@ -251,11 +251,7 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 template <int kD>
 void launch(const AttnParams& p) {
   const Sizes& s = p.sizes;
-  const int m_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
-  const int64_t blocks = int64_t(m_blocks) * s.batch * s.heads_q;
-  const int64_t slices = (s.head_dim + kD - 1) / kD;
-  if (blocks > 0x7FFFFFFF || slices > 65535)
-    fail(Status::unsupported, "q: shape too large for cuda_tf32x3's grid");
+  const TileGrid grid = make_tile_grid(s, kBlockM, kD, "cuda_tf32x3");
   // float4 loads need 16-byte rows: every base and row stride a multiple of 4 floats.
   bool vec4 = s.head_dim % 4 == 0;
   for (const TensorRef* t : {&p.q, &p.k, &p.v})
@@ -264,8 +260,8 @@ void launch(const AttnParams& p) {
   const int smem = int(sizeof(SharedTiles<kD>));
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(fp32_tc_kernel<kD>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid{unsigned(blocks), unsigned(slices)};
-  fp32_tc_kernel<kD><<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, m_blocks, vec4);
+  fp32_tc_kernel<kD><<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
+      p, grid.m_blocks, vec4);
   check_launch("fp32_tc_kernel");
 }
 

@@ -1,0 +1,36 @@
+// The grid shared by the tiled kernels: blockIdx.x walks (batch, q head, query
+// tile) with the query tile fastest, so neighbouring blocks share K and V in L2;
+// blockIdx.y is the slice of output columns (head dims wider than one block).
+#pragma once
+
+#include "api/fail.h"
+#include "params.h"
+
+namespace flashattn::cuda {
+
+struct TileGrid {
+  int m_blocks;  // query tiles per (batch, q head)
+  dim3 dims;
+};
+
+inline TileGrid make_tile_grid(const Sizes& s, int block_m, int slice_cols, const char* backend) {
+  const int m_blocks = (s.seqlen_q + block_m - 1) / block_m;
+  const int64_t blocks = int64_t(m_blocks) * s.batch * s.heads_q;
+  const int64_t slices = (s.head_dim + slice_cols - 1) / slice_cols;
+  if (blocks > 0x7FFFFFFF || slices > 65535)
+    fail(Status::unsupported, "q: shape too large for ", backend, "'s grid");
+  return {m_blocks, dim3{unsigned(blocks), unsigned(slices)}};
+}
+
+// This block's query tile, batch, q head and the kv head it reads (GQA).
+struct TileCoord {
+  int m_block, b, hq, hk;
+};
+
+__device__ __forceinline__ TileCoord tile_coord(const Sizes& s, int m_blocks) {
+  const int bh = int(blockIdx.x / m_blocks);
+  const int hq = bh % s.heads_q;
+  return {int(blockIdx.x % m_blocks), bh / s.heads_q, hq, hq / s.group()};
+}
+
+}  // namespace flashattn::cuda

@@ -35,7 +35,8 @@ typedef enum {
   FLASHATTN_BACKEND_CPU = 2,
   FLASHATTN_BACKEND_CUDA_NAIVE = 3,
   FLASHATTN_BACKEND_CUDA_TILED = 4,
-  FLASHATTN_BACKEND_CUDA_TF32X3 = 5
+  FLASHATTN_BACKEND_CUDA_TF32X3 = 5,
+  FLASHATTN_BACKEND_CUDA_MMA = 6
 } flashattn_backend;
 
 /* A (batch, seqlen, heads, head_dim) view; strides in elements. */

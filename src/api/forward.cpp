@@ -11,20 +11,33 @@
 namespace flashattn {
 namespace {
 
+enum class Dtypes { all, f32_only, half_only };
+
 struct BackendInfo {
   Backend backend;
   std::string_view name;
   DeviceKind device;
-  bool f32_only;
+  Dtypes dtypes;
+  int max_head_dim;  // 0: any
 };
 
-constexpr std::array<BackendInfo, 5> kBackends = {{
-    {Backend::reference, "reference", DeviceKind::cpu, false},
-    {Backend::cpu, "cpu", DeviceKind::cpu, false},
-    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, false},
-    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, false},
-    {Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, true},
+constexpr std::array<BackendInfo, 6> kBackends = {{
+    {Backend::reference, "reference", DeviceKind::cpu, Dtypes::all, 0},
+    {Backend::cpu, "cpu", DeviceKind::cpu, Dtypes::all, 0},
+    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, Dtypes::all, 0},
+    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, Dtypes::all, 0},
+    {Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, Dtypes::f32_only, 0},
+    {Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, Dtypes::half_only, cuda::kMmaMaxHeadDim},
 }};
+
+bool takes(const BackendInfo& info, DType dtype) {
+  switch (info.dtypes) {
+    case Dtypes::all: return true;
+    case Dtypes::f32_only: return dtype == DType::f32;
+    case Dtypes::half_only: return dtype != DType::f32;
+  }
+  return false;
+}
 
 const BackendInfo* find(Backend b) {
   for (const auto& info : kBackends)
@@ -102,10 +115,11 @@ TensorView contiguous_view(void* data, DType dtype, int64_t batch, int64_t seqle
 
 int cuda_device_count() { return cuda::device_count(); }
 
-bool backend_supports(Backend backend, DType dtype) {
+bool backend_supports(Backend backend, DType dtype, int head_dim) {
   if (backend == Backend::automatic) return true;
   const BackendInfo* info = find(backend);
-  return info != nullptr && (!info->f32_only || dtype == DType::f32);
+  return info != nullptr && takes(*info, dtype) &&
+         (info->max_head_dim == 0 || head_dim <= info->max_head_dim);
 }
 
 std::vector<Backend> available_backends(DeviceKind device) {
@@ -132,9 +146,13 @@ Plan plan(const Params& p) {
   const DeviceKind device = p.q.device.kind;
   if (device == DeviceKind::cuda) check_cuda_device(p);
   if (p.backend == Backend::automatic) {
-    // fp32 on the GPU: tensor cores at fp32 accuracy; 16-bit: the tiled kernel.
+    // On the GPU, tensor cores: fp32 through the 3×TF32 split, 16-bit through
+    // mma.sync up to its head_dim limit, the tiled kernel beyond it.
     if (device == DeviceKind::cpu) out.backend = Backend::cpu;
-    else out.backend = p.q.dtype == DType::f32 ? Backend::cuda_tf32x3 : Backend::cuda_tiled;
+    else if (p.q.dtype == DType::f32) out.backend = Backend::cuda_tf32x3;
+    else if (backend_supports(Backend::cuda_mma, p.q.dtype, out.attn.sizes.head_dim))
+      out.backend = Backend::cuda_mma;
+    else out.backend = Backend::cuda_tiled;
     return out;
   }
   const BackendInfo* info = find(p.backend);
@@ -143,9 +161,13 @@ Plan plan(const Params& p) {
     fail(Status::unsupported, "backend: ", info->name, " runs on ",
          info->device == DeviceKind::cpu ? "cpu" : "cuda", " tensors, but q is on ",
          device == DeviceKind::cpu ? "cpu" : "cuda");
-  if (!backend_supports(p.backend, p.q.dtype))
-    fail(Status::unsupported, "backend: ", info->name, " takes f32 tensors only, but q is ",
+  if (!takes(*info, p.q.dtype))
+    fail(Status::unsupported, "backend: ", info->name, " takes ",
+         info->dtypes == Dtypes::f32_only ? "f32" : "f16 or bf16", " tensors only, but q is ",
          to_string(p.q.dtype));
+  if (info->max_head_dim != 0 && out.attn.sizes.head_dim > info->max_head_dim)
+    fail(Status::unsupported, "q: head_dim ", out.attn.sizes.head_dim, " exceeds ", info->name,
+         "'s limit of ", info->max_head_dim, " (backend auto runs it on cuda_tiled)");
   return out;
 }
 
@@ -161,6 +183,7 @@ void forward(const Params& params) {
     case Backend::cuda_naive: cuda::naive_forward(pl.attn); break;
     case Backend::cuda_tiled: cuda::tiled_forward(pl.attn); break;
     case Backend::cuda_tf32x3: cuda::tf32x3_forward(pl.attn); break;
+    case Backend::cuda_mma: cuda::mma_forward(pl.attn); break;
     case Backend::automatic: fail(Status::internal, "backend: automatic was not resolved");
   }
 }

@@ -21,4 +21,8 @@ void naive_forward(const AttnParams& p);
 void tiled_forward(const AttnParams& p);
 void tf32x3_forward(const AttnParams& p);
 
+// cuda_mma: f16/bf16 on tensor cores (mma.sync), head_dim up to kMmaMaxHeadDim.
+inline constexpr int kMmaMaxHeadDim = 512;
+void mma_forward(const AttnParams& p);
+
 }  // namespace flashattn::cuda

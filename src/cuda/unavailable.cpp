@@ -27,4 +27,8 @@ void tf32x3_forward(const AttnParams&) {
   fail(Status::unsupported, "backend: cuda_tf32x3 is not built (no CUDA support)");
 }
 
+void mma_forward(const AttnParams&) {
+  fail(Status::unsupported, "backend: cuda_mma is not built (no CUDA support)");
+}
+
 }  // namespace flashattn::cuda

@@ -86,7 +86,7 @@ std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
   std::vector<BackendCase> out;
   for (Backend b : backends)
     for (const harness::Case& c : cases)
-      if (backend_supports(b, c.dtype)) out.push_back({b, c});
+      if (backend_supports(b, c.dtype, c.shape.head_dim)) out.push_back({b, c});
   return out;
 }
 

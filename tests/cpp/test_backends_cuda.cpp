@@ -37,6 +37,22 @@ std::vector<harness::Case> cuda_cases() {
     add({1, 256, 256, 2, 2, 1024}, dtype, Mask::none, false);
     add({1, 256, 300, 2, 1, 1024}, dtype, Mask::causal_bottom_right, true);
   }
+  // cuda_mma's head-dim buckets (32, 64, 96, 128, 192, 256, 512), dims padded
+  // into them (40, 72, 136, 264, 500), several key blocks with the causal
+  // diagonal and ragged ends, GQA, strided (unaligned, element-wise) views.
+  add({2, 300, 333, 4, 2, 32}, DType::f16, Mask::causal_bottom_right, false);
+  add({1, 513, 700, 2, 1, 64}, DType::bf16, Mask::causal_top_left, false);
+  add({2, 257, 190, 2, 2, 96}, DType::f16, Mask::none, true);
+  add({1, 1000, 1000, 2, 1, 128}, DType::bf16, Mask::causal_top_left, false);
+  add({1, 1000, 1000, 2, 1, 128}, DType::f16, Mask::none, false);
+  add({1, 130, 200, 2, 2, 192}, DType::bf16, Mask::causal_bottom_right, true);
+  add({2, 200, 129, 2, 1, 256}, DType::f16, Mask::causal_top_left, false);
+  add({1, 100, 150, 2, 2, 512}, DType::bf16, Mask::none, false);
+  add({1, 70, 90, 2, 2, 40}, DType::bf16, Mask::causal_bottom_right, false);
+  add({1, 90, 70, 3, 1, 72}, DType::f16, Mask::causal_bottom_right, false);
+  add({1, 65, 129, 2, 2, 136}, DType::f16, Mask::none, true);
+  add({1, 64, 64, 2, 2, 264}, DType::bf16, Mask::causal_top_left, false);
+  add({1, 33, 77, 1, 1, 500}, DType::f16, Mask::causal_bottom_right, true);
   add({1, 4097, 4097, 2, 1, 64}, DType::f32, Mask::none, false);
   add({1, 4097, 4097, 2, 1, 64}, DType::f16, Mask::causal_bottom_right, false);
   add({1, 4097, 4097, 2, 2, 64}, DType::bf16, Mask::causal_top_left, true);
@@ -62,7 +78,7 @@ TEST_P(CudaBackend, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CudaBackend,
-    testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3},
+    testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma},
                                     cuda_cases())),
     [](const testing::TestParamInfo<BackendCase>& info) { return backend_case_name(info.param); });
 
@@ -102,7 +118,7 @@ void expect_error(const Params& p, Status status, const std::vector<std::string>
 }
 
 TEST(DeviceRules, CudaBackendOnCpuTensorsIsUnsupported) {
-  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3}) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(
@@ -134,7 +150,8 @@ class DeviceRulesOnGpu : public testing::Test {
 
 TEST_F(DeviceRulesOnGpu, CudaBackendsAreAvailable) {
   EXPECT_EQ(available_backends(DeviceKind::cuda),
-            (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3}));
+            (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
+                                  Backend::cuda_mma}));
 }
 
 // q, k, v, out and lse in device memory of GPU 0, with f32 (1, 8, 2, 16) views.
@@ -164,8 +181,45 @@ TEST_F(DeviceRulesOnGpu, CpuBackendOnCudaTensorsIsUnsupported) {
   }
 }
 
+// Device buffers for one (1, 8, 2, head_dim) problem of `dtype`.
+struct DeviceProblem {
+  DType dtype;
+  int head_dim;
+  harness::DeviceBuffer q, k, v, out;
+  DeviceProblem(DType d, int dim)
+      : dtype(d), head_dim(dim), q(bytes(), 0), k(bytes(), 0), v(bytes(), 0), out(bytes(), 0) {}
+  size_t bytes() const { return 16 * size_t(head_dim) * dtype_size(dtype); }
+  Params params(Backend backend) const {
+    const Device gpu{DeviceKind::cuda, 0};
+    Params p;
+    p.q = contiguous_view(q.data(), dtype, 1, 8, 2, head_dim, gpu);
+    p.k = contiguous_view(k.data(), dtype, 1, 8, 2, head_dim, gpu);
+    p.v = contiguous_view(v.data(), dtype, 1, 8, 2, head_dim, gpu);
+    p.out = contiguous_view(out.data(), dtype, 1, 8, 2, head_dim, gpu);
+    p.backend = backend;
+    return p;
+  }
+};
+
+TEST_F(DeviceRulesOnGpu, AutomaticPicksTensorCoresFor16BitUpToTheirHeadDimLimit) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 1).params(Backend::automatic)), Backend::cuda_mma);
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 512).params(Backend::automatic)),
+              Backend::cuda_mma);
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 513).params(Backend::automatic)),
+              Backend::cuda_tiled);
+  }
+}
+
+TEST_F(DeviceRulesOnGpu, TensorCoreBackendRejectsF32AndWideHeads) {
+  expect_error(DeviceProblem(DType::f32, 64).params(Backend::cuda_mma), Status::unsupported,
+               {"backend: cuda_mma takes f16 or bf16 tensors only, but q is f32"});
+  expect_error(DeviceProblem(DType::bf16, 1024).params(Backend::cuda_mma), Status::unsupported,
+               {"q: head_dim 1024 exceeds cuda_mma's limit of 512"});
+}
+
 TEST_F(DeviceRulesOnGpu, HostPointersLabelledCudaAreRejected) {
-  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3}) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(t.params(Device{DeviceKind::cuda, 0}, backend), Status::invalid_argument,

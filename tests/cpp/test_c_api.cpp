@@ -76,6 +76,7 @@ TEST(CApi, EnumValuesMatchTheCppApi) {
   EXPECT_EQ(int(FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT), int(Mask::causal_bottom_right));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_TILED), int(Backend::cuda_tiled));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_TF32X3), int(Backend::cuda_tf32x3));
+  EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_MMA), int(Backend::cuda_mma));
 }
 
 TEST(CApi, ContiguousFillsShapeStridesAndDevice) {

@@ -86,6 +86,20 @@ def test_backends_and_lse(backend, alignment):
     assert_lse_close(lse.cpu().numpy(), expected_lse, tol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_tensor_core_backend_and_lse(dtype, alignment):
+    q, k, v = random_bshd(2, 150, 97, 4, 2, 72, dtype=dtype, device="cuda", seed=2)
+    out, lse = flashattn.attention(q, k, v, causal=True, causal_alignment=alignment,
+                                   return_lse=True, backend="cuda_mma")
+    expected, expected_lse = reference_bshd(q, k, v, causal=True, causal_alignment=alignment)
+    query, key, value = (t.transpose(1, 2) for t in (q, k, v))
+    theirs = torch_sdpa(query, key, value, True, alignment).transpose(1, 2)
+    assert_as_accurate_as_torch(out, theirs, expected, dtype)
+    assert lse.shape == (2, 4, 150)
+    assert_lse_close(lse.cpu().numpy(), expected_lse, tol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_strided_views(dtype):
     # q, k, v from one packed projection (batch, seqlen, 3, heads, head_dim), head_dim padded.

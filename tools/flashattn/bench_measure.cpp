@@ -77,9 +77,10 @@ Runner standard_runner(const harness::Problem& problem, Device device) {
 Runner flash_runner(const harness::Problem& problem, Backend backend) {
   Runner r;
   const double flops = harness::flop_count(problem.spec());
-  if (!backend_supports(backend, problem.spec().dtype)) {
+  if (!backend_supports(backend, problem.spec().dtype, problem.spec().shape.head_dim)) {
     r.skip = std::string("skipped: ") + std::string(to_string(backend)) + " does not take " +
-             std::string(to_string(problem.spec().dtype));
+             std::string(to_string(problem.spec().dtype)) + " at head_dim " +
+             std::to_string(problem.spec().shape.head_dim);
     return r;
   }
   if (backend == Backend::cuda_naive && flops > kNaiveFlopLimit) {

@@ -99,7 +99,7 @@ int check_main(Options& options) {
     const std::string index = counter(i + 1, cases.size());
     harness::Problem problem(cases[i].spec, device, cases[i].seed);
     for (Backend b : backends) {
-      if (!backend_supports(b, cases[i].spec.dtype)) continue;
+      if (!backend_supports(b, cases[i].spec.dtype, cases[i].spec.shape.head_dim)) continue;
       const std::string failure = check_backend(problem, b);
       std::string name(to_string(b));
       name.resize(std::max<size_t>(name.size(), 11), ' ');

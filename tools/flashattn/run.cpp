@@ -32,7 +32,7 @@ options:
                                  the last query with the last key (j <= i + Nk - Nq)
   --scale S                      score scale (default 1/sqrt(head_dim))
   --backend NAME                 auto (default), reference, cpu, cuda_naive, cuda_tiled,
-                                 cuda_tf32x3 (f32)
+                                 cuda_tf32x3 (f32), cuda_mma (f16/bf16)
   --device cpu|cuda[:N]          where to run (default: cuda when a GPU is visible)
 )";
 
@@ -95,7 +95,7 @@ Backend parse_backend(Options& options) {
   const std::optional<Backend> backend = backend_from_string(name);
   if (!backend)
     throw UsageError("--backend is '" + name +
-                     "', must be auto, reference, cpu, cuda_naive, cuda_tiled or cuda_tf32x3");
+                     "', must be auto, reference, cpu, cuda_naive, cuda_tiled, cuda_tf32x3 or cuda_mma");
   return *backend;
 }
 

@@ -6,10 +6,16 @@
 
 namespace flashattn::cuda {
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+// Copies the first src_bytes (0..16) of gmem and zero-fills the rest of the
+// 16-byte chunk; gmem must be 16-byte aligned even when src_bytes < 16.
+__device__ __forceinline__ void cp_async_16_partial(void* smem, const void* gmem, int src_bytes) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
-               "r"(valid ? 16 : 0));
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  cp_async_16_partial(smem, gmem, valid ? 16 : 0);
 }
 
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {

@@ -1,0 +1,25 @@
+// The 16-bit tensor-core forward's instantiations: run_forward<T, kHeadDim> for
+// T in {__half, __nv_bfloat16} and kHeadDim one of kHeadDimBuckets, each defined
+// in its own file under inst/.
+#pragma once
+
+#include "cuda/backends.h"
+#include "params.h"
+
+namespace flashattn::cuda::mma {
+
+inline constexpr int kHeadDimBuckets[] = {32, 64, 96, 128, 192, 256, 512};
+static_assert(kHeadDimBuckets[6] == kMmaMaxHeadDim);
+
+// The smallest bucket holding head_dim (its extra columns are zeros), or 0 when
+// head_dim exceeds the largest.
+constexpr int head_dim_bucket(int head_dim) {
+  for (int bucket : kHeadDimBuckets)
+    if (head_dim <= bucket) return bucket;
+  return 0;
+}
+
+template <typename T, int kHeadDim>
+void run_forward(const AttnParams& p);
+
+}  // namespace flashattn::cuda::mma

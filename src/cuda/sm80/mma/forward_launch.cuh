@@ -1,0 +1,48 @@
+// Tile shapes per head-dim bucket and the launch of one instantiation of the
+// 16-bit tensor-core forward. Each (dtype, bucket) pair is compiled in its own
+// file under inst/, so the instantiations build in parallel.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/check.h"
+#include "cuda/sm80/mma/forward.h"
+#include "cuda/sm80/mma/forward_kernel.cuh"
+
+namespace flashattn::cuda::mma {
+
+// BM × BN and warps after FlashAttention-2's choices: 4 warps of 32 rows up to
+// d = 128 (two m16 slices per warp halve the K and V shared-memory reads per
+// product); at 192, 8 warps of 16 rows, where 32 rows of fp32 accumulators would
+// not fit in registers; at 256, 64 × 64 with 4 warps, whose 96 KB of shared memory
+// let two blocks share an H100 SM. Above 256 a block computes a 256-column slice
+// of the output over 64 rows (correct, not tuned). Measurements: docs/perf-notes.md.
+template <int kHeadDim>
+struct ShapeFor;
+template <> struct ShapeFor<32> { using type = TileShape<32, 32, 128, 128, 4>; };
+template <> struct ShapeFor<64> { using type = TileShape<64, 64, 128, 128, 4>; };
+template <> struct ShapeFor<96> { using type = TileShape<96, 96, 128, 64, 4>; };
+template <> struct ShapeFor<128> { using type = TileShape<128, 128, 128, 64, 4>; };
+template <> struct ShapeFor<192> { using type = TileShape<192, 192, 128, 64, 8>; };
+template <> struct ShapeFor<256> { using type = TileShape<256, 256, 64, 64, 4>; };
+template <> struct ShapeFor<512> { using type = TileShape<512, 256, 64, 32, 4>; };
+
+inline bool aligned16(const TensorRef& t) {
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % 8 == 0 &&
+         t.row_stride % 8 == 0 && t.head_stride % 8 == 0;
+}
+
+template <typename T, int kHeadDim>
+void run_forward(const AttnParams& p) {
+  using Shape = typename ShapeFor<kHeadDim>::type;
+  const TileGrid grid = make_tile_grid(p.sizes, Shape::kBlockM, Shape::kDV, "cuda_mma");
+  const bool vec16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o);
+  const auto kernel = forward_kernel<T, Shape>;
+  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Shape::kSmemBytes));
+  kernel<<<grid.dims, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(
+      p, grid.m_blocks, vec16);
+  check_launch("cuda_mma forward_kernel");
+}
+
+}  // namespace flashattn::cuda::mma

@@ -1,0 +1,129 @@
+// A kRows × kCols tile of 16-bit elements in shared memory, laid out so that
+// ldmatrix (8 rows × 16 bytes per matrix) and cp.async hit every bank once.
+//
+// Columns are cut into 64-wide panels stored one after another; inside a panel
+// a row is 128 bytes, i.e. eight 16-byte chunks, and chunk c of row r sits at
+// position c ^ (r % 8). Eight consecutive rows of one logical chunk therefore
+// land in eight different 16-byte bank groups. When kCols % 64 == 32 the last
+// panel is 64 bytes wide (four chunks); there two rows share a 128-byte line, so
+// chunk c of row r sits at c ^ ((r / 2) % 4), which again spreads eight
+// consecutive rows over all eight bank groups.
+//
+// The tile is filled from global memory by cp.async (16 bytes per copy, zeros
+// past the valid rows and columns) or, for views whose rows are not 16-byte
+// aligned, by plain loads of single elements.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/cp_async.cuh"
+
+namespace flashattn::cuda {
+
+// Hides a value's origin from the compiler. Address arithmetic on values it can
+// see as loop-invariant gets hoisted out of the attention loop and then held in
+// registers for the whole loop (dozens of them, enough to cause spills), when
+// recomputing it per use costs an integer op or two beside the tensor cores.
+template <typename T>
+__device__ __forceinline__ void opaque(const T*& ptr) { asm volatile("" : "+l"(ptr)); }
+__device__ __forceinline__ void opaque(int64_t& value) { asm volatile("" : "+l"(value)); }
+
+template <int kRows, int kCols>
+struct SmemTile {
+  static_assert(kCols % 32 == 0, "tiles are whole 32-column half panels");
+  static constexpr int kRowCount = kRows;
+  static constexpr int kChunks = kCols / 8;  // 16-byte chunks per row
+  static constexpr int kFullPanels = kCols / 64;
+  static constexpr int kBytes = kRows * kCols * 2;
+
+  // Byte offset of chunk `chunk` (columns 8·chunk .. 8·chunk + 7) of row r.
+  __device__ __forceinline__ static uint32_t offset(int r, int chunk) {
+    const int panel = chunk / 8, c = chunk % 8;
+    if (kCols % 64 == 0 || panel < kFullPanels)
+      return uint32_t(panel * kRows * 128 + r * 128 + ((c ^ (r % 8)) << 4));
+    return uint32_t(kFullPanels * kRows * 128 + r * 64 + ((c ^ ((r / 2) % 4)) << 4));
+  }
+
+  // ldmatrix walks chunks 2·j + h of rows r + dr, where the lane fixes r and
+  // h (0 or 1) and the unrolled loop fixes j and dr (a multiple of 8, which
+  // leaves the swizzle unchanged). As 2·j and h share no bits, the swizzle
+  // splits into a per-lane xor mask and a per-j constant: an address costs an
+  // xor and an add, and a Lane holds two registers per panel width.
+  struct Lane {
+    uint32_t row, xmask;            // 64-column panels
+    uint32_t half_row, half_xmask;  // the trailing 32-column panel, if any
+  };
+  __device__ __forceinline__ static Lane lane(uint32_t base, int r, int h) {
+    return {base + uint32_t(r * 128), uint32_t((h ^ (r % 8)) << 4),
+            base + uint32_t(kFullPanels * kRows * 128 + r * 64), uint32_t((h ^ ((r / 2) % 4)) << 4)};
+  }
+  // Shared address of chunk 2·j + h of row r + dr.
+  __device__ __forceinline__ static uint32_t address(const Lane& ln, int dr, int j) {
+    const int panel = (2 * j) / 8;
+    if (kCols % 64 == 0 || panel < kFullPanels)
+      return ln.row + uint32_t(panel * kRows * 128 + dr * 128) +
+             ((uint32_t((2 * j) % 8) << 4) ^ ln.xmask);
+    return ln.half_row + uint32_t(dr * 64) + ((uint32_t((2 * j) % 4) << 4) ^ ln.half_xmask);
+  }
+};
+
+// Calls copy(dst, src, n) for each 16-byte chunk of the tile this thread fills:
+// dst its place in shared memory, src its first element in global memory and n
+// how many of its 8 elements exist (0 for chunks past rows or cols).
+// Panel by panel, a thread always copies the same chunk column, of rows a
+// multiple of 8 apart: its swizzled shared offsets then differ by constants and
+// its global addresses by a fixed stride.
+template <typename Tile, int kThreads, typename Copy>
+__device__ __forceinline__ void for_each_chunk(char* base, const uint16_t* src, int64_t row_stride,
+                                               int rows, int cols, Copy&& copy) {
+  opaque(src), opaque(row_stride);
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));  // a fresh read: see opaque()
+  constexpr int kPanels = (Tile::kChunks + 7) / 8;
+#pragma unroll
+  for (int panel = 0; panel < kPanels; ++panel) {
+    const int width = panel < Tile::kFullPanels ? 8 : 4;  // chunks per row in this panel
+    const int chunk = panel * 8 + int(tid) % width;
+    const int r0 = int(tid) / width, row_step = kThreads / width;
+    const int c0 = 8 * chunk;
+    const int valid_cols = min(max(cols - c0, 0), 8);
+    const uint16_t* from = src + r0 * row_stride + c0;
+    opaque(from);
+    char* to = base + Tile::offset(r0, chunk);
+#pragma unroll
+    for (int i = 0; i < Tile::kRowCount * width / kThreads; ++i)
+      copy(to + i * kThreads * 16, from + i * row_step * row_stride,
+           r0 + i * row_step < rows ? valid_cols : 0);
+  }
+}
+
+// Starts filling the tile at `base` with src[r·row_stride + c] for r < rows,
+// c < cols and zeros elsewhere. vec16: src and row_stride are 16-byte aligned,
+// so whole chunks go by cp.async (landed after cp_async_wait and a barrier);
+// otherwise elements are copied one by one, finished on return.
+template <typename Tile, int kThreads, typename T>
+__device__ __forceinline__ void load_tile(char* base, const T* src, int64_t row_stride, int rows,
+                                          int cols, bool vec16) {
+  const auto* elems = reinterpret_cast<const uint16_t*>(src);
+  if (vec16) {
+    for_each_chunk<Tile, kThreads>(base, elems, row_stride, rows, cols,
+                                   [&](char* dst, const uint16_t* from, int n) {
+                                     cp_async_16_partial(dst, n > 0 ? from : elems, 2 * n);
+                                   });
+  } else {
+    for_each_chunk<Tile, kThreads>(base, elems, row_stride, rows, cols,
+                                   [](char* dst, const uint16_t* from, int n) {
+                                     uint32_t words[4];
+#pragma unroll
+                                     for (int j = 0; j < 4; ++j) {
+                                       const uint32_t lo = 2 * j < n ? from[2 * j] : 0u;
+                                       const uint32_t hi = 2 * j + 1 < n ? from[2 * j + 1] : 0u;
+                                       words[j] = lo | hi << 16;
+                                     }
+                                     *reinterpret_cast<uint4*>(dst) =
+                                         make_uint4(words[0], words[1], words[2], words[3]);
+                                   });
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -26,7 +26,8 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     causal: mask keys after each query; causal_alignment "top_left" (query i sees keys
     j <= i, PyTorch's is_causal) or "bottom_right" (j <= i + seqlen_k - seqlen_q; a query
     that sees no key gets output 0 and lse -inf). scale: default 1/sqrt(head_dim).
-    backend: None (chosen from the device), "reference", "cpu", "cuda_naive", "cuda_tiled".
+    backend: None (chosen from the device and dtype), "reference", "cpu", "cuda_naive",
+    "cuda_tiled", "cuda_tf32x3" (float32), "cuda_mma" (float16/bfloat16, head_dim <= 512).
 
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's

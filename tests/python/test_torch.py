@@ -93,6 +93,15 @@ def test_backward_is_not_implemented_yet():
         out.sum().backward()
 
 
+def test_eager_calls_skip_the_dispatcher_with_the_same_result():
+    q, k, v = random_bshd(2, 9, 11, 4, 2, 16, seed=9)
+    direct = flashattn.attention(q, k, v, causal=True)
+    through_op, _ = torch.ops.flashattn.attention_fwd(q, k, v, True, "top_left", None, None)
+    torch.testing.assert_close(direct, through_op, rtol=0, atol=0)
+    assert _torch_op.direct_call_is_safe(q, k, v)
+    assert not _torch_op.direct_call_is_safe(q.requires_grad_(), k, v)  # autograd: the op
+
+
 def test_no_grad_inference():
     q, k, v = random_bshd(1, 4, 4, 1, 1, 8, seed=7)
     with torch.no_grad():

@@ -31,6 +31,32 @@ def by_point(rows, grid):
     return points
 
 
+ROW_KEY = ("impl", "grid", "dtype", "batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv",
+           "head_dim", "causal")
+
+
+def merge_rounds(rows):
+    """One row per point and implementation from rounds of the same grid: the round whose
+    median time is the median of the rounds' (its spread and accuracy with it), and
+    "round_ms", every round's median in order. A point with one round keeps its row."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in ROW_KEY), []).append(row)
+    merged = []
+    for group in groups.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        timed = [r for r in group if r["status"] == "ok" and r["ms"] is not None]
+        if not timed:
+            merged.append(group[0])
+            continue
+        middle = dict(sorted(timed, key=lambda r: r["ms"])[(len(timed) - 1) // 2])
+        middle["round_ms"] = [r["ms"] for r in timed]
+        merged.append(middle)
+    return merged
+
+
 def timed(row):
     return row is not None and row["status"] == "ok" and row["ms"] is not None
 
@@ -268,40 +294,69 @@ def markdown(results, json_name, plot_names=None):
     return "\n".join(parts)
 
 
+def geomean(values):
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def round_range(points):
+    """(min, max) over rounds of the geometric-mean ratio, from each point's per-round
+    (alternative ms, our ms) pairs; None without several rounds at every point."""
+    if not points or len({len(p) for p in points}) != 1:
+        return None
+    means = [geomean([p[r][0] / p[r][1] for p in points]) for r in range(len(points[0]))]
+    return min(means), max(means)
+
+
 def headline(results):
     """Per flashattn backend, grid and dtype, against each alternative: the geometric mean
     of the speed ratio (their time over ours) over the points both ran, with its range; in
     a quick run also each point's timings with their spread."""
     ratios = defaultdict(lambda: defaultdict(list))
+    per_round = defaultdict(lambda: defaultdict(list))  # [(alt ms, our ms) per round] per point
     for grid in ("paper", "exercise"):
         for key, impl_rows in by_point(results["rows"], grid).items():
             for ours in (r for r in impl_rows.values() if r["family"] == FLASHATTN and timed(r)):
                 for alt in (r for r in impl_rows.values() if r["family"] != FLASHATTN and timed(r)):
-                    ratios[(ours["impl"], grid, key[1])][alt["impl"]].append(alt["ms"] / ours["ms"])
+                    group = (ours["impl"], grid, key[1])
+                    ratios[group][alt["impl"]].append(alt["ms"] / ours["ms"])
+                    if len(ours.get("round_ms", [])) > 1 and len(alt.get("round_ms", [])) > 1:
+                        per_round[group][alt["impl"]].append(
+                            list(zip(alt["round_ms"], ours["round_ms"])))
     alts = [n for n in impl_order(results, results["rows"]) if family_of(results, n) != FLASHATTN]
+    rounds = results.get("settings", {}).get("rounds", 1)
+    width = 40 if rounds > 1 else 26
     lines = ["speed ratio = alternative's time / ours (above 1: ours is faster): geometric mean "
-             "over the points both ran (min-max)",
-             f"{'':<24}" + "".join(f"  {a:>26}" for a in alts)]
+             "over the points both ran (min-max)" +
+             (f"; rounds: the geometric mean's range over the {rounds} rounds" if rounds > 1
+              else ""),
+             f"{'':<24}" + "".join(f"  {a:>{width}}" for a in alts)]
     for (ours, grid, dtype), by_alt in ratios.items():
         cells = []
         for alt in alts:
             rs = by_alt.get(alt)
             if rs:
-                geo = math.exp(sum(map(math.log, rs)) / len(rs))
-                cells.append(f"{sig(geo, 2)}× ({sig(min(rs), 2)}-{sig(max(rs), 2)})")
+                cell = f"{sig(geomean(rs), 2)}× ({sig(min(rs), 2)}-{sig(max(rs), 2)})"
+                spread = round_range(per_round[(ours, grid, dtype)].get(alt, []))
+                if spread:
+                    cell += f" rounds {sig(spread[0], 3)}-{sig(spread[1], 3)}"
+                cells.append(cell)
             else:
                 cells.append("")
         label = f"{ours} {grid} {dtype}"
-        lines.append(f"{label:<24}" + "".join(f"  {c:>26}" for c in cells))
+        lines.append(f"{label:<24}" + "".join(f"  {c:>{width}}" for c in cells))
     if results.get("mode") == "quick":
-        lines += ["", "per point: median ms [min-max of the timed calls]"]
+        lines += ["", "per point: median ms [min-max of the timed calls]" +
+                  (" {each round's median}" if rounds > 1 else "")]
         for grid in ("paper", "exercise"):
             for key, impl_rows in by_point(results["rows"], grid).items():
                 lines.append(f"{grid} {key[1]} B{key[2]} N{key[3]} H{key[4]} d{key[5]} {key[6]}")
                 for r in impl_rows.values():
                     if timed(r):
+                        each = ""
+                        if len(r.get("round_ms", [])) > 1:
+                            each = " {" + ", ".join(sig(m, 4) for m in r["round_ms"]) + "}"
                         lines.append(f"  {r['impl']:<16} {sig(r['ms'], 4):>9} ms "
-                                     f"[{sig(r['ms_min'], 4)}-{sig(r['ms_max'], 4)}]")
+                                     f"[{sig(r['ms_min'], 4)}-{sig(r['ms_max'], 4)}]{each}")
     return "\n".join(lines)
 
 

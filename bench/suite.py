@@ -106,13 +106,14 @@ def print_row(row):
           f"{100 * row['fraction_of_ceiling']:5.1f}% of ceiling  {mem}  {err}  {host}", flush=True)
 
 
-def run_grid(name, points, impls, budget, slow_rate, results, json_path):
+def run_grid(name, points, impls, budget, slow_rate, results, json_path, label=None):
     """Measures every point of one grid. In the memory grid an implementation that ran out
     of memory is not tried at the longer sequences that follow."""
     out_of_memory = set()
     start = time.time()
+    label = label or name
     for point in points:
-        print(f"[{name}] {point.label()}", flush=True)
+        print(f"[{label}] {point.label()}", flush=True)
         todo = [impl for impl in impls if impl.name not in out_of_memory]
         for row in measure.measure_point(point, todo, budget, slow_rate):
             if row["ms"] is not None:
@@ -122,4 +123,5 @@ def run_grid(name, points, impls, budget, slow_rate, results, json_path):
             print_row(row)
             results["rows"].append(row)
         write_json(results, json_path)
-    print(f"[{name}] {len(points)} points in {time.time() - start:.0f} s", flush=True)
+    print(f"[{label}] {len(points)} points in {time.time() - start:.0f} s", flush=True)
+

@@ -97,6 +97,26 @@ def test_report_ratio_is_best_alternative_time_over_ours():
     assert "cuda_tiled paper bf16" in head and "cudnn" in head and "per point" in head
 
 
+def test_rounds_merge_to_the_median_round_and_the_headline_gives_their_range():
+    points = grid.quick_suite()["paper"][:2]
+    rows = []
+    for scale in (1.0, 1.2, 0.9):  # three rounds; ours moves, the alternative does not
+        for point in points:
+            ours, alt = synthetic_row(point, "cuda_tiled"), synthetic_row(point, "cudnn")
+            ours["ms"] *= scale
+            rows += [ours, alt]
+    merged = report.merge_rounds(rows)
+    assert len(merged) == 2 * len(points)
+    ours = [r for r in merged if r["impl"] == "cuda_tiled"]
+    assert all(len(r["round_ms"]) == 3 for r in ours)
+    assert all(r["ms"] == sorted(r["round_ms"])[1] for r in ours)
+    results = synthetic_results({}, mode="quick")
+    results["rows"], results["settings"] = merged, {"rounds": 3}
+    head = report.headline(results)
+    base = 12 / 550  # cuda_tiled against cudnn in one round at scale 1
+    assert f"rounds {report.sig(base / 1.2, 3)}-{report.sig(base / 0.9, 3)}" in head
+
+
 def test_report_cli_writes_markdown_and_plots(tmp_path, monkeypatch):
     if importlib.util.find_spec("matplotlib") is None:
         pytest.skip("matplotlib is not installed")

@@ -37,6 +37,15 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c0 += a·(n-tile 0 of b), c1 += a·(n-tile 1 of b), where b holds two adjacent
+// 8-column B fragments as one ldmatrix x4 delivers them: {b0, b1} then {b0, b1}.
+template <typename T>
+__device__ __forceinline__ void mma_two_tiles(float (&c0)[4], float (&c1)[4],
+                                              const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  mma_16816<T>(c0, a, b[0], b[1]);
+  mma_16816<T>(c1, a, b[2], b[3]);
+}
+
 // (lo, hi) rounded to nearest into one register of two T, lo in the low half.
 template <typename T>
 __device__ __forceinline__ uint32_t pack_pair(float lo, float hi);

@@ -71,10 +71,8 @@ __device__ __forceinline__ void scores_mma(uint32_t sq, uint32_t sk, int warp_ro
       uint32_t b[4];
       ldmatrix_x4(b, KTile::address(k_lane, 16 * np, kk));
 #pragma unroll
-      for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-        mma_16816<T>(s[mt][2 * np], a[mt], b[0], b[1]);
-        mma_16816<T>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-      }
+      for (int mt = 0; mt < Shape::kMTiles; ++mt)
+        mma_two_tiles<T>(s[mt][2 * np], s[mt][2 * np + 1], a[mt], b);
     }
   }
 }
@@ -93,10 +91,8 @@ __device__ __forceinline__ void values_mma(
       uint32_t b[4];
       ldmatrix_x4_trans(b, VTile::address(v_lane, 16 * kk, dp));
 #pragma unroll
-      for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-        mma_16816<T>(acc[mt][2 * dp], p[mt][kk], b[0], b[1]);
-        mma_16816<T>(acc[mt][2 * dp + 1], p[mt][kk], b[2], b[3]);
-      }
+      for (int mt = 0; mt < Shape::kMTiles; ++mt)
+        mma_two_tiles<T>(acc[mt][2 * dp], acc[mt][2 * dp + 1], p[mt][kk], b);
     }
 }
 

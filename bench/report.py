@@ -327,8 +327,8 @@ def headline(results):
     width = 40 if rounds > 1 else 26
     lines = ["speed ratio = alternative's time / ours (above 1: ours is faster): geometric mean "
              "over the points both ran (min-max)" +
-             (f"; rounds: the geometric mean's range over the {rounds} rounds" if rounds > 1
-              else ""),
+             (f"; rounds: the geometric mean's range over the {rounds} rounds, each after "
+              f"the first in a fresh process" if rounds > 1 else ""),
              f"{'':<24}" + "".join(f"  {a:>{width}}" for a in alts)]
     for (ours, grid, dtype), by_alt in ratios.items():
         cells = []

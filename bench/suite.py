@@ -101,9 +101,11 @@ def print_row(row):
         print(f"    {row['impl']:<16} {mem}  {err}", flush=True)
         return
     host = f"host {row['host_ms']:.3f} ms/call" if row["host_ms"] is not None else ""
+    ceiling = (f"{100 * row['fraction_of_ceiling']:5.1f}% of ceiling"
+               if "fraction_of_ceiling" in row else "")
     print(f"    {row['impl']:<16} {row['ms']:9.4f} ms [{row['ms_min']:.4f}-{row['ms_max']:.4f}, "
           f"{row['reps']:3d} calls] {row['tflops']:8.2f} TFLOP/s "
-          f"{100 * row['fraction_of_ceiling']:5.1f}% of ceiling  {mem}  {err}  {host}", flush=True)
+          f"{ceiling}  {mem}  {err}  {host}", flush=True)
 
 
 def run_grid(name, points, impls, budget, slow_rate, results, json_path, label=None):
@@ -116,12 +118,13 @@ def run_grid(name, points, impls, budget, slow_rate, results, json_path, label=N
         print(f"[{label}] {point.label()}", flush=True)
         todo = [impl for impl in impls if impl.name not in out_of_memory]
         for row in measure.measure_point(point, todo, budget, slow_rate):
-            if row["ms"] is not None:
+            if row["ms"] is not None and "ceilings" in results:
                 add_ceiling_fraction(row, results["ceilings"])
             if name == "memory" and row["status"] == "oom":
                 out_of_memory.add(row["impl"])
             print_row(row)
             results["rows"].append(row)
-        write_json(results, json_path)
+        if json_path:
+            write_json(results, json_path)
     print(f"[{label}] {len(points)} points in {time.time() - start:.0f} s", flush=True)
 

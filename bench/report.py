@@ -298,13 +298,23 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+# Student's t, 97.5th percentile, by degrees of freedom (two-sided 95%).
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228}
+
+
 def round_range(points):
-    """(min, max) over rounds of the geometric-mean ratio, from each point's per-round
-    (alternative ms, our ms) pairs; None without several rounds at every point."""
-    if not points or len({len(p) for p in points}) != 1:
+    """The 95% prediction interval for another run's geometric-mean ratio, from each
+    point's per-round (alternative ms, our ms) pairs: the rounds' geometric means taken as
+    log-normal, mean ± t·s·√(1 + 1/n). None without several rounds at every point."""
+    if not points or len({len(p) for p in points}) != 1 or len(points[0]) < 2:
         return None
-    means = [geomean([p[r][0] / p[r][1] for p in points]) for r in range(len(points[0]))]
-    return min(means), max(means)
+    n = len(points[0])
+    logs = [math.log(geomean([p[r][0] / p[r][1] for p in points])) for r in range(n)]
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    half = T_975.get(n - 1, 1.96) * sd * math.sqrt(1 + 1 / n)
+    return math.exp(mean - half), math.exp(mean + half)
 
 
 def headline(results):
@@ -327,8 +337,9 @@ def headline(results):
     width = 40 if rounds > 1 else 26
     lines = ["speed ratio = alternative's time / ours (above 1: ours is faster): geometric mean "
              "over the points both ran (min-max)" +
-             (f"; rounds: the geometric mean's range over the {rounds} rounds, each after "
-              f"the first in a fresh process" if rounds > 1 else ""),
+             (f"; rounds: 95% prediction interval for another run's geometric mean, from "
+              f"{rounds} rounds, each after the first in a fresh process" if rounds > 1
+              else ""),
              f"{'':<24}" + "".join(f"  {a:>{width}}" for a in alts)]
     for (ours, grid, dtype), by_alt in ratios.items():
         cells = []

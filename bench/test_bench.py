@@ -97,7 +97,7 @@ def test_report_ratio_is_best_alternative_time_over_ours():
     assert "cuda_tiled paper bf16" in head and "cudnn" in head and "per point" in head
 
 
-def test_rounds_merge_to_the_median_round_and_the_headline_gives_their_range():
+def test_rounds_merge_to_the_median_round_and_the_headline_predicts_from_them():
     points = grid.quick_suite()["paper"][:2]
     rows = []
     for scale in (1.0, 1.2, 0.9):  # three rounds; ours moves, the alternative does not
@@ -113,8 +113,11 @@ def test_rounds_merge_to_the_median_round_and_the_headline_gives_their_range():
     results = synthetic_results({}, mode="quick")
     results["rows"], results["settings"] = merged, {"rounds": 3}
     head = report.headline(results)
+    lo, hi = report.round_range([[(a, o * scale) for scale in (1.0, 1.2, 0.9)]
+                                 for a, o in [(1.0, 1.0)]])
+    assert lo < 1 / 1.2 and hi > 1 / 0.9  # wider than the rounds seen: a prediction
     base = 12 / 550  # cuda_tiled against cudnn in one round at scale 1
-    assert f"rounds {report.sig(base / 1.2, 3)}-{report.sig(base / 0.9, 3)}" in head
+    assert f"rounds {report.sig(base * lo, 3)}-{report.sig(base * hi, 3)}" in head
 
 
 def test_report_cli_writes_markdown_and_plots(tmp_path, monkeypatch):

@@ -4,7 +4,20 @@
 // writes zeros (src-size 0 reads nothing), so ragged tiles need no second pass.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
+#include "params.h"
+
 namespace flashattn::cuda {
+
+// Whether every row of t starts 16-byte aligned (base pointer and all strides),
+// so its rows can be copied in 16-byte chunks.
+inline bool rows_16b_aligned(const TensorRef& t, size_t element_bytes) {
+  const size_t per_chunk = 16 / element_bytes;
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % per_chunk == 0 &&
+         t.row_stride % per_chunk == 0 && t.head_stride % per_chunk == 0;
+}
 
 // Copies the first src_bytes (0..16) of gmem and zero-fills the rest of the
 // 16-byte chunk; gmem must be 16-byte aligned even when src_bytes < 16.

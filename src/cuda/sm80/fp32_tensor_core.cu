@@ -246,17 +246,13 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 template <int kD>
 void launch(const AttnParams& p) {
   const Sizes& s = p.sizes;
   const TileGrid grid = make_tile_grid(s, kBlockM, kD, "cuda_tf32x3");
-  // float4 loads need 16-byte rows: every base and row stride a multiple of 4 floats.
+  // float4 loads need 16-byte rows and whole float4s of head_dim.
   bool vec4 = s.head_dim % 4 == 0;
-  for (const TensorRef* t : {&p.q, &p.k, &p.v})
-    vec4 = vec4 && aligned16(t->data) && t->row_stride % 4 == 0 && t->batch_stride % 4 == 0 &&
-           t->head_stride % 4 == 0;
+  for (const TensorRef* t : {&p.q, &p.k, &p.v}) vec4 = vec4 && rows_16b_aligned(*t, sizeof(float));
   const int smem = int(sizeof(SharedTiles<kD>));
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(fp32_tc_kernel<kD>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -114,14 +114,6 @@ struct alignas(8 * kMT) RowSums {
   float l[kMT][2];
 };
 
-// threadIdx.x, read afresh: values derived from it (shared-memory addresses)
-// are then recomputed where used rather than held in registers through the loop.
-__device__ __forceinline__ int thread_index() {
-  unsigned tid;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
-  return int(tid);
-}
-
 // This thread's row sums: its shared-memory slot, re-indexed at each use so that
 // the slot's address is not held in a register either, or the register copy.
 template <typename Shape>

@@ -3,8 +3,6 @@
 // file under inst/, so the instantiations build in parallel.
 #pragma once
 
-#include <cstdint>
-
 #include "cuda/common/check.h"
 #include "cuda/sm80/mma/forward.h"
 #include "cuda/sm80/mma/forward_kernel.cuh"
@@ -27,16 +25,12 @@ template <> struct ShapeFor<192> { using type = TileShape<192, 192, 128, 64, 8>;
 template <> struct ShapeFor<256> { using type = TileShape<256, 256, 64, 64, 4>; };
 template <> struct ShapeFor<512> { using type = TileShape<512, 256, 64, 32, 4>; };
 
-inline bool aligned16(const TensorRef& t) {
-  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.batch_stride % 8 == 0 &&
-         t.row_stride % 8 == 0 && t.head_stride % 8 == 0;
-}
-
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p) {
   using Shape = typename ShapeFor<kHeadDim>::type;
   const TileGrid grid = make_tile_grid(p.sizes, Shape::kBlockM, Shape::kDV, "cuda_mma");
-  const bool vec16 = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o);
+  bool vec16 = true;
+  for (const TensorRef* t : {&p.q, &p.k, &p.v, &p.o}) vec16 = vec16 && rows_16b_aligned(*t, 2);
   const auto kernel = forward_kernel<T, Shape>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));

@@ -28,6 +28,14 @@ template <typename T>
 __device__ __forceinline__ void opaque(const T*& ptr) { asm volatile("" : "+l"(ptr)); }
 __device__ __forceinline__ void opaque(int64_t& value) { asm volatile("" : "+l"(value)); }
 
+// threadIdx.x, read afresh for the same reason: values derived from it (shared-
+// memory addresses) are recomputed where used, not held through the loop.
+__device__ __forceinline__ int thread_index() {
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return int(tid);
+}
+
 template <int kRows, int kCols>
 struct SmemTile {
   static_assert(kCols % 32 == 0, "tiles are whole 32-column half panels");
@@ -77,14 +85,13 @@ template <typename Tile, int kThreads, typename Copy>
 __device__ __forceinline__ void for_each_chunk(char* base, const uint16_t* src, int64_t row_stride,
                                                int rows, int cols, Copy&& copy) {
   opaque(src), opaque(row_stride);
-  unsigned tid;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));  // a fresh read: see opaque()
+  const int tid = thread_index();
   constexpr int kPanels = (Tile::kChunks + 7) / 8;
 #pragma unroll
   for (int panel = 0; panel < kPanels; ++panel) {
     const int width = panel < Tile::kFullPanels ? 8 : 4;  // chunks per row in this panel
-    const int chunk = panel * 8 + int(tid) % width;
-    const int r0 = int(tid) / width, row_step = kThreads / width;
+    const int chunk = panel * 8 + tid % width;
+    const int r0 = tid / width, row_step = kThreads / width;
     const int c0 = 8 * chunk;
     const int valid_cols = min(max(cols - c0, 0), 8);
     const uint16_t* from = src + r0 * row_stride + c0;

@@ -36,7 +36,8 @@ typedef enum {
   FLASHATTN_BACKEND_CUDA_NAIVE = 3,
   FLASHATTN_BACKEND_CUDA_TILED = 4,
   FLASHATTN_BACKEND_CUDA_TF32X3 = 5,
-  FLASHATTN_BACKEND_CUDA_MMA = 6
+  FLASHATTN_BACKEND_CUDA_MMA = 6,
+  FLASHATTN_BACKEND_CUDA_WGMMA = 7
 } flashattn_backend;
 
 /* A (batch, seqlen, heads, head_dim) view; strides in elements. */

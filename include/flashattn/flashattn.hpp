@@ -54,6 +54,7 @@ enum class Backend {
   cuda_tiled, // FlashAttention-1 style shared-memory tiles, any head_dim
   cuda_tf32x3,  // fp32 only: tensor cores at fp32 accuracy (3×TF32 split), sm_80+
   cuda_mma,     // f16/bf16 only, head_dim <= 512: tensor cores (mma.sync), sm_80+
+  cuda_wgmma,   // f16/bf16 only, head_dim <= 256, Hopper (sm_90) only: TMA, wgmma, warp specialisation
 };
 
 struct Params {
@@ -99,7 +100,9 @@ std::optional<DType> dtype_from_string(std::string_view name);
 size_t dtype_size(DType dtype);
 
 // Whether `backend` takes tensors of `dtype` and this head_dim (cuda_tf32x3 is
-// fp32 only; cuda_mma is f16/bf16 only, with head_dim <= 512).
+// fp32 only; cuda_mma is f16/bf16 only, with head_dim <= 512; cuda_wgmma is
+// f16/bf16 only, with head_dim <= 256, and needs a Hopper GPU and TMA-describable
+// strides besides).
 bool backend_supports(Backend backend, DType dtype, int head_dim = 1);
 
 // Backends compiled into this build that can run on tensors of `device`.

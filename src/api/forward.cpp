@@ -19,15 +19,18 @@ struct BackendInfo {
   DeviceKind device;
   Dtypes dtypes;
   int max_head_dim;  // 0: any
+  int capability;    // 0: any GPU of kMinCapability or newer; else only this one
 };
 
-constexpr std::array<BackendInfo, 6> kBackends = {{
-    {Backend::reference, "reference", DeviceKind::cpu, Dtypes::all, 0},
-    {Backend::cpu, "cpu", DeviceKind::cpu, Dtypes::all, 0},
-    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, Dtypes::all, 0},
-    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, Dtypes::all, 0},
-    {Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, Dtypes::f32_only, 0},
-    {Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, Dtypes::half_only, cuda::kMmaMaxHeadDim},
+constexpr std::array<BackendInfo, 7> kBackends = {{
+    {Backend::reference, "reference", DeviceKind::cpu, Dtypes::all, 0, 0},
+    {Backend::cpu, "cpu", DeviceKind::cpu, Dtypes::all, 0, 0},
+    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, Dtypes::all, 0, 0},
+    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, Dtypes::all, 0, 0},
+    {Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, Dtypes::f32_only, 0, 0},
+    {Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, Dtypes::half_only, cuda::kMmaMaxHeadDim, 0},
+    {Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, Dtypes::half_only, cuda::kWgmmaMaxHeadDim,
+     90},
 }};
 
 bool takes(const BackendInfo& info, DType dtype) {
@@ -126,7 +129,9 @@ std::vector<Backend> available_backends(DeviceKind device) {
   std::vector<Backend> out;
   if (device == DeviceKind::cuda && cuda::device_count() == 0) return out;
   for (const auto& info : kBackends)
-    if (info.device == device) out.push_back(info.backend);
+    if (info.device == device &&
+        (info.capability == 0 || cuda::compute_capability(0) == info.capability))
+      out.push_back(info.backend);
   return out;
 }
 
@@ -146,10 +151,14 @@ Plan plan(const Params& p) {
   const DeviceKind device = p.q.device.kind;
   if (device == DeviceKind::cuda) check_cuda_device(p);
   if (p.backend == Backend::automatic) {
-    // On the GPU, tensor cores: fp32 through the 3×TF32 split, 16-bit through
-    // mma.sync up to its head_dim limit, the tiled kernel beyond it.
+    // On the GPU, tensor cores: fp32 through the 3×TF32 split; 16-bit through
+    // wgmma on Hopper where its head_dim and stride rules hold, else mma.sync up
+    // to its head_dim limit, the tiled kernel beyond it.
     if (device == DeviceKind::cpu) out.backend = Backend::cpu;
     else if (p.q.dtype == DType::f32) out.backend = Backend::cuda_tf32x3;
+    else if (backend_supports(Backend::cuda_wgmma, p.q.dtype, out.attn.sizes.head_dim) &&
+             cuda::wgmma_unsupported(out.attn).empty())
+      out.backend = Backend::cuda_wgmma;
     else if (backend_supports(Backend::cuda_mma, p.q.dtype, out.attn.sizes.head_dim))
       out.backend = Backend::cuda_mma;
     else out.backend = Backend::cuda_tiled;
@@ -167,7 +176,12 @@ Plan plan(const Params& p) {
          to_string(p.q.dtype));
   if (info->max_head_dim != 0 && out.attn.sizes.head_dim > info->max_head_dim)
     fail(Status::unsupported, "q: head_dim ", out.attn.sizes.head_dim, " exceeds ", info->name,
-         "'s limit of ", info->max_head_dim, " (backend auto runs it on cuda_tiled)");
+         "'s limit of ", info->max_head_dim, " (backend auto runs it on ",
+         info->max_head_dim < cuda::kMmaMaxHeadDim ? "cuda_mma" : "cuda_tiled", ")");
+  if (p.backend == Backend::cuda_wgmma) {
+    const std::string why = cuda::wgmma_unsupported(out.attn);
+    if (!why.empty()) fail(Status::unsupported, why, " (backend auto runs it on cuda_mma)");
+  }
   return out;
 }
 
@@ -184,6 +198,7 @@ void forward(const Params& params) {
     case Backend::cuda_tiled: cuda::tiled_forward(pl.attn); break;
     case Backend::cuda_tf32x3: cuda::tf32x3_forward(pl.attn); break;
     case Backend::cuda_mma: cuda::mma_forward(pl.attn); break;
+    case Backend::cuda_wgmma: cuda::wgmma_forward(pl.attn); break;
     case Backend::automatic: fail(Status::internal, "backend: automatic was not resolved");
   }
 }

@@ -3,6 +3,8 @@
 // else from src/cuda/unavailable.cpp, whose functions all throw Status::unsupported.
 #pragma once
 
+#include <string>
+
 #include "params.h"
 
 namespace flashattn::cuda {
@@ -24,5 +26,12 @@ void tf32x3_forward(const AttnParams& p);
 // cuda_mma: f16/bf16 on tensor cores (mma.sync), head_dim up to kMmaMaxHeadDim.
 inline constexpr int kMmaMaxHeadDim = 512;
 void mma_forward(const AttnParams& p);
+
+// cuda_wgmma: f16/bf16 on Hopper (TMA, wgmma, warp specialisation), head_dim up
+// to kWgmmaMaxHeadDim. wgmma_unsupported() is empty when it can run p, else it
+// names the argument and the rule (device, head_dim, TMA-describable strides).
+inline constexpr int kWgmmaMaxHeadDim = 256;
+std::string wgmma_unsupported(const AttnParams& p);
+void wgmma_forward(const AttnParams& p);
 
 }  // namespace flashattn::cuda

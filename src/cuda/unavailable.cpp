@@ -31,4 +31,12 @@ void mma_forward(const AttnParams&) {
   fail(Status::unsupported, "backend: cuda_mma is not built (no CUDA support)");
 }
 
+std::string wgmma_unsupported(const AttnParams&) {
+  return "backend: cuda_wgmma is not built (no CUDA support)";
+}
+
+void wgmma_forward(const AttnParams&) {
+  fail(Status::unsupported, "backend: cuda_wgmma is not built (no CUDA support)");
+}
+
 }  // namespace flashattn::cuda

@@ -74,7 +74,7 @@ std::string case_name(const harness::Case& c) {
       << (c.mask == Mask::causal_top_left       ? "_causal_tl"
           : c.mask == Mask::causal_bottom_right ? "_causal_br"
                                                 : "")
-      << (c.strided ? "_strided" : "");
+      << (c.strided ? "_strided" : "") << (c.strided && c.strided_pad % 8 == 0 ? "_aligned" : "");
   // The scale in thousandths keeps the name alphanumeric: 0.3 -> "scale300m".
   if (c.scale) out << "_scale" << std::lround(*c.scale * 1000) << "m";
   if (c.input_std != 1.0f) out << "_std" << std::lround(c.input_std * 1000) << "m";

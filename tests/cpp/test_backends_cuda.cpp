@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ namespace {
 using testing::HasSubstr;
 
 bool have_gpu() { return cuda_device_count() > 0; }
+
+bool have_hopper() {
+  const std::vector<Backend> on_gpu = available_backends(DeviceKind::cuda);
+  return std::find(on_gpu.begin(), on_gpu.end(), Backend::cuda_wgmma) != on_gpu.end();
+}
 
 constexpr const char* kNoGpu =
     "no CUDA device: cuda_device_count() is 0 (no GPU or driver, or a build without CUDA)";
@@ -65,6 +71,36 @@ std::vector<harness::Case> cuda_cases() {
   return cases;
 }
 
+// cuda_wgmma: the cases above whose tensors TMA can describe (head_dim a
+// multiple of 8; strided q and out padded to keep rows 16-byte aligned), plus
+// its own tiles: each head-dim bucket (64, 128, 192, 256) and padded dims
+// (80, 200) over many more key blocks than ring stages, so every mbarrier
+// phase wraps, with both causal alignments and GQA.
+std::vector<harness::Case> wgmma_cases() {
+  std::vector<harness::Case> cases;
+  for (harness::Case c : cuda_cases()) {
+    if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
+    c.strided_pad = 8;
+    cases.push_back(c);
+  }
+  auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
+    harness::Case c;
+    c.shape = shape;
+    c.dtype = dtype;
+    c.mask = mask;
+    c.strided = strided;
+    c.strided_pad = 8;
+    cases.push_back(c);
+  };
+  add({2, 1500, 1500, 4, 2, 64}, DType::bf16, Mask::none, false);
+  add({1, 1500, 1700, 2, 1, 128}, DType::f16, Mask::causal_bottom_right, true);
+  add({1, 1100, 900, 2, 2, 192}, DType::bf16, Mask::causal_top_left, false);
+  add({1, 700, 1300, 2, 1, 256}, DType::f16, Mask::none, false);
+  add({2, 600, 600, 2, 2, 80}, DType::f16, Mask::causal_top_left, true);
+  add({1, 333, 1000, 3, 1, 200}, DType::bf16, Mask::causal_bottom_right, false);
+  return cases;
+}
+
 class CudaBackend : public testing::TestWithParam<BackendCase> {
  protected:
   void SetUp() override {
@@ -80,6 +116,22 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, CudaBackend,
     testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma},
                                     cuda_cases())),
+    [](const testing::TestParamInfo<BackendCase>& info) { return backend_case_name(info.param); });
+
+class HopperBackend : public CudaBackend {
+ protected:
+  void SetUp() override {
+    CudaBackend::SetUp();
+    if (!IsSkipped() && !have_hopper()) GTEST_SKIP() << "GPU 0 is not a Hopper (sm_90) GPU";
+  }
+};
+
+TEST_P(HopperBackend, MatchesFloat64Reference) {
+  expect_accurate(GetParam(), Device{DeviceKind::cuda, 0});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, HopperBackend, testing::ValuesIn(with_backends({Backend::cuda_wgmma}, wgmma_cases())),
     [](const testing::TestParamInfo<BackendCase>& info) { return backend_case_name(info.param); });
 
 // A small valid f32 problem in host memory: (1, 8, 2, 16) everywhere, out and
@@ -118,7 +170,8 @@ void expect_error(const Params& p, Status status, const std::vector<std::string>
 }
 
 TEST(DeviceRules, CudaBackendOnCpuTensorsIsUnsupported) {
-  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma}) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
+                          Backend::cuda_mma, Backend::cuda_wgmma}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(
@@ -149,9 +202,11 @@ class DeviceRulesOnGpu : public testing::Test {
 };
 
 TEST_F(DeviceRulesOnGpu, CudaBackendsAreAvailable) {
-  EXPECT_EQ(available_backends(DeviceKind::cuda),
-            (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
-                                  Backend::cuda_mma}));
+  // cuda_wgmma joins them on a Hopper GPU only.
+  std::vector<Backend> available = available_backends(DeviceKind::cuda);
+  if (!available.empty() && available.back() == Backend::cuda_wgmma) available.pop_back();
+  EXPECT_EQ(available, (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled,
+                                             Backend::cuda_tf32x3, Backend::cuda_mma}));
 }
 
 // q, k, v, out and lse in device memory of GPU 0, with f32 (1, 8, 2, 16) views.
@@ -202,8 +257,14 @@ struct DeviceProblem {
 };
 
 TEST_F(DeviceRulesOnGpu, AutomaticPicksTensorCoresFor16BitUpToTheirHeadDimLimit) {
+  const Backend hopper_or_mma = have_hopper() ? Backend::cuda_wgmma : Backend::cuda_mma;
   for (DType dtype : {DType::f16, DType::bf16}) {
+    // head_dim 1 is not a multiple of 8, which TMA rows need: mma.sync.
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 1).params(Backend::automatic)), Backend::cuda_mma);
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 128).params(Backend::automatic)), hopper_or_mma);
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 256).params(Backend::automatic)), hopper_or_mma);
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 264).params(Backend::automatic)),
+              Backend::cuda_mma);
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 512).params(Backend::automatic)),
               Backend::cuda_mma);
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 513).params(Backend::automatic)),
@@ -218,8 +279,30 @@ TEST_F(DeviceRulesOnGpu, TensorCoreBackendRejectsF32AndWideHeads) {
                {"q: head_dim 1024 exceeds cuda_mma's limit of 512"});
 }
 
+TEST_F(DeviceRulesOnGpu, HopperBackendStatesWhatItNeeds) {
+  expect_error(DeviceProblem(DType::f32, 64).params(Backend::cuda_wgmma), Status::unsupported,
+               {"backend: cuda_wgmma takes f16 or bf16 tensors only, but q is f32"});
+  expect_error(DeviceProblem(DType::bf16, 264).params(Backend::cuda_wgmma), Status::unsupported,
+               {"q: head_dim 264 exceeds cuda_wgmma's limit of 256", "auto runs it on cuda_mma"});
+  if (!have_hopper()) {
+    expect_error(DeviceProblem(DType::bf16, 64).params(Backend::cuda_wgmma), Status::unsupported,
+                 {"cuda_wgmma runs on 9.0 (Hopper) only"});
+    return;
+  }
+  expect_error(DeviceProblem(DType::f16, 4).params(Backend::cuda_wgmma), Status::unsupported,
+               {"q: head_dim 4 is not a multiple of 8"});
+  DeviceProblem odd(DType::f16, 64);
+  Params p = odd.params(Backend::cuda_wgmma);
+  p.k.shape[1] = 7;  // seqlen_k 7 over a row stride of 129 elements: 258 bytes
+  p.k.stride[1] = 129;
+  p.v.shape[1] = 7;
+  expect_error(p, Status::unsupported,
+               {"k: seqlen stride of 129 elements is not a positive multiple of 16 bytes"});
+}
+
 TEST_F(DeviceRulesOnGpu, HostPointersLabelledCudaAreRejected) {
-  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma}) {
+  for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
+                          Backend::cuda_mma, Backend::cuda_wgmma}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(t.params(Device{DeviceKind::cuda, 0}, backend), Status::invalid_argument,

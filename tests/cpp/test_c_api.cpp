@@ -77,6 +77,7 @@ TEST(CApi, EnumValuesMatchTheCppApi) {
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_TILED), int(Backend::cuda_tiled));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_TF32X3), int(Backend::cuda_tf32x3));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_MMA), int(Backend::cuda_mma));
+  EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_WGMMA), int(Backend::cuda_wgmma));
 }
 
 TEST(CApi, ContiguousFillsShapeStridesAndDevice) {

@@ -57,15 +57,25 @@ std::string case_label(const harness::Case& c) {
   return label;
 }
 
-// Runs one backend on the problem; "" when it passed, else what went wrong.
-std::string check_backend(harness::Problem& problem, Backend backend) {
+struct Outcome {
+  enum { passed, failed, skipped } kind;
+  std::string detail;  // what went wrong, or why the backend declined the case
+};
+
+// Runs one backend on the problem. A backend may decline a case whose layout it
+// does not take (unsupported, e.g. cuda_wgmma and strides TMA cannot describe).
+Outcome check_backend(harness::Problem& problem, Backend backend) {
   try {
     problem.poison_output();
     forward(problem.params(backend));
     const harness::Accuracy accuracy = problem.evaluate();
-    return accuracy.passed ? "" : accuracy.summary();
+    if (accuracy.passed) return {Outcome::passed, ""};
+    return {Outcome::failed, accuracy.summary()};
+  } catch (const Error& e) {
+    if (e.status() == Status::unsupported) return {Outcome::skipped, e.what()};
+    return {Outcome::failed, std::string("error: ") + e.what()};
   } catch (const std::exception& e) {
-    return std::string("error: ") + e.what();
+    return {Outcome::failed, std::string("error: ") + e.what()};
   }
 }
 
@@ -93,26 +103,27 @@ int check_main(Options& options) {
             << (quick ? " --quick" : "") << " --seed " << seed << "\n";
 
   const auto start = std::chrono::steady_clock::now();
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, skipped = 0;
   const std::vector<CheckCase> cases = check_cases(device.kind, count, seed, quick);
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string index = counter(i + 1, cases.size());
     harness::Problem problem(cases[i].spec, device, cases[i].seed);
     for (Backend b : backends) {
       if (!backend_supports(b, cases[i].spec.dtype, cases[i].spec.shape.head_dim)) continue;
-      const std::string failure = check_backend(problem, b);
+      const Outcome outcome = check_backend(problem, b);
       std::string name(to_string(b));
       name.resize(std::max<size_t>(name.size(), 11), ' ');
-      std::cout << (failure.empty() ? "PASS " : "FAIL ") << index << " " << name
-                << case_label(cases[i].spec) << (failure.empty() ? "" : "\n     " + failure)
-                << "\n"
+      static constexpr const char* kLabel[] = {"PASS ", "FAIL ", "SKIP "};
+      std::cout << kLabel[outcome.kind] << index << " " << name << case_label(cases[i].spec)
+                << (outcome.detail.empty() ? "" : "\n     " + outcome.detail) << "\n"
                 << std::flush;
-      (failure.empty() ? passed : failed) += 1;
+      (outcome.kind == Outcome::passed ? passed : outcome.kind == Outcome::failed ? failed : skipped) += 1;
     }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << passed << " passed, " << failed << " failed (" << format_fixed(seconds, 1)
+  std::cout << passed << " passed, " << failed << " failed, " << skipped
+            << " skipped (declined as unsupported) (" << format_fixed(seconds, 1)
             << " s, seed " << seed << ")\n";
   return failed == 0 ? 0 : 1;
 }

@@ -18,12 +18,13 @@ constexpr double kGpuElementLimit = 3e7;
 constexpr double kQuickFlopLimit = 2e7;
 
 harness::Case make(int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
-                   DType dtype, Mask mask, bool strided = false) {
+                   DType dtype, Mask mask, bool strided = false, int strided_pad = 3) {
   harness::Case c;
   c.shape = {batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim};
   c.dtype = dtype;
   c.mask = mask;
   c.strided = strided;
+  c.strided_pad = strided_pad;
   return c;
 }
 
@@ -46,6 +47,8 @@ std::vector<harness::Case> awkward_cases(DeviceKind device) {
     cases.push_back(make(1, 40, 200, 2, 1, 128, DType::f16, tl));
     cases.push_back(make(1, 33, 150, 1, 1, 256, DType::bf16, br));
     cases.push_back(make(1, 20, 70, 1, 1, 512, DType::f16, none));
+    // Strided views TMA can describe (16-byte aligned rows), for cuda_wgmma.
+    cases.push_back(make(2, 100, 257, 6, 3, 80, DType::bf16, tl, true, 8));
     cases.push_back(make(1, 129, 200, 2, 1, 1024, DType::f16, br));
     cases.push_back(make(1, 4097, 4097, 2, 2, 64, DType::bf16, tl, true));
     cases.push_back(make(1, 300, 4097, 4, 1, 1024, DType::f32, none));
@@ -88,7 +91,7 @@ harness::Case random_case(std::mt19937_64& rng, DeviceKind device, bool quick) {
                            pick(rng, head_dims), pick(rng, std::vector<DType>{DType::f32, DType::f16, DType::bf16}),
                            pick(rng, std::vector<Mask>{Mask::none, Mask::causal_top_left,
                                                        Mask::causal_bottom_right}),
-                           unit(rng) < 0.3);
+                           unit(rng) < 0.3, unit(rng) < 0.5 ? 3 : 8);
     if (unit(rng) < 0.25) c.scale = float(0.03 * std::pow(40.0, unit(rng)));  // 0.03 to 1.2
     if (unit(rng) < 0.2) c.input_std = pick(rng, std::vector<float>{0.25f, 3.0f});
     if (affordable(c, device, quick)) return c;

@@ -24,7 +24,7 @@ struct Buffer {
 };
 
 void layout(Buffer& buf, DType dtype, int batch, int seqlen, int heads, int head_dim,
-            bool padded, bool transposed) {
+            bool padded, int pad, bool transposed) {
   const int64_t shape[4] = {batch, seqlen, heads, head_dim};
   std::copy(shape, shape + 4, buf.shape);
   int64_t elements;
@@ -34,7 +34,7 @@ void layout(Buffer& buf, DType dtype, int batch, int seqlen, int heads, int head
     std::copy(stride, stride + 4, buf.stride);
     elements = int64_t(batch) * heads * seqlen * head_dim;
   } else {
-    const int64_t h = padded ? heads + 1 : heads, d = padded ? head_dim + 3 : head_dim;
+    const int64_t h = padded ? heads + 1 : heads, d = padded ? head_dim + pad : head_dim;
     const int64_t stride[4] = {seqlen * h * d, h * d, d, 1};
     std::copy(stride, stride + 4, buf.stride);
     elements = int64_t(batch) * seqlen * h * d;
@@ -64,7 +64,7 @@ std::string describe(const Case& c) {
       << (c.mask == Mask::causal_top_left       ? " causal-tl"
           : c.mask == Mask::causal_bottom_right ? " causal-br"
                                                 : "")
-      << (c.strided ? " strided" : "");
+      << (c.strided ? " strided" : "") << (c.strided && c.strided_pad % 8 == 0 ? "-aligned" : "");
   return out.str();
 }
 
@@ -78,10 +78,11 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
     : case_(c), device_(device), storage_(std::make_unique<Storage>()) {
   const Shape& s = c.shape;
   Storage& st = *storage_;
-  layout(st.q, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, false);
-  layout(st.k, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, c.strided);
-  layout(st.v, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, c.strided);
-  layout(st.out, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, false);
+  const int pad = c.strided_pad;
+  layout(st.q, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, pad, false);
+  layout(st.k, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, pad, c.strided);
+  layout(st.v, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, pad, c.strided);
+  layout(st.out, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, pad, false);
   st.lse.assign(size_t(s.batch) * s.heads_q * s.seqlen_q, 0.0f);
 
   std::mt19937_64 rng(seed);

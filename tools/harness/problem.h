@@ -23,9 +23,11 @@ struct Case {
   Shape shape;
   DType dtype = DType::f32;
   Mask mask = Mask::none;
-  // Strided views: q and out are slices of wider (heads + 1, head_dim + 3)
+  // Strided views: q and out are slices of wider (heads + 1, head_dim + pad)
   // tensors; k and v are (batch, heads, seqlen, head_dim) tensors transposed.
+  // pad 3 leaves 16-bit rows unaligned; 8 keeps them on 16 bytes, as TMA needs.
   bool strided = false;
+  int strided_pad = 3;
   std::optional<float> scale;
   float input_std = 1.0f;  // inputs are normal(0, input_std), rounded to dtype
 };

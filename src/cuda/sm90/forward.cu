@@ -1,0 +1,64 @@
+// cuda_wgmma: what it can run, and the instantiation for the dtype and
+// head-dim bucket.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/sm90/forward.h"
+#include "cuda/sm90/tensor_map.h"
+
+namespace flashattn::cuda {
+namespace {
+
+template <typename T>
+void run_bucket(const AttnParams& p) {
+  switch (sm90::head_dim_bucket(p.sizes.head_dim)) {
+    case 64: sm90::run_forward<T, 64>(p); return;
+    case 128: sm90::run_forward<T, 128>(p); return;
+    case 192: sm90::run_forward<T, 192>(p); return;
+    case 256: sm90::run_forward<T, 256>(p); return;
+  }
+  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_wgmma above its limit");
+}
+
+}  // namespace
+
+std::string wgmma_unsupported(const AttnParams& p) {
+#ifndef FLASHATTN_HAS_SM90A
+  (void)p;
+  return "backend: cuda_wgmma is not built (FLASHATTN_CUDA_ARCHS lacks 90a)";
+#else
+  const int cc = compute_capability(p.device_index);
+  if (cc != 90)
+    return "q: cuda device " + std::to_string(p.device_index) + " has compute capability " +
+           std::to_string(cc / 10) + "." + std::to_string(cc % 10) +
+           "; cuda_wgmma runs on 9.0 (Hopper) only";
+  const Sizes& s = p.sizes;
+  if (s.head_dim % 8 != 0)
+    return "q: head_dim " + std::to_string(s.head_dim) +
+           " is not a multiple of 8, as cuda_wgmma's TMA rows need";
+  const struct {
+    const TensorRef* tensor;
+    const char* name;
+    int seqlen, heads;
+  } tensors[] = {{&p.q, "q", s.seqlen_q, s.heads_q},
+                 {&p.k, "k", s.seqlen_k, s.heads_kv},
+                 {&p.v, "v", s.seqlen_k, s.heads_kv},
+                 {&p.o, "out", s.seqlen_q, s.heads_q}};
+  for (const auto& t : tensors) {
+    std::string why = sm90::tma_unsupported(*t.tensor, t.name, t.seqlen, t.heads, s.batch);
+    if (!why.empty()) return why;
+  }
+  return {};
+#endif
+}
+
+void wgmma_forward(const AttnParams& p) {
+  DeviceGuard device(p.device_index);
+  if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);
+  else if (p.dtype == DType::f16) run_bucket<__half>(p);
+  else fail(Status::internal, "dtype: cuda_wgmma takes f16 or bf16");
+}
+
+}  // namespace flashattn::cuda

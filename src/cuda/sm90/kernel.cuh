@@ -1,0 +1,407 @@
+// The 16-bit attention forward for Hopper (sm_90a): TMA loads into a
+// shared-memory ring guarded by mbarriers, wgmma products, warp specialisation.
+//
+// A block owns kBlockM = 128 query rows of one (batch, q head). Warpgroup 0 is
+// the producer: one thread loads Q once, then K_j and V_j for each visible key
+// block j (last to first) into the next slot of a kStages-deep ring.
+// Warpgroups 1 and 2 are consumers of 64 rows each, taking turns on the
+// tensor cores. Per row i, with c = scale·log2(e):
+//   m_i = max over keys seen of s_ij (raw scores),
+//   l_i = Σ_j 2^((s_ij − m_i)·c),  acc_i = Σ_j 2^((s_ij − m_i)·c)·v_j,  out_i = acc_i / l_i.
+// A consumer overlaps its softmax with its own products: it issues S' = Q·K_jᵀ
+// and acc += P·V_{j+1} back to back, waits only for S', and runs the softmax of
+// block j while P·V_{j+1} is still on the tensor cores. P stays in registers:
+// the accumulator layout of S, packed to 16 bits, is wgmma's A-fragment layout.
+// Key blocks that need masking (the causal diagonal, the ragged end of
+// seqlen_k) come first; blocks above the diagonal are never loaded.
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/traits.h"
+#include "cuda/sm90/wgmma.cuh"
+#include "cuda/sm90/wgmma_ops.cuh"
+#include "params.h"
+
+namespace flashattn::cuda::sm90 {
+
+// What the kernel needs of AttnParams, with the tensors as TMA descriptors.
+struct KernelParams {
+  CUtensorMap q, k, v, o;  // (head_dim, seqlen, heads, batch), 64-column boxes
+  Sizes sizes;
+  MaskSpec mask;
+  float* lse;
+  float scale;       // for lse, in natural-log units
+  float scale_log2;  // c = scale·log2(e)
+  int m_blocks;      // query tiles per (batch, q head)
+};
+
+// This block's query tile and the key blocks it visits.
+struct Tile {
+  int m_block, batch, head_q, head_kv;
+  int n_blocks;  // key blocks [0, n_blocks) hold a key visible to some row of the tile
+};
+
+// Consecutive blocks are neighbouring query tiles of one head, so the blocks
+// running at once share K and V in L2.
+template <class Tr>
+__device__ __forceinline__ Tile tile_of_block(const KernelParams& p) {
+  const Sizes& s = p.sizes;
+  const int bh = int(blockIdx.x) / p.m_blocks;
+  int m_block = int(blockIdx.x) % p.m_blocks;
+  // Causal tiles near the end of the sequence see the most keys: start them first.
+  if (p.mask.causal) m_block = p.m_blocks - 1 - m_block;
+  const int head_q = bh % s.heads_q;
+  const int last_row = min((m_block + 1) * Tr::kBlockM, s.seqlen_q) - 1;
+  const int key_end = p.mask.key_end(last_row, s.seqlen_k);
+  return {m_block, bh / s.heads_q, head_q, head_q / s.group(),
+          (key_end + Tr::kBlockN - 1) / Tr::kBlockN};
+}
+
+template <class Tr>
+struct Barriers {
+  uint64_t q_full;
+  uint64_t k_full[Tr::kStages], k_empty[Tr::kStages];
+  uint64_t v_full[Tr::kStages], v_empty[Tr::kStages];
+};
+
+// Consumer warps arrive once per stage release.
+constexpr int kConsumerWarpsPerWarpgroup = 4;
+
+// Named barriers: 1 and 2 gather one consumer warpgroup before its output
+// store; 3 and 4 are the consumers' turns on the tensor cores.
+constexpr int kEpilogueBarrier = 1;
+constexpr int kTurnBarrier = 3;
+
+// The two consumer warpgroups take turns issuing products (ping-pong): a
+// warpgroup waits for its turn, issues, and hands the turn over, so the tensor
+// cores alternate between them and each one's softmax runs under the other's
+// products. Warpgroup 1 hands warpgroup 0 the first turn; both then take
+// n_blocks + 1 turns, and warpgroup 1 does not hand over after its last.
+struct TensorCoreTurns {
+  int warpgroup;
+  __device__ __forceinline__ void start() const {
+    if (warpgroup == 1) hand_over();
+  }
+  __device__ __forceinline__ void wait() const {
+    named_barrier_sync(kTurnBarrier + warpgroup, 256);
+  }
+  __device__ __forceinline__ void hand_over() const {
+    named_barrier_arrive(kTurnBarrier + 1 - warpgroup, 256);
+  }
+  __device__ __forceinline__ void finish() const {
+    if (warpgroup == 0) hand_over();
+  }
+};
+
+// Which slot of the K/V ring the it-th key block of the tile uses, and the
+// phase parities that mark it filled (consumers wait) and free (the producer
+// waits; a fresh barrier counts as free).
+template <class Tr>
+struct RingPosition {
+  int it;
+  __device__ __forceinline__ int stage() const { return it % Tr::kStages; }
+  __device__ __forceinline__ uint32_t filled_parity() const { return (it / Tr::kStages) & 1; }
+  __device__ __forceinline__ uint32_t free_parity() const { return filled_parity() ^ 1; }
+};
+
+// The producer thread: Q once, then K and V of each visible key block, last to
+// first, into the ring as its stages free up.
+template <class Tr>
+__device__ __forceinline__ void producer(const KernelParams& p, const Tile& t, uint8_t* smem,
+                                         Barriers<Tr>& bar) {
+  if (t.n_blocks == 0) return;
+  expect_bytes(&bar.q_full, Tr::kQBytes);
+#pragma unroll
+  for (int panel = 0; panel < Tr::kPanels; ++panel)
+    tma_load(smem + Tr::kQOffset + panel * Tr::kBlockM * 128, &p.q, 64 * panel,
+             t.m_block * Tr::kBlockM, t.head_q, t.batch, &bar.q_full);
+  for (int it = 0; it < t.n_blocks; ++it) {
+    const RingPosition<Tr> ring{it};
+    const int n_block = t.n_blocks - 1 - it;
+    const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full, uint64_t* empty) {
+      wait_barrier(empty, ring.free_parity());
+      expect_bytes(full, Tr::kKVBytes);
+      uint8_t* dst = smem + offset + ring.stage() * Tr::kKVBytes;
+#pragma unroll
+      for (int panel = 0; panel < Tr::kPanels; ++panel)
+        tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, n_block * Tr::kBlockN,
+                 t.head_kv, t.batch, full);
+    };
+    load(&p.k, Tr::kKOffset, &bar.k_full[ring.stage()], &bar.k_empty[ring.stage()]);
+    load(&p.v, Tr::kVOffset, &bar.v_full[ring.stage()], &bar.v_empty[ring.stage()]);
+  }
+}
+
+// S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ, issued, not waited for.
+template <typename T, class Tr>
+__device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64_t q_desc,
+                                             uint64_t k_desc) {
+#pragma unroll
+  for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+    const uint32_t step = (kk % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
+    Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (kk / 4) * Tr::kBlockM * 128 + step),
+                              advance(k_desc, (kk / 4) * Tr::kBlockN * 128 + step), kk > 0);
+  }
+  wgmma_commit();
+}
+
+// acc[64 × kHeadDim] += P·V(stage), issued, not waited for.
+template <typename T, class Tr>
+__device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
+                                             const uint32_t (&p)[Tr::kBlockN / 16][4],
+                                             uint64_t v_desc) {
+#pragma unroll
+  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+    Wgmma<T, Tr::kHeadDim>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
+  wgmma_commit();
+}
+
+// A thread's place in the accumulator layout of m64nN: element i of its
+// fragment is row row0 + 8·((i % 4) / 2), column 8·(i / 4) + 2·(lane % 4) + i % 2.
+struct FragmentCoord {
+  int row0;  // within the block's kBlockM rows
+  int col0;  // 2·(lane % 4)
+};
+
+// Writes -inf over scores of keys that row i may not see (beyond seqlen_k, or
+// beyond the causal limit i + offset).
+template <class Tr>
+__device__ __forceinline__ void mask_scores(float (&s)[Tr::kBlockN / 2], const KernelParams& p,
+                                            const FragmentCoord& at, int row_base, int n_block) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key_end = p.mask.key_end(int64_t(row_base) + at.row0 + 8 * half, p.sizes.seqlen_k);
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (n_block * Tr::kBlockN + 8 * j + at.col0 + e >= key_end) s[4 * j + 2 * half + e] = -INFINITY;
+  }
+}
+
+// The online-softmax update for one key block: raises the running maxima,
+// turns s into unnormalised probabilities 2^((s − m)·c), adds them to the
+// row sums, and returns each row's rescale factor for acc.
+template <class Tr>
+__device__ __forceinline__ void softmax_update(float (&s)[Tr::kBlockN / 2], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&alpha)[2], float c) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float block_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j)
+      block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
+    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+    const float m_new = fmaxf(row_max[half], block_max);
+    // A row with no visible key so far keeps m = -inf; subtract 0 instead, so
+    // that no (-inf) − (-inf) appears.
+    const float m_scaled = (m_new == -INFINITY) ? 0.0f : m_new * c;
+    alpha[half] = fast_exp2(row_max[half] * c - m_scaled);
+    row_max[half] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[4 * j + 2 * half + e];
+        x = fast_exp2(fmaf(x, c, -m_scaled));
+        sum += x;
+      }
+    row_sum[half] = row_sum[half] * alpha[half] + sum;
+  }
+}
+
+template <typename T, class Tr>
+__device__ __forceinline__ void pack_probabilities(const float (&s)[Tr::kBlockN / 2],
+                                                   uint32_t (&p)[Tr::kBlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) p[kk][r] = pack_pair<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+template <class Tr>
+__device__ __forceinline__ void rescale(float (&acc)[Tr::kHeadDim / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] *= alpha[(i % 4) / 2];
+}
+
+// out = acc / l through the Q buffer (this warpgroup's 64 rows of it) and TMA
+// stores, which drop rows past seqlen_q and columns past head_dim; lse per row.
+// Rows with no visible key (l = 0) get 0 and -inf.
+template <typename T, class Tr>
+__device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
+                                         float (&acc)[Tr::kHeadDim / 2], const float (&row_max)[2],
+                                         float (&row_sum)[2], const FragmentCoord& at,
+                                         int warpgroup, int warp, int lane) {
+  float inv[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = row_sum[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    row_sum[half] = l;
+    inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
+  const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kQOffset));
+  const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
+#pragma unroll
+  for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
+    uint32_t r[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      r[q] = pack_pair<T>(acc[8 * jj + 2 * q] * inv[q % 2], acc[8 * jj + 2 * q + 1] * inv[q % 2]);
+    stmatrix_x4(so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM), r[0], r[1],
+                r[2], r[3]);
+  }
+  fence_shared_to_async();
+  named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
+  if (warp == 0 && lane == 0) {
+#pragma unroll
+    for (int panel = 0; panel < Tr::kPanels; ++panel)
+      tma_store(&p.o, 64 * panel, t.m_block * Tr::kBlockM + 64 * warpgroup, t.head_q, t.batch,
+                smem + Tr::kQOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
+    tma_store_drain();
+  }
+  if (p.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = t.m_block * Tr::kBlockM + at.row0 + 8 * half;
+      if (row < p.sizes.seqlen_q) {
+        const float l = row_sum[half];
+        p.lse[(int64_t(t.batch) * p.sizes.heads_q + t.head_q) * p.sizes.seqlen_q + row] =
+            l > 0.0f ? row_max[half] * p.scale + logf(l) : -INFINITY;
+      }
+    }
+  }
+}
+
+// A consumer warpgroup: 64 query rows of the tile.
+template <typename T, class Tr>
+__device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, uint8_t* smem,
+                                         Barriers<Tr>& bar, int warpgroup) {
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
+  const float c = p.scale_log2;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint64_t q_desc = smem_descriptor(base + Tr::kQOffset + 64 * warpgroup * 128, 16, 1024);
+  const auto k_desc = [&](int stage) {
+    return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKVBytes, 16, 1024);
+  };
+  const auto v_desc = [&](int stage) {
+    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kKVBytes, Tr::kBlockN * 128, 1024);
+  };
+  const auto release = [&](uint64_t* barrier) {
+    if (lane == 0) arrive(barrier);
+  };
+  const TensorCoreTurns turns{warpgroup};
+  RingPosition<Tr> ring{0};
+  float acc[Tr::kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+
+  if (t.n_blocks > 0) {
+    // Blocks whose last key lies beyond seqlen_k or the first row's causal
+    // limit may hold keys some row must not see.
+    const int row_base = t.m_block * Tr::kBlockM;
+    const int64_t first_row_limit = int64_t(row_base) + p.mask.causal_offset;
+    const auto needs_mask = [&](int n_block) {
+      const int64_t last_key = int64_t(n_block + 1) * Tr::kBlockN - 1;
+      return last_key >= p.sizes.seqlen_k || (p.mask.causal && last_key > first_row_limit);
+    };
+    float s[Tr::kBlockN / 2];
+    uint32_t probs[Tr::kBlockN / 16][4];
+    float alpha[2];
+
+    turns.start();
+    wait_barrier(&bar.q_full, 0);
+    wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+    turns.wait();
+    wgmma_fence();
+    issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
+    turns.hand_over();
+    wgmma_wait<0>();
+    fence_registers(s);
+    release(&bar.k_empty[ring.stage()]);
+    if (needs_mask(t.n_blocks - 1)) mask_scores<Tr>(s, p, at, row_base, t.n_blocks - 1);
+    softmax_update<Tr>(s, row_max, row_sum, alpha, c);
+    pack_probabilities<T, Tr>(s, probs);
+
+    for (int n_block = t.n_blocks - 2; n_block >= 0; --n_block) {
+      const RingPosition<Tr> prev = ring;  // holds V of the block after n_block
+      ++ring.it;
+      wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+      turns.wait();
+      wgmma_fence();
+      issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
+      wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
+      issue_values<T, Tr>(acc, probs, v_desc(prev.stage()));
+      turns.hand_over();
+      wgmma_wait<1>();
+      fence_registers(s);
+      release(&bar.k_empty[ring.stage()]);
+      if (needs_mask(n_block)) mask_scores<Tr>(s, p, at, row_base, n_block);
+      softmax_update<Tr>(s, row_max, row_sum, alpha, c);
+      wgmma_wait<0>();
+      fence_registers(acc);
+      release(&bar.v_empty[prev.stage()]);
+      rescale<Tr>(acc, alpha);
+      pack_probabilities<T, Tr>(s, probs);
+    }
+    wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
+    turns.wait();
+    wgmma_fence();
+    issue_values<T, Tr>(acc, probs, v_desc(ring.stage()));
+    turns.finish();
+    wgmma_wait<0>();
+    fence_registers(acc);
+    release(&bar.v_empty[ring.stage()]);
+  }
+  epilogue<T, Tr>(p, t, smem, acc, row_max, row_sum, at, warpgroup, warp, lane);
+}
+
+template <typename T, class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    forward_kernel(const __grid_constant__ KernelParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // TMA's 128-byte swizzle repeats every 1024 bytes; tiles start on that boundary.
+  uint8_t* smem = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  auto& bar = *reinterpret_cast<Barriers<Tr>*>(smem + Tr::kBarrierOffset);
+  const Tile t = tile_of_block<Tr>(p);
+  const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+
+  if (threadIdx.x == 0) {
+    ::cuda::ptx::mbarrier_init(&bar.q_full, 1);
+    for (int stage = 0; stage < Tr::kStages; ++stage) {
+      ::cuda::ptx::mbarrier_init(&bar.k_full[stage], 1);
+      ::cuda::ptx::mbarrier_init(&bar.v_full[stage], 1);
+      ::cuda::ptx::mbarrier_init(&bar.k_empty[stage], Tr::kConsumers * kConsumerWarpsPerWarpgroup);
+      ::cuda::ptx::mbarrier_init(&bar.v_empty[stage], Tr::kConsumers * kConsumerWarpsPerWarpgroup);
+    }
+    ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    release_registers<Tr::kProducerRegisters>();
+    if (threadIdx.x == 0) producer<Tr>(p, t, smem, bar);
+  } else {
+    claim_registers<Tr::kConsumerRegisters>();
+    consumer<T, Tr>(p, t, smem, bar, warpgroup - 1);
+  }
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,39 @@
+// The launch of one instantiation of the Hopper forward: TMA descriptors for
+// Q, K, V and the output, the kernel's parameters, one block per query tile.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/common/check.h"
+#include "cuda/common/tile_grid.cuh"
+#include "cuda/sm90/forward.h"
+#include "cuda/sm90/kernel.cuh"
+#include "cuda/sm90/tensor_map.h"
+
+namespace flashattn::cuda::sm90 {
+
+template <typename T, int kHeadDim>
+void run_forward(const AttnParams& p) {
+  using Tr = typename TraitsFor<kHeadDim>::type;
+  const Sizes& s = p.sizes;
+  const TileGrid grid = make_tile_grid(s, Tr::kBlockM, Tr::kHeadDim, "cuda_wgmma");
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  KernelParams kp;
+  kp.q = make_tensor_map(p.q, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, Tr::kBlockM);
+  kp.k = make_tensor_map(p.k, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBlockN);
+  kp.v = make_tensor_map(p.v, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBlockN);
+  kp.o = make_tensor_map(p.o, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, 64);
+  kp.sizes = s;
+  kp.mask = p.mask;
+  kp.lse = p.softmax.lse;
+  kp.scale = p.softmax.scale;
+  kp.scale_log2 = p.softmax.scale * float(M_LOG2E);
+  kp.m_blocks = grid.m_blocks;
+  const auto kernel = forward_kernel<T, Tr>;
+  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Tr::kSmemBytes));
+  kernel<<<grid.dims.x, Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(kp);
+  check_launch("cuda_wgmma forward_kernel");
+}
+
+}  // namespace flashattn::cuda::sm90

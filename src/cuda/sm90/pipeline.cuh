@@ -1,0 +1,79 @@
+// Synchronisation for the warp-specialised Hopper forward: mbarrier waits and
+// arrivals, TMA tile copies between global and shared memory, named barriers
+// and the register hand-over between warpgroups. Thin wrappers over cuda::ptx.
+#pragma once
+
+#include <cuda/ptx>
+
+#include <cstdint>
+
+namespace flashattn::cuda::sm90 {
+
+// Spins until the barrier's phase of the given parity has completed. A fresh
+// barrier counts its (non-existent) previous phase, of parity 1, as complete.
+__device__ __forceinline__ void wait_barrier(uint64_t* barrier, uint32_t parity) {
+  while (!::cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {
+  }
+}
+
+__device__ __forceinline__ void arrive(uint64_t* barrier) {
+  ::cuda::ptx::mbarrier_arrive(barrier);
+}
+
+// The next phase of `barrier` completes when `bytes` have landed (and its one
+// expected arrival, this one, has happened).
+__device__ __forceinline__ void expect_bytes(uint64_t* barrier, uint32_t bytes) {
+  ::cuda::ptx::mbarrier_arrive_expect_tx(::cuda::ptx::sem_release, ::cuda::ptx::scope_cta,
+                                         ::cuda::ptx::space_shared, barrier, bytes);
+}
+
+// One box of a rank-4 (head_dim, seqlen, heads, batch) tensor map into shared
+// memory; completion counts on `barrier`. Out-of-range elements arrive as zeros.
+__device__ __forceinline__ void tma_load(void* smem_dst, const void* tensor_map, int col, int row,
+                                         int head, int batch, uint64_t* barrier) {
+  const int32_t coords[4] = {col, row, head, batch};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, smem_dst,
+                                    tensor_map, coords, barrier);
+}
+
+// One box from shared memory to the tensor; elements out of range are dropped.
+__device__ __forceinline__ void tma_store(const void* tensor_map, int col, int row, int head,
+                                          int batch, const void* smem_src) {
+  const int32_t coords[4] = {col, row, head, batch};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_global, ::cuda::ptx::space_shared,
+                                    tensor_map, coords, smem_src);
+}
+
+// Waits until this thread's committed TMA stores have read their shared memory.
+__device__ __forceinline__ void tma_store_drain() {
+  ::cuda::ptx::cp_async_bulk_commit_group();
+  ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
+}
+
+// Makes this thread's ordinary shared-memory writes visible to the async proxy
+// (TMA, wgmma) once a barrier has ordered them.
+__device__ __forceinline__ void fence_shared_to_async() {
+  ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+}
+
+// Barrier among `threads` threads on hardware barrier `id` (1–15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Arrives on hardware barrier `id` without waiting for it to complete.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -88,10 +88,13 @@ def test_backends_and_lse(backend, alignment):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
-def test_tensor_core_backend_and_lse(dtype, alignment):
+@pytest.mark.parametrize("backend", ["cuda_mma", "cuda_wgmma"])
+def test_tensor_core_backend_and_lse(dtype, alignment, backend):
+    if backend == "cuda_wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("cuda_wgmma runs on Hopper (compute capability 9.0) only")
     q, k, v = random_bshd(2, 150, 97, 4, 2, 72, dtype=dtype, device="cuda", seed=2)
     out, lse = flashattn.attention(q, k, v, causal=True, causal_alignment=alignment,
-                                   return_lse=True, backend="cuda_mma")
+                                   return_lse=True, backend=backend)
     expected, expected_lse = reference_bshd(q, k, v, causal=True, causal_alignment=alignment)
     query, key, value = (t.transpose(1, 2) for t in (q, k, v))
     theirs = torch_sdpa(query, key, value, True, alignment).transpose(1, 2)

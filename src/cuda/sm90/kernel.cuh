@@ -1,11 +1,11 @@
 // The 16-bit attention forward for Hopper (sm_90a): TMA loads into a
 // shared-memory ring guarded by mbarriers, wgmma products, warp specialisation.
 //
-// A block owns kBlockM = 128 query rows of one (batch, q head). Warpgroup 0 is
-// the producer: one thread loads Q once, then K_j and V_j for each visible key
-// block j (last to first) into the next slot of a kStages-deep ring.
-// Warpgroups 1 and 2 are consumers of 64 rows each, taking turns on the
-// tensor cores. Per row i, with c = scale·log2(e):
+// A block owns kBlockM = 64·kConsumers query rows of one (batch, q head).
+// Warpgroup 0 is the producer: one thread loads Q once, then K_j and V_j for
+// each visible key block j (last to first) into the next slot of a
+// kStages-deep ring. The other warpgroups are consumers of 64 rows each,
+// taking turns on the tensor cores. Per row i, with c = scale·log2(e):
 //   m_i = max over keys seen of s_ij (raw scores),
 //   l_i = Σ_j 2^((s_ij − m_i)·c),  acc_i = Σ_j 2^((s_ij − m_i)·c)·v_j,  out_i = acc_i / l_i.
 // A consumer overlaps its softmax with its own products: it issues S' = Q·K_jᵀ
@@ -73,29 +73,31 @@ struct Barriers {
 // Consumer warps arrive once per stage release.
 constexpr int kConsumerWarpsPerWarpgroup = 4;
 
-// Named barriers: 1 and 2 gather one consumer warpgroup before its output
-// store; 3 and 4 are the consumers' turns on the tensor cores.
+// Named barriers: 1 to 3 gather one consumer warpgroup before its output
+// store; 4 to 6 are the consumers' turns on the tensor cores.
 constexpr int kEpilogueBarrier = 1;
-constexpr int kTurnBarrier = 3;
+constexpr int kTurnBarrier = 4;
 
-// The two consumer warpgroups take turns issuing products (ping-pong): a
-// warpgroup waits for its turn, issues, and hands the turn over, so the tensor
-// cores alternate between them and each one's softmax runs under the other's
-// products. Warpgroup 1 hands warpgroup 0 the first turn; both then take
-// n_blocks + 1 turns, and warpgroup 1 does not hand over after its last.
+// The consumer warpgroups take turns issuing products: a warpgroup waits for
+// its turn, issues, and hands the turn to the next (0 → 1 → ... → 0), so the
+// tensor cores serve them in rotation and each one's softmax runs under the
+// others' products (ping-pong for two). The last warpgroup hands warpgroup 0
+// the first turn; all take n_blocks + 1 turns, and the last does not hand over
+// after its last, so every barrier sees as many arrivals as waits.
+template <int kConsumers>
 struct TensorCoreTurns {
   int warpgroup;
   __device__ __forceinline__ void start() const {
-    if (warpgroup == 1) hand_over();
+    if (warpgroup == kConsumers - 1) hand_over();
   }
   __device__ __forceinline__ void wait() const {
     named_barrier_sync(kTurnBarrier + warpgroup, 256);
   }
   __device__ __forceinline__ void hand_over() const {
-    named_barrier_arrive(kTurnBarrier + 1 - warpgroup, 256);
+    named_barrier_arrive(kTurnBarrier + (warpgroup + 1) % kConsumers, 256);
   }
   __device__ __forceinline__ void finish() const {
-    if (warpgroup == 0) hand_over();
+    if (warpgroup != kConsumers - 1) hand_over();
   }
 };
 
@@ -302,7 +304,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
   const auto release = [&](uint64_t* barrier) {
     if (lane == 0) arrive(barrier);
   };
-  const TensorCoreTurns turns{warpgroup};
+  const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
   RingPosition<Tr> ring{0};
   float acc[Tr::kHeadDim / 2];
 #pragma unroll

@@ -7,20 +7,21 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <int kHeadDim_, int kBlockN_, int kStages_>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to a multiple of 64
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;    // K/V ring depth
-  static constexpr int kConsumers = 2;
+  static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels
 
   // setmaxnreg: the producer keeps 24 registers and the consumers share the
-  // rest of the 64K register file (128·24 + 256·240 = 64512).
+  // rest of the 64K register file: 128·24 + 256·240 = 64512 with two consumer
+  // warpgroups, 128·24 + 384·160 = 64512 with three.
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
@@ -33,21 +34,25 @@ struct Traits {
   static constexpr uint32_t kBarrierBytes = 8 * (1 + 4 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
+  static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "wgmma N (the P·V width) is at most 256");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the Q·Kᵀ wgmma N");
   static_assert(kSmemBytes <= 232448, "beyond the 227 KB a Hopper block may opt into");
 };
 
-// kBlockN per bucket, measured on the H100 (docs/perf-notes.md §v4): at 128,
+// Per bucket, measured on the H100 (docs/perf-notes.md §v4). kBlockN: at 128,
 // 192 and 256 the largest whose 2-stage K and V ring beside Q fits shared
 // memory (208, 216 and 224 KB; FlashAttention-3's choices), 2–6% faster than
 // 128, 96 and 64 at 16K tokens; at 64, 128, because 192 wastes an eighth of a
-// 1024-key sequence on a ragged last block (10% slower there, 3% faster at 16K).
+// 1024-key sequence on a ragged last block. Consumers: three at d = 64, where
+// the softmax is as long as the products and a third warpgroup gives it more
+// products to hide under (+11–16% from 2048 keys, −5 to −7% causal at 512–1024);
+// two elsewhere, where three would not hold O, S and P in 160 registers.
 template <int kHeadDim>
 struct TraitsFor;
-template <> struct TraitsFor<64> { using type = Traits<64, 128, 2>; };
-template <> struct TraitsFor<128> { using type = Traits<128, 176, 2>; };
-template <> struct TraitsFor<192> { using type = Traits<192, 112, 2>; };
-template <> struct TraitsFor<256> { using type = Traits<256, 80, 2>; };
+template <> struct TraitsFor<64> { using type = Traits<64, 128, 2, 3>; };
+template <> struct TraitsFor<128> { using type = Traits<128, 176, 2, 2>; };
+template <> struct TraitsFor<192> { using type = Traits<192, 112, 2, 2>; };
+template <> struct TraitsFor<256> { using type = Traits<256, 80, 2, 2>; };
 
 }  // namespace flashattn::cuda::sm90

@@ -28,16 +28,22 @@ bool have_hopper() {
 constexpr const char* kNoGpu =
     "no CUDA device: cuda_device_count() is 0 (no GPU or driver, or a build without CUDA)";
 
+harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided,
+                        int strided_pad = 3) {
+  harness::Case c;
+  c.shape = shape;
+  c.dtype = dtype;
+  c.mask = mask;
+  c.strided = strided;
+  c.strided_pad = strided_pad;
+  return c;
+}
+
 // The shared list, then larger shapes for the GPU only.
 std::vector<harness::Case> cuda_cases() {
   std::vector<harness::Case> cases = shared_cases();
   auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
-    harness::Case c;
-    c.shape = shape;
-    c.dtype = dtype;
-    c.mask = mask;
-    c.strided = strided;
-    cases.push_back(c);
+    cases.push_back(make_case(shape, dtype, mask, strided));
   };
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
     add({1, 256, 256, 2, 2, 1024}, dtype, Mask::none, false);
@@ -84,13 +90,7 @@ std::vector<harness::Case> wgmma_cases() {
     cases.push_back(c);
   }
   auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
-    harness::Case c;
-    c.shape = shape;
-    c.dtype = dtype;
-    c.mask = mask;
-    c.strided = strided;
-    c.strided_pad = 8;
-    cases.push_back(c);
+    cases.push_back(make_case(shape, dtype, mask, strided, 8));
   };
   add({2, 1500, 1500, 4, 2, 64}, DType::bf16, Mask::none, false);
   add({1, 1500, 1700, 2, 1, 128}, DType::f16, Mask::causal_bottom_right, true);

@@ -5,6 +5,7 @@
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
+#include "cuda/common/head_dim_bucket.h"
 #include "cuda/sm90/forward.h"
 #include "cuda/sm90/tensor_map.h"
 
@@ -13,7 +14,7 @@ namespace {
 
 template <typename T>
 void run_bucket(const AttnParams& p) {
-  switch (sm90::head_dim_bucket(p.sizes.head_dim)) {
+  switch (head_dim_bucket(sm90::kHeadDimBuckets, p.sizes.head_dim)) {
     case 64: sm90::run_forward<T, 64>(p); return;
     case 128: sm90::run_forward<T, 128>(p); return;
     case 192: sm90::run_forward<T, 192>(p); return;

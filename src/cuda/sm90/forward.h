@@ -11,13 +11,6 @@ namespace flashattn::cuda::sm90 {
 inline constexpr int kHeadDimBuckets[] = {64, 128, 192, 256};
 static_assert(kHeadDimBuckets[3] == kWgmmaMaxHeadDim);
 
-// The smallest bucket holding head_dim (its extra columns are zeros).
-constexpr int head_dim_bucket(int head_dim) {
-  for (int bucket : kHeadDimBuckets)
-    if (head_dim <= bucket) return bucket;
-  return 0;
-}
-
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p);
 

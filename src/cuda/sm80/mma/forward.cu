@@ -4,6 +4,7 @@
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
+#include "cuda/common/head_dim_bucket.h"
 #include "cuda/sm80/mma/forward.h"
 
 namespace flashattn::cuda {
@@ -11,7 +12,7 @@ namespace {
 
 template <typename T>
 void run_bucket(const AttnParams& p) {
-  switch (mma::head_dim_bucket(p.sizes.head_dim)) {
+  switch (head_dim_bucket(mma::kHeadDimBuckets, p.sizes.head_dim)) {
     case 32: mma::run_forward<T, 32>(p); return;
     case 64: mma::run_forward<T, 64>(p); return;
     case 96: mma::run_forward<T, 96>(p); return;

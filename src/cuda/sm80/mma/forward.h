@@ -11,14 +11,6 @@ namespace flashattn::cuda::mma {
 inline constexpr int kHeadDimBuckets[] = {32, 64, 96, 128, 192, 256, 512};
 static_assert(kHeadDimBuckets[6] == kMmaMaxHeadDim);
 
-// The smallest bucket holding head_dim (its extra columns are zeros), or 0 when
-// head_dim exceeds the largest.
-constexpr int head_dim_bucket(int head_dim) {
-  for (int bucket : kHeadDimBuckets)
-    if (head_dim <= bucket) return bucket;
-  return 0;
-}
-
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p);
 

@@ -2,8 +2,13 @@
 
 The package talks to libflashattn.so only through this C ABI, so it never depends on
 PyTorch's (or any Python's) C++ ABI. Keep every definition here in step with the header.
+
+The ctypes structures define the layout; calls pass flashattn_params as bytes packed by a
+struct.Struct derived from them, since building ctypes structures and arrays per call costs
+more host time than a small kernel takes on the GPU.
 """
 import ctypes
+import struct
 
 # flashattn_status
 OK = 0
@@ -59,15 +64,52 @@ class Params(ctypes.Structure):
     ]
 
 
+# struct codes of the scalar C types used above (standard sizes; pointers are 64-bit).
+_CODES = {ctypes.c_void_p: "Q", ctypes.c_int32: "i", ctypes.c_int64: "q", ctypes.c_float: "f"}
+
+
+def _scalar_offsets(structure, base=0):
+    """(byte offset, struct code) of each scalar in a ctypes Structure, nested ones flattened."""
+    for name, ctype in structure._fields_:
+        offset = base + getattr(structure, name).offset
+        if issubclass(ctype, ctypes.Structure):
+            yield from _scalar_offsets(ctype, offset)
+        elif issubclass(ctype, ctypes.Array):
+            for i in range(ctype._length_):
+                yield offset + i * ctypes.sizeof(ctype._type_), _CODES[ctype._type_]
+        else:
+            yield offset, _CODES[ctype]
+
+
+def packer(structure):
+    """A struct.Struct that packs a ctypes Structure's scalars, in field order, into bytes
+    laid out exactly as the structure (padding included)."""
+    fmt, end = "=", 0
+    for offset, code in _scalar_offsets(structure):
+        fmt += "x" * (offset - end) + code
+        end = offset + struct.calcsize("=" + code)
+    return struct.Struct(fmt + "x" * (ctypes.sizeof(structure) - end))
+
+
+assert ctypes.sizeof(ctypes.c_void_p) == 8, "flashattn supports 64-bit platforms only"
+PARAMS = packer(Params)
+
+
+def pack_params(q, k, v, out, lse, has_scale, scale, mask, backend, stream):
+    """flashattn_params as bytes; q, k, v and out are view() tuples, pointers are ints (0 for
+    NULL)."""
+    return PARAMS.pack(*q, *k, *v, *out, lse, has_scale, scale, mask, backend, stream)
+
+
 def declare(lib):
     """Gives the loaded library's functions their C signatures."""
-    lib.flashattn_forward.argtypes = [ctypes.POINTER(Params)]
+    lib.flashattn_forward.argtypes = [ctypes.c_char_p]
     lib.flashattn_forward.restype = ctypes.c_int
     lib.flashattn_last_error.argtypes = []
     lib.flashattn_last_error.restype = ctypes.c_char_p
 
 
 def view(data, dtype, shape, strides, device, device_index=0):
-    """A Tensor over `data` (an address); shape and strides are 4 ints each, strides in elements."""
-    return Tensor(data, dtype, (ctypes.c_int64 * 4)(*shape), (ctypes.c_int64 * 4)(*strides),
-                  device, device_index)
+    """flashattn_tensor's scalars, in field order, over `data` (an address); shape and strides
+    are 4 ints each, strides in elements."""
+    return (data, dtype, *shape, *strides, device, device_index)

@@ -38,7 +38,7 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     scale = _options.scale_value(scale)
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
         out, lse = torch_op.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
-                                      scale=scale, backend=backend)
+                                      scale=scale, backend=backend, return_lse=return_lse)
     elif isinstance(q, np.ndarray):
         out, lse = _numpy.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
                                     scale=scale, backend=backend, return_lse=return_lse)

@@ -13,7 +13,7 @@ def require_4d(name, shape):
 def kernels_accept(shape, strides):
     """Whether the kernels can read a view with these strides (in elements) without a copy:
     every stride non-negative and head_dim contiguous."""
-    return all(s >= 0 for s in strides) and (strides[3] == 1 or shape[3] == 1)
+    return min(strides) >= 0 and (strides[3] == 1 or shape[3] == 1)
 
 
 def lse_shape(q_shape):

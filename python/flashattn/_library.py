@@ -45,21 +45,16 @@ def library():
 
 
 def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend="auto", stream=None):
-    """flashattn_forward on _abi.Tensor views.
+    """flashattn_forward on _abi.view() tuples.
 
     lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None; scale None
     means 1/sqrt(head_dim); stream is a cudaStream_t address or None (the default stream).
     Raises the _errors exception for a non-zero status, with the library's message.
     """
-    params = _abi.Params(q, k, v, out)
-    params.lse = lse
-    if scale is not None:
-        params.has_scale = 1
-        params.scale = scale
-    params.mask = _abi.MASKS[mask]
-    params.backend = _abi.BACKENDS[backend]
-    params.stream = stream
+    params = _abi.pack_params(q, k, v, out, lse or 0, scale is not None,
+                              0.0 if scale is None else scale, _abi.MASKS[mask],
+                              _abi.BACKENDS[backend], stream or 0)
     lib = library()
-    status = lib.flashattn_forward(ctypes.byref(params))
+    status = lib.flashattn_forward(params)
     if status != _abi.OK:
         raise _errors.from_status(status, lib.flashattn_last_error().decode())

@@ -1,5 +1,5 @@
 """flashattn.sdpa: torch.nn.functional.scaled_dot_product_attention's signature on flashattn."""
-from . import _attention, _errors
+from . import _attention, _errors, _options
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -34,8 +34,5 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         raise _errors.InvalidArgumentError(
             f"key: has {key.size(1)} heads and query {query.size(1)}; they may differ only "
             f"with enable_gqa=True (grouped-query attention)")
-    # (batch, heads, seqlen, head_dim) -> (batch, seqlen, heads, head_dim): a view, since
-    # head_dim keeps stride 1.
-    out = _attention.attention(query.transpose(1, 2), key.transpose(1, 2),
-                               value.transpose(1, 2), causal=is_causal, scale=scale)
-    return out.transpose(1, 2)
+    return torch_op.sdpa(query, key, value, causal=is_causal,
+                         scale=_options.scale_value(scale))

@@ -30,40 +30,75 @@ def check(q, k, v, causal, causal_alignment, backend):
     """Checks what the output shapes depend on and the options; returns the library's mask
     and backend names. The library checks everything else (sizes, devices, strides)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _layout.require_4d(name, t.shape)
+        if t.dim() != 4:
+            _layout.require_4d(name, t.shape)
         if t.dtype not in DTYPES:
             raise _errors.InvalidArgumentError(
                 f"{name}: dtype is {t.dtype}, must be torch.float32, torch.float16 or "
                 f"torch.bfloat16")
-        if t.device.type not in DEVICES:
+        if not (t.is_cuda or t.is_cpu):
             raise _errors.UnsupportedError(
                 f"{name}: device is {t.device}, flashattn runs on cpu and cuda tensors")
     return _options.mask_name(causal, causal_alignment), _options.backend_name(backend)
 
 
-def kernel_tensor(t):
-    """t itself when the kernels can read its strides, else one contiguous copy; and its view."""
-    if not _layout.kernels_accept(t.shape, t.stride()):
+def seqlen_first(sizes, heads_first):
+    """(batch, seqlen, heads, head_dim) order of a 4-tuple given in t's own dimension order."""
+    return (sizes[0], sizes[2], sizes[1], sizes[3]) if heads_first else sizes
+
+
+def kernel_tensor(t, heads_first=False):
+    """t itself when the kernels can read its strides, else one contiguous copy; and its view.
+    heads_first: t is (batch, heads, seqlen, head_dim), as in torch's SDPA."""
+    shape, strides = t.shape, t.stride()
+    if not _layout.kernels_accept(shape, strides):
         t = t.contiguous()
-    view = _abi.view(t.data_ptr(), DTYPES[t.dtype], t.shape, t.stride(),
-                     DEVICES[t.device.type], t.device.index or 0)
-    return t, view
+        strides = t.stride()
+    device_index = t.get_device()  # -1 on the CPU
+    return t, _abi.view(t.data_ptr(), DTYPES[t.dtype], seqlen_first(shape, heads_first),
+                        seqlen_first(strides, heads_first),
+                        _abi.CUDA if device_index >= 0 else _abi.CPU, max(device_index, 0))
+
+
+# The raw handle, without building a torch.cuda.Stream object (microseconds per call);
+# the public API where a PyTorch build lacks it.
+_raw_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def current_stream(device_index):
+    """The address of PyTorch's current CUDA stream on cuda:device_index."""
+    if _raw_current_stream is not None:
+        return _raw_current_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False):
+    """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention.
+
+    heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
+    out is then a view of (batch, seqlen, heads, head_dim) contiguous memory.
+    """
+    mask, backend = check(q, k, v, causal, causal_alignment, backend)
+    # The inputs stay referenced until the call returns; on CUDA, a copy freed after that
+    # goes back to the caching allocator in the order of this stream, so it is safe.
+    (q, qv), (k, kv), (v, vv) = (kernel_tensor(t, heads_first) for t in (q, k, v))
+    batch, seqlen_q, heads_q, head_dim = qv[2:6]
+    out_strides = (seqlen_q * heads_q * head_dim, heads_q * head_dim, head_dim, 1)
+    out, out_view = kernel_tensor(
+        q.new_empty_strided(seqlen_first(qv[2:6], heads_first),
+                            seqlen_first(out_strides, heads_first)), heads_first)
+    lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32) if with_lse else None
+    _library.forward(qv, kv, vv, out_view, lse=lse.data_ptr() if with_lse else None,
+                     scale=scale, mask=mask, backend=backend,
+                     stream=current_stream(qv[-1]) if q.is_cuda else None)
+    return out, lse
 
 
 def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                   causal_alignment: str, scale: Optional[float],
                   backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) for (batch, seqlen, heads, head_dim) q, k, v; see flashattn.attention."""
-    mask, backend = check(q, k, v, causal, causal_alignment, backend)
-    # The inputs stay referenced until the call returns; on CUDA, a copy freed after that
-    # goes back to the caching allocator in the order of this stream, so it is safe.
-    (q, qv), (k, kv), (v, vv) = (kernel_tensor(t) for t in (q, k, v))
-    out, out_view = kernel_tensor(torch.empty(q.shape, dtype=q.dtype, device=q.device))
-    lse = torch.empty(_layout.lse_shape(q.shape), dtype=torch.float32, device=q.device)
-    stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
-    _library.forward(qv, kv, vv, out_view, lse=lse.data_ptr(), scale=scale, mask=mask,
-                     backend=backend, stream=stream)
-    return out, lse
+    """(out, lse): the custom op's body, which always computes lse (saved for backward)."""
+    return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=True)
 
 
 attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args=())(
@@ -91,14 +126,15 @@ def _backward(ctx, grad_out, grad_lse):
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def attention(q, k, v, *, causal, causal_alignment, scale, backend):
-    """(out, lse) for torch q, k, v through the custom op; see flashattn.attention."""
+def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse):
+    """(out, lse) for torch q, k, v through the custom op; see flashattn.attention. Without
+    return_lse, lse may be None."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; q, k "
                             f"and v must all be torch tensors or all NumPy arrays")
     if direct_call_is_safe(q, k, v):
-        return forward_eager(q, k, v, causal, causal_alignment, scale, backend)
+        return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=return_lse)
     return attention_fwd(q, k, v, causal, causal_alignment, scale, backend)
 
 
@@ -113,3 +149,14 @@ def direct_call_is_safe(q, k, v):
         return False
     return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
                                              v.requires_grad))
+
+
+def sdpa(query, key, value, *, causal, scale):
+    """out for (batch, heads, seqlen, head_dim) torch tensors; see flashattn.sdpa."""
+    if direct_call_is_safe(query, key, value):
+        return run(query, key, value, causal, "top_left", scale, None, with_lse=False,
+                   heads_first=True)[0]
+    # The custom op takes (batch, seqlen, heads, head_dim): views, head_dim keeps stride 1.
+    out, _ = attention_fwd(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                           causal, "top_left", scale, None)
+    return out.transpose(1, 2)

@@ -15,6 +15,9 @@ int device_count();
 // Compute capability as major·10 + minor; throws naming the device on failure.
 int compute_capability(int device_index);
 
+// Number of streaming multiprocessors.
+int multiprocessors(int device_index);
+
 // Throws Error(invalid_argument) naming `name` unless ptr is device memory that
 // device `device_index` can read (device, managed or mapped host memory).
 void require_device_pointer(const void* ptr, int device_index, const char* name);

@@ -1,26 +1,57 @@
 // Device queries for the host API.
+#include <vector>
+
+#include "api/fail.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 
 namespace flashattn::cuda {
 
+// Asked on every call, and fixed while the process runs (the visible devices
+// are set when CUDA initialises), so they are queried once.
 int device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: not an error, just none
-    return 0;
-  }
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // no driver or no device: not an error, just none
+      return 0;
+    }
+    return n;
+  }();
   return count;
 }
 
-int compute_capability(int device_index) {
-  int major = 0, minor = 0;
-  FLASHATTN_CUDA_CHECK(
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index));
-  FLASHATTN_CUDA_CHECK(
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index));
-  return major * 10 + minor;
+namespace {
+
+struct DeviceProperties {
+  int compute_capability;  // major·10 + minor
+  int multiprocessors;
+};
+
+const DeviceProperties& properties(int device_index) {
+  static const std::vector<DeviceProperties> devices = [] {
+    std::vector<DeviceProperties> all(device_count());
+    for (int i = 0; i < int(all.size()); ++i) {
+      int major = 0, minor = 0;
+      FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i));
+      FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i));
+      FLASHATTN_CUDA_CHECK(
+          cudaDeviceGetAttribute(&all[i].multiprocessors, cudaDevAttrMultiProcessorCount, i));
+      all[i].compute_capability = major * 10 + minor;
+    }
+    return all;
+  }();
+  if (device_index < 0 || device_index >= int(devices.size()))
+    fail(Status::invalid_argument, "cuda device index ", device_index, " is out of range [0, ",
+         devices.size(), ")");
+  return devices[device_index];
 }
+
+}  // namespace
+
+int compute_capability(int device_index) { return properties(device_index).compute_capability; }
+
+int multiprocessors(int device_index) { return properties(device_index).multiprocessors; }
 
 void require_device_pointer(const void* ptr, int device_index, const char* name) {
   cudaPointerAttributes attr{};

@@ -98,6 +98,12 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 700, 1300, 2, 1, 256}, DType::f16, Mask::none, false);
   add({2, 600, 600, 2, 2, 80}, DType::f16, Mask::causal_top_left, true);
   add({1, 333, 1000, 3, 1, 200}, DType::bf16, Mask::causal_bottom_right, false);
+  // Warpgroups that skip key blocks: one with no visible key in a tile whose
+  // other rows see some (rows < 260 see none), ones whose rows all lie past
+  // seqlen_q, and the diagonal of a long causal sequence with a ragged end.
+  add({1, 300, 40, 2, 1, 64}, DType::bf16, Mask::causal_bottom_right, false);
+  add({2, 1, 700, 2, 2, 64}, DType::f16, Mask::none, false);
+  add({1, 4097, 4097, 1, 1, 64}, DType::bf16, Mask::causal_top_left, false);
   return cases;
 }
 

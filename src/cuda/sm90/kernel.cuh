@@ -39,6 +39,7 @@ struct KernelParams {
   float scale;       // for lse, in natural-log units
   float scale_log2;  // c = scale·log2(e)
   int m_blocks;      // query tiles per (batch, q head)
+  bool heads_fastest;  // block order: see tile_of_block
 };
 
 // This block's query tile and the key blocks it visits.
@@ -47,20 +48,39 @@ struct Tile {
   int n_blocks;  // key blocks [0, n_blocks) hold a key visible to some row of the tile
 };
 
-// Consecutive blocks are neighbouring query tiles of one head, so the blocks
-// running at once share K and V in L2.
+// How many key blocks hold a key visible to some query row in [row0, row0 + rows):
+// the last real row sees the most keys. 0 when no row is below seqlen_q.
+template <class Tr>
+__device__ __forceinline__ int visible_key_blocks(const KernelParams& p, int row0, int rows) {
+  const int last_row = min(row0 + rows, p.sizes.seqlen_q) - 1;
+  if (last_row < row0) return 0;
+  return (p.mask.key_end(last_row, p.sizes.seqlen_k) + Tr::kBlockN - 1) / Tr::kBlockN;
+}
+
+// Causal tiles near the end of the sequence see the most keys, so they start
+// first. With heads_fastest (causal, few heads, few waves; see launch.cuh),
+// consecutive blocks are the same query tile of neighbouring heads: every
+// head's heaviest tile, then every head's next, so the last wave holds only
+// light tiles. Otherwise consecutive blocks are neighbouring query tiles of one
+// head (heaviest first if causal), and the blocks running at once share its K
+// and V in L2.
 template <class Tr>
 __device__ __forceinline__ Tile tile_of_block(const KernelParams& p) {
   const Sizes& s = p.sizes;
-  const int bh = int(blockIdx.x) / p.m_blocks;
-  int m_block = int(blockIdx.x) % p.m_blocks;
-  // Causal tiles near the end of the sequence see the most keys: start them first.
-  if (p.mask.causal) m_block = p.m_blocks - 1 - m_block;
+  const int index = int(blockIdx.x);
+  int bh, m_block;
+  if (p.heads_fastest) {
+    const int heads = s.batch * s.heads_q;
+    bh = index % heads;
+    m_block = p.m_blocks - 1 - index / heads;
+  } else {
+    bh = index / p.m_blocks;
+    m_block = index % p.m_blocks;
+    if (p.mask.causal) m_block = p.m_blocks - 1 - m_block;
+  }
   const int head_q = bh % s.heads_q;
-  const int last_row = min((m_block + 1) * Tr::kBlockM, s.seqlen_q) - 1;
-  const int key_end = p.mask.key_end(last_row, s.seqlen_k);
   return {m_block, bh / s.heads_q, head_q, head_q / s.group(),
-          (key_end + Tr::kBlockN - 1) / Tr::kBlockN};
+          visible_key_blocks<Tr>(p, m_block * Tr::kBlockM, Tr::kBlockM)};
 }
 
 template <class Tr>
@@ -312,11 +332,33 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
 
-  if (t.n_blocks > 0) {
-    // Blocks whose last key lies beyond seqlen_k or the first row's causal
-    // limit may hold keys some row must not see.
+  // The tile's first key blocks (in visiting order) may hold no key that a row
+  // of this warpgroup sees: the causal diagonal above its rows, or all of them
+  // when its rows lie past seqlen_q (the ragged last tile). It skips their
+  // products and softmax, but still takes its turns and releases their slots,
+  // so every barrier counts the same arrivals.
+  const int wg_row0 = t.m_block * Tr::kBlockM + 64 * warpgroup;
+  const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
+  if (t.n_blocks > 0) turns.start();
+  for (; ring.it < t.n_blocks - wg_blocks; ++ring.it) {
+    wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+    release(&bar.k_empty[ring.stage()]);
+    turns.wait();
+    turns.hand_over();
+    wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
+    release(&bar.v_empty[ring.stage()]);
+  }
+  if (t.n_blocks > 0 && wg_blocks == 0) {
+    turns.wait();  // the turn that would have issued the last P·V
+    turns.finish();
+    wait_barrier(&bar.q_full, 0);  // the output goes through Q's buffer
+  }
+
+  if (wg_blocks > 0) {
+    // Blocks whose last key lies beyond seqlen_k or the causal limit of the
+    // warpgroup's first row may hold keys some row must not see.
     const int row_base = t.m_block * Tr::kBlockM;
-    const int64_t first_row_limit = int64_t(row_base) + p.mask.causal_offset;
+    const int64_t first_row_limit = int64_t(wg_row0) + p.mask.causal_offset;
     const auto needs_mask = [&](int n_block) {
       const int64_t last_key = int64_t(n_block + 1) * Tr::kBlockN - 1;
       return last_key >= p.sizes.seqlen_k || (p.mask.causal && last_key > first_row_limit);
@@ -325,7 +367,6 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
     uint32_t probs[Tr::kBlockN / 16][4];
     float alpha[2];
 
-    turns.start();
     wait_barrier(&bar.q_full, 0);
     wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
     turns.wait();
@@ -335,11 +376,11 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
     wgmma_wait<0>();
     fence_registers(s);
     release(&bar.k_empty[ring.stage()]);
-    if (needs_mask(t.n_blocks - 1)) mask_scores<Tr>(s, p, at, row_base, t.n_blocks - 1);
+    if (needs_mask(wg_blocks - 1)) mask_scores<Tr>(s, p, at, row_base, wg_blocks - 1);
     softmax_update<Tr>(s, row_max, row_sum, alpha, c);
     pack_probabilities<T, Tr>(s, probs);
 
-    for (int n_block = t.n_blocks - 2; n_block >= 0; --n_block) {
+    for (int n_block = wg_blocks - 2; n_block >= 0; --n_block) {
       const RingPosition<Tr> prev = ring;  // holds V of the block after n_block
       ++ring.it;
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());

@@ -1,9 +1,10 @@
 // The 16-bit attention forward for Hopper (sm_90a): TMA loads into a
 // shared-memory ring guarded by mbarriers, wgmma products, warp specialisation.
 //
-// A block owns kBlockM = 64·kConsumers query rows of one (batch, q head).
-// Warpgroup 0 is the producer: one thread loads Q once, then K_j and V_j for
-// each visible key block j (last to first) into the next slot of a
+// A query tile is kBlockM = 64·kConsumers rows of one (batch, q head); a block
+// computes one tile, or, persistent, walks several (for_each_tile).
+// Warpgroup 0 is the producer: one thread loads each tile's Q, then K_j and
+// V_j for each visible key block j (last to first) into the next slot of a
 // kStages-deep ring. The other warpgroups are consumers of 64 rows each,
 // taking turns on the tensor cores. Per row i, with c = scale·log2(e):
 //   m_i = max over keys seen of s_ij (raw scores),
@@ -39,10 +40,11 @@ struct KernelParams {
   float scale;       // for lse, in natural-log units
   float scale_log2;  // c = scale·log2(e)
   int m_blocks;      // query tiles per (batch, q head)
-  bool heads_fastest;  // block order: see tile_of_block
+  int tiles;         // query tiles in all: m_blocks · batch · heads_q
+  bool heads_fastest;  // tile order: see tile_at
 };
 
-// This block's query tile and the key blocks it visits.
+// A query tile and the key blocks it visits.
 struct Tile {
   int m_block, batch, head_q, head_kv;
   int n_blocks;  // key blocks [0, n_blocks) hold a key visible to some row of the tile
@@ -57,17 +59,16 @@ __device__ __forceinline__ int visible_key_blocks(const KernelParams& p, int row
   return (p.mask.key_end(last_row, p.sizes.seqlen_k) + Tr::kBlockN - 1) / Tr::kBlockN;
 }
 
-// Causal tiles near the end of the sequence see the most keys, so they start
-// first. With heads_fastest (causal, few heads, few waves; see launch.cuh),
-// consecutive blocks are the same query tile of neighbouring heads: every
+// The index-th query tile. Causal tiles near the end of the
+// sequence see the most keys, so they start first. With heads_fastest (causal, few heads, few waves; see launch.cuh),
+// consecutive tiles are the same query tile of neighbouring heads: every
 // head's heaviest tile, then every head's next, so the last wave holds only
-// light tiles. Otherwise consecutive blocks are neighbouring query tiles of one
+// light tiles. Otherwise consecutive tiles are neighbouring query tiles of one
 // head (heaviest first if causal), and the blocks running at once share its K
 // and V in L2.
 template <class Tr>
-__device__ __forceinline__ Tile tile_of_block(const KernelParams& p) {
+__device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const Sizes& s = p.sizes;
-  const int index = int(blockIdx.x);
   int bh, m_block;
   if (p.heads_fastest) {
     const int heads = s.batch * s.heads_q;
@@ -85,7 +86,7 @@ __device__ __forceinline__ Tile tile_of_block(const KernelParams& p) {
 
 template <class Tr>
 struct Barriers {
-  uint64_t q_full;
+  uint64_t q_full, q_empty;
   uint64_t k_full[Tr::kStages], k_empty[Tr::kStages];
   uint64_t v_full[Tr::kStages], v_empty[Tr::kStages];
 };
@@ -121,7 +122,7 @@ struct TensorCoreTurns {
   }
 };
 
-// Which slot of the K/V ring the it-th key block of the tile uses, and the
+// Which slot of the K/V ring the it-th key block of the block's run uses, and the
 // phase parities that mark it filled (consumers wait) and free (the producer
 // waits; a fresh barrier counts as free).
 template <class Tr>
@@ -132,32 +133,55 @@ struct RingPosition {
   __device__ __forceinline__ uint32_t free_parity() const { return filled_parity() ^ 1; }
 };
 
-// The producer thread: Q once, then K and V of each visible key block, last to
-// first, into the ring as its stages free up.
-template <class Tr>
-__device__ __forceinline__ void producer(const KernelParams& p, const Tile& t, uint8_t* smem,
-                                         Barriers<Tr>& bar) {
-  if (t.n_blocks == 0) return;
-  expect_bytes(&bar.q_full, Tr::kQBytes);
-#pragma unroll
-  for (int panel = 0; panel < Tr::kPanels; ++panel)
-    tma_load(smem + Tr::kQOffset + panel * Tr::kBlockM * 128, &p.q, 64 * panel,
-             t.m_block * Tr::kBlockM, t.head_q, t.batch, &bar.q_full);
-  for (int it = 0; it < t.n_blocks; ++it) {
-    const RingPosition<Tr> ring{it};
-    const int n_block = t.n_blocks - 1 - it;
-    const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full, uint64_t* empty) {
-      wait_barrier(empty, ring.free_parity());
-      expect_bytes(full, Tr::kKVBytes);
-      uint8_t* dst = smem + offset + ring.stage() * Tr::kKVBytes;
-#pragma unroll
-      for (int panel = 0; panel < Tr::kPanels; ++panel)
-        tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, n_block * Tr::kBlockN,
-                 t.head_kv, t.batch, full);
-    };
-    load(&p.k, Tr::kKOffset, &bar.k_full[ring.stage()], &bar.k_empty[ring.stage()]);
-    load(&p.v, Tr::kVOffset, &bar.v_full[ring.stage()], &bar.v_empty[ring.stage()]);
+// A block's tiles: one per block (gridDim.x = tiles), or, persistent, round r
+// gives the r-th run of gridDim.x tiles one to each block, the runs walked in
+// alternating directions. Tiles come heaviest first (causal), so a block that
+// takes a run's heaviest tile takes the next run's lightest; the launch makes
+// gridDim.x a multiple of the per-head tile count where tiles repeat per head.
+template <class F>
+__device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
+  const int blocks = int(gridDim.x);
+  for (int round = 0; round * blocks < p.tiles; ++round) {
+    const int index = round * blocks + ((round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x));
+    if (index < p.tiles) f(index);
   }
+}
+
+// The producer thread: for each tile, Q once its buffer is free, then K and V
+// of each visible key block, last to first, into the ring as its stages free
+// up. The ring runs on across tiles, so the next tile's first blocks load
+// while this one finishes.
+template <class Tr>
+__device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar) {
+  int q_loads = 0;
+  RingPosition<Tr> ring{0};
+  for_each_tile(p, [&](int index) {
+    const Tile t = tile_at<Tr>(p, index);
+    if (t.n_blocks == 0) return;  // no Q, no keys: the consumers write 0 and -inf
+    // Free once every consumer warp is done with the previous Q (a fresh
+    // barrier counts as free).
+    wait_barrier(&bar.q_empty, (q_loads & 1) ^ 1);
+    ++q_loads;
+    expect_bytes(&bar.q_full, Tr::kQBytes);
+#pragma unroll
+    for (int panel = 0; panel < Tr::kPanels; ++panel)
+      tma_load(smem + Tr::kQOffset + panel * Tr::kBlockM * 128, &p.q, 64 * panel,
+               t.m_block * Tr::kBlockM, t.head_q, t.batch, &bar.q_full);
+    for (int n_block = t.n_blocks - 1; n_block >= 0; --n_block, ++ring.it) {
+      const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full,
+                            uint64_t* empty) {
+        wait_barrier(empty, ring.free_parity());
+        expect_bytes(full, Tr::kKVBytes);
+        uint8_t* dst = smem + offset + ring.stage() * Tr::kKVBytes;
+#pragma unroll
+        for (int panel = 0; panel < Tr::kPanels; ++panel)
+          tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, n_block * Tr::kBlockN,
+                   t.head_kv, t.batch, full);
+      };
+      load(&p.k, Tr::kKOffset, &bar.k_full[ring.stage()], &bar.k_empty[ring.stage()]);
+      load(&p.v, Tr::kVOffset, &bar.v_full[ring.stage()], &bar.v_empty[ring.stage()]);
+    }
+  });
 }
 
 // S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ, issued, not waited for.
@@ -255,9 +279,11 @@ __device__ __forceinline__ void rescale(float (&acc)[Tr::kHeadDim / 2], const fl
   for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] *= alpha[(i % 4) / 2];
 }
 
-// out = acc / l through the Q buffer (this warpgroup's 64 rows of it) and TMA
-// stores, which drop rows past seqlen_q and columns past head_dim; lse per row.
-// Rows with no visible key (l = 0) get 0 and -inf.
+// out = acc / l through the output staging buffer (this warpgroup's 64 rows of
+// it) and TMA stores, which drop rows past seqlen_q and columns past head_dim;
+// lse per row. Rows with no visible key (l = 0) get 0 and -inf. The stores are
+// left in flight: the next tile's epilogue (or the block's end) waits for them
+// to have read the buffer.
 template <typename T, class Tr>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
                                          float (&acc)[Tr::kHeadDim / 2], const float (&row_max)[2],
@@ -272,7 +298,10 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
     row_sum[half] = l;
     inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
   }
-  const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kQOffset));
+  const bool storer = warp == 0 && lane == 0;
+  if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
+  named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
+  const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kOOffset));
   const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
 #pragma unroll
   for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
@@ -285,12 +314,12 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
   }
   fence_shared_to_async();
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
-  if (warp == 0 && lane == 0) {
+  if (storer) {
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel)
       tma_store(&p.o, 64 * panel, t.m_block * Tr::kBlockM + 64 * warpgroup, t.head_q, t.batch,
-                smem + Tr::kQOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
-    tma_store_drain();
+                smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
+    tma_store_commit();
   }
   if (p.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
@@ -305,10 +334,12 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
   }
 }
 
-// A consumer warpgroup: 64 query rows of the tile.
+// A consumer warpgroup on one tile: its 64 query rows. The tile's key blocks
+// occupy the ring from position `ring`; its Q is the q_loads-th loaded.
 template <typename T, class Tr>
-__device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, uint8_t* smem,
-                                         Barriers<Tr>& bar, int warpgroup) {
+__device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& t, uint8_t* smem,
+                                             Barriers<Tr>& bar, int warpgroup,
+                                             RingPosition<Tr> ring, int q_loads) {
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
@@ -325,7 +356,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
     if (lane == 0) arrive(barrier);
   };
   const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
-  RingPosition<Tr> ring{0};
+  const uint32_t q_parity = q_loads & 1;
   float acc[Tr::kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
@@ -336,11 +367,13 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
   // of this warpgroup sees: the causal diagonal above its rows, or all of them
   // when its rows lie past seqlen_q (the ragged last tile). It skips their
   // products and softmax, but still takes its turns and releases their slots,
-  // so every barrier counts the same arrivals.
+  // so every barrier counts the same arrivals. Every warp waits for each loaded
+  // Q and releases it once: a parity wait that skipped a phase could pass on
+  // the one before.
   const int wg_row0 = t.m_block * Tr::kBlockM + 64 * warpgroup;
   const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
   if (t.n_blocks > 0) turns.start();
-  for (; ring.it < t.n_blocks - wg_blocks; ++ring.it) {
+  for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
     wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
     release(&bar.k_empty[ring.stage()]);
     turns.wait();
@@ -351,7 +384,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
   if (t.n_blocks > 0 && wg_blocks == 0) {
     turns.wait();  // the turn that would have issued the last P·V
     turns.finish();
-    wait_barrier(&bar.q_full, 0);  // the output goes through Q's buffer
+    wait_barrier(&bar.q_full, q_parity);
+    release(&bar.q_empty);
   }
 
   if (wg_blocks > 0) {
@@ -367,7 +401,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
     uint32_t probs[Tr::kBlockN / 16][4];
     float alpha[2];
 
-    wait_barrier(&bar.q_full, 0);
+    wait_barrier(&bar.q_full, q_parity);
     wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
     turns.wait();
     wgmma_fence();
@@ -401,6 +435,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
       rescale<Tr>(acc, alpha);
       pack_probabilities<T, Tr>(s, probs);
     }
+    release(&bar.q_empty);  // every Q·Kᵀ of the tile has completed
     wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
     turns.wait();
     wgmma_fence();
@@ -413,6 +448,21 @@ __device__ __forceinline__ void consumer(const KernelParams& p, const Tile& t, u
   epilogue<T, Tr>(p, t, smem, acc, row_max, row_sum, at, warpgroup, warp, lane);
 }
 
+// A consumer warpgroup: its 64 rows of each of the block's tiles.
+template <typename T, class Tr>
+__device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
+                                         int warpgroup) {
+  RingPosition<Tr> ring{0};
+  int q_loads = 0;
+  for_each_tile(p, [&](int index) {
+    const Tile t = tile_at<Tr>(p, index);
+    consume_tile<T, Tr>(p, t, smem, bar, warpgroup, ring, q_loads);
+    ring.it += t.n_blocks;
+    q_loads += t.n_blocks > 0;
+  });
+  if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the buffer outlives the last stores
+}
+
 template <typename T, class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     forward_kernel(const __grid_constant__ KernelParams p) {
@@ -422,11 +472,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   auto& bar = *reinterpret_cast<Barriers<Tr>*>(smem + Tr::kBarrierOffset);
-  const Tile t = tile_of_block<Tr>(p);
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
 
   if (threadIdx.x == 0) {
     ::cuda::ptx::mbarrier_init(&bar.q_full, 1);
+    ::cuda::ptx::mbarrier_init(&bar.q_empty, Tr::kConsumers * kConsumerWarpsPerWarpgroup);
     for (int stage = 0; stage < Tr::kStages; ++stage) {
       ::cuda::ptx::mbarrier_init(&bar.k_full[stage], 1);
       ::cuda::ptx::mbarrier_init(&bar.v_full[stage], 1);
@@ -439,10 +489,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
-    if (threadIdx.x == 0) producer<Tr>(p, t, smem, bar);
+    if (threadIdx.x == 0) producer<Tr>(p, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
-    consumer<T, Tr>(p, t, smem, bar, warpgroup - 1);
+    consumer<T, Tr>(p, smem, bar, warpgroup - 1);
   }
 #endif
 }

@@ -44,9 +44,11 @@ __device__ __forceinline__ void tma_store(const void* tensor_map, int col, int r
                                     tensor_map, coords, smem_src);
 }
 
+// Closes the group of this thread's TMA stores issued so far.
+__device__ __forceinline__ void tma_store_commit() { ::cuda::ptx::cp_async_bulk_commit_group(); }
+
 // Waits until this thread's committed TMA stores have read their shared memory.
-__device__ __forceinline__ void tma_store_drain() {
-  ::cuda::ptx::cp_async_bulk_commit_group();
+__device__ __forceinline__ void tma_store_wait_read() {
   ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
 }
 

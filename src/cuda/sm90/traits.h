@@ -7,12 +7,16 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_, bool kPersistent_ = false>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to a multiple of 64
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;    // K/V ring depth
   static constexpr int kConsumers = kConsumers_;
+  // Persistent: a block per SM walks the query tiles, and the output is staged
+  // in its own buffer, so the next tile's Q loads while this tile finishes.
+  // Otherwise a block per tile, its output staged in Q's buffer.
+  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels
@@ -25,13 +29,14 @@ struct Traits {
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
-  // Byte offsets from the 1024-aligned base: Q (also the output staging), the
-  // K ring, the V ring, then the mbarriers.
+  // Byte offsets from the 1024-aligned base: Q, the output staging (Q's own
+  // buffer unless persistent), the K ring, the V ring, then the mbarriers.
   static constexpr uint32_t kQOffset = 0;
-  static constexpr uint32_t kKOffset = kQOffset + kQBytes;
+  static constexpr uint32_t kOOffset = kPersistent ? kQBytes : kQOffset;
+  static constexpr uint32_t kKOffset = kPersistent ? 2 * kQBytes : kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  static constexpr uint32_t kBarrierBytes = 8 * (1 + 4 * kStages);
+  static constexpr uint32_t kBarrierBytes = 8 * (2 + 4 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");
@@ -50,9 +55,18 @@ struct Traits {
 // two elsewhere, where three would not hold O, S and P in 160 registers.
 template <int kHeadDim>
 struct TraitsFor;
+// Persistent tiles where they exist (d 64 and 128, BN 128 to make room for the
+// output buffer); see launch.cuh for when they run.
+template <int kHeadDim>
+struct PersistentTraitsFor {
+  using type = void;
+};
 template <> struct TraitsFor<64> { using type = Traits<64, 128, 2, 3>; };
 template <> struct TraitsFor<128> { using type = Traits<128, 176, 2, 2>; };
 template <> struct TraitsFor<192> { using type = Traits<192, 112, 2, 2>; };
 template <> struct TraitsFor<256> { using type = Traits<256, 80, 2, 2>; };
+
+template <> struct PersistentTraitsFor<64> { using type = Traits<64, 128, 2, 3, true>; };
+template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2, true>; };
 
 }  // namespace flashattn::cuda::sm90

@@ -104,8 +104,9 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 300, 40, 2, 1, 64}, DType::bf16, Mask::causal_bottom_right, false);
   add({2, 1, 700, 2, 2, 64}, DType::f16, Mask::none, false);
   add({1, 4097, 4097, 1, 1, 64}, DType::bf16, Mask::causal_top_left, false);
-  // Persistent blocks (seqlen_k <= 4096 at d 64 and 128) walking several tiles
-  // each, some with no visible key; and d 128 past the persistent limit.
+  // Persistent blocks (d 64 and 128, up to 4096 keys causal, 1024 otherwise)
+  // walking several tiles each, some with no visible key; and d 128 past the
+  // persistent limit.
   add({2, 400, 400, 32, 8, 64}, DType::f16, Mask::causal_top_left, false);
   add({1, 700, 300, 40, 8, 128}, DType::bf16, Mask::causal_bottom_right, false);
   add({1, 900, 900, 40, 40, 128}, DType::f16, Mask::none, true);

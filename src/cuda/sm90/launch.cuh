@@ -34,13 +34,16 @@ inline bool heads_fastest(const AttnParams& p, const TileGrid& grid) {
 // Whether a problem runs on the persistent tiles (d 64 and 128): where a
 // tile's key blocks are few, the next tile's Q and first key blocks loading
 // under this one's end outweigh the smaller key block (128 against 176 at
-// d 128). On the H100 at d 128: +17%/+27% (non-causal/causal) at 512 keys,
-// +8%/+18% at 1024, +2%/+9% at 2048, −1%/+2% at 4096, −4%/−2% at 8192; at
-// d 64 +4%/+9% at 512 and within ±2% from 1024 to 4096, −19% causal at 16384,
-// where the static walk balances worse than the hardware's block scheduler.
+// d 128). On the H100 at d 128, A/B in one process: +17%/+27%
+// (non-causal/causal) at 512 keys, +8%/+18% at 1024, +2%/+9% at 2048,
+// −1%/+2% at 4096, −4%/−2% at 8192; in the full suite non-causal 2048–4096
+// came out 3–5% behind, causal 5–11% ahead. At d 64 +4%/+9% at 512, within ±2%
+// from 1024 to 4096, −19% causal at 16384, where the static walk balances worse
+// than the hardware's block scheduler.
 inline bool use_persistent(const AttnParams& p) {
-  constexpr int kMaxKeys = 4096;
-  return p.sizes.seqlen_k <= kMaxKeys;
+  constexpr int kMaxKeysCausal = 4096;
+  constexpr int kMaxKeys = 1024;
+  return p.sizes.seqlen_k <= (p.mask.causal ? kMaxKeysCausal : kMaxKeys);
 }
 
 // Blocks of a persistent launch: one per SM, at most one per tile; for causal

@@ -3,7 +3,8 @@
 A pre-norm decoder block (causal self-attention, then an MLP) is run twice with the same
 weights and input: once with torch.nn.functional.scaled_dot_product_attention, once with
 flashattn.sdpa in its place. The script checks that both give the same output (within the
-dtype's rounding) and prints the time of the attention alone and of the whole block.
+dtype's rounding) and prints the time of the attention alone and of the whole block: the
+median over rounds in which the two implementations take turns.
 
     python examples/transformer_block.py                 # GPU: d_model 1024, 16 heads, seqlen 4096, bf16
     python examples/transformer_block.py --device cpu    # small sizes, float32
@@ -12,6 +13,7 @@ flashattn must be importable: `pip install .`, or a CMake build through
 FLASHATTN_LIBRARY=build/libflashattn.so PYTHONPATH=python (see python/README.md).
 """
 import argparse
+import statistics
 import time
 
 import torch
@@ -49,9 +51,7 @@ class Block(nn.Module):
 
 
 def seconds_per_call(fn, device, iters):
-    """Mean wall time of fn() over iters calls, after two warm-up calls."""
-    for _ in range(2):
-        fn()
+    """Wall time of fn() per call over iters back-to-back calls (GPU time on CUDA)."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -64,6 +64,28 @@ def seconds_per_call(fn, device, iters):
     for _ in range(iters):
         fn()
     return (time.perf_counter() - start) / iters
+
+
+def using(block, sdpa, fn):
+    """fn, run with `sdpa` as the block's attention: timed functions of both implementations
+    can then take turns."""
+    def run():
+        block.sdpa = sdpa
+        return fn()
+    return run
+
+
+def median_times(fns, device, iters, rounds):
+    """Median over rounds of each fn's seconds_per_call, the fns taking turns within a round
+    so that clock and temperature drift reach them alike; two warm-up calls each first."""
+    for fn in fns.values():
+        fn()
+        fn()
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(seconds_per_call(fn, device, iters))
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def relative_l2(a, b):
@@ -86,6 +108,8 @@ def main():
     parser.add_argument("--d-model", type=int)
     parser.add_argument("--heads", type=int)
     parser.add_argument("--iters", type=int)
+    parser.add_argument("--rounds", type=int, default=7,
+                        help="timed rounds per implementation; the median is printed")
     args = parser.parse_args()
     device = torch.device(args.device)
     for name, value in DEFAULTS[device.type].items():
@@ -100,19 +124,21 @@ def main():
     print(f"block: batch {args.batch}, seqlen {args.seqlen}, d_model {args.d_model}, "
           f"{args.heads} heads (head_dim {args.d_model // args.heads}), {args.dtype} on {device}")
 
-    results = {}
+    implementations = {"torch sdpa": F.scaled_dot_product_attention,
+                       "flashattn.sdpa": flashattn.sdpa}
+    results = {name: {} for name in implementations}
     with torch.inference_mode():
-        for name, sdpa in [("torch sdpa", F.scaled_dot_product_attention),
-                           ("flashattn.sdpa", flashattn.sdpa)]:
+        normed = block.attention_norm(x)
+        timed = {}
+        for name, sdpa in implementations.items():
             block.sdpa = sdpa
-            normed = block.attention_norm(x)
-            results[name] = {
-                "out": block(x),
-                "attention": block.attention(normed),
-                "attention_s": seconds_per_call(lambda: block.attention(normed), device,
-                                                args.iters),
-                "block_s": seconds_per_call(lambda: block(x), device, args.iters),
-            }
+            results[name]["out"] = block(x)
+            results[name]["attention"] = block.attention(normed)
+            timed[(name, "attention_s")] = using(block, sdpa, lambda: block.attention(normed))
+            timed[(name, "block_s")] = using(block, sdpa, lambda: block(x))
+        for (name, what), seconds in median_times(timed, device, args.iters,
+                                                  args.rounds).items():
+            results[name][what] = seconds
 
     ours, theirs = results["flashattn.sdpa"], results["torch sdpa"]
     attention_error = relative_l2(ours["attention"], theirs["attention"])

@@ -59,13 +59,13 @@ __device__ __forceinline__ int visible_key_blocks(const KernelParams& p, int row
   return (p.mask.key_end(last_row, p.sizes.seqlen_k) + Tr::kBlockN - 1) / Tr::kBlockN;
 }
 
-// The index-th query tile. Causal tiles near the end of the
-// sequence see the most keys, so they start first. With heads_fastest (causal, few heads, few waves; see launch.cuh),
-// consecutive tiles are the same query tile of neighbouring heads: every
-// head's heaviest tile, then every head's next, so the last wave holds only
-// light tiles. Otherwise consecutive tiles are neighbouring query tiles of one
-// head (heaviest first if causal), and the blocks running at once share its K
-// and V in L2.
+// The index-th query tile. Causal tiles near the end of the sequence see the
+// most keys, so they start first. With heads_fastest (causal, few heads, few
+// waves; see launch.cuh), consecutive tiles are the same query tile of
+// neighbouring heads: every head's heaviest tile, then every head's next, so
+// the last wave holds only light tiles. Otherwise consecutive tiles are
+// neighbouring query tiles of one head (heaviest first if causal), and the
+// blocks running at once share its K and V in L2.
 template <class Tr>
 __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const Sizes& s = p.sizes;
@@ -122,8 +122,8 @@ struct TensorCoreTurns {
   }
 };
 
-// Which slot of the K/V ring the it-th key block of the block's run uses, and the
-// phase parities that mark it filled (consumers wait) and free (the producer
+// Which slot of the K/V ring the it-th key block of the block's run uses, and
+// the phase parities that mark it filled (consumers wait) and free (the producer
 // waits; a fresh barrier counts as free).
 template <class Tr>
 struct RingPosition {
@@ -142,7 +142,8 @@ template <class F>
 __device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
   const int blocks = int(gridDim.x);
   for (int round = 0; round * blocks < p.tiles; ++round) {
-    const int index = round * blocks + ((round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x));
+    const int in_round = (round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+    const int index = round * blocks + in_round;
     if (index < p.tiles) f(index);
   }
 }

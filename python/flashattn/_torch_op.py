@@ -18,7 +18,6 @@ if not hasattr(torch.library, "custom_op"):
                       f"found torch {torch.__version__}")
 
 DTYPES = {torch.float32: _abi.F32, torch.float16: _abi.F16, torch.bfloat16: _abi.BF16}
-DEVICES = {"cpu": _abi.CPU, "cuda": _abi.CUDA}
 
 BACKWARD_MISSING = (
     "flashattn: backward kernels are not implemented yet; flashattn.attention and "
@@ -30,8 +29,7 @@ def check(q, k, v, causal, causal_alignment, backend):
     """Checks what the output shapes depend on and the options; returns the library's mask
     and backend names. The library checks everything else (sizes, devices, strides)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4:
-            _layout.require_4d(name, t.shape)
+        _layout.require_4d(name, t.shape)
         if t.dtype not in DTYPES:
             raise _errors.InvalidArgumentError(
                 f"{name}: dtype is {t.dtype}, must be torch.float32, torch.float16 or "
@@ -82,12 +80,14 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     # The inputs stay referenced until the call returns; on CUDA, a copy freed after that
     # goes back to the caching allocator in the order of this stream, so it is safe.
     (q, qv), (k, kv), (v, vv) = (kernel_tensor(t, heads_first) for t in (q, k, v))
-    batch, seqlen_q, heads_q, head_dim = qv[2:6]
+    q_shape = qv[2:6]  # (batch, seqlen_q, heads_q, head_dim)
+    _, seqlen_q, heads_q, head_dim = q_shape
     out_strides = (seqlen_q * heads_q * head_dim, heads_q * head_dim, head_dim, 1)
     out, out_view = kernel_tensor(
-        q.new_empty_strided(seqlen_first(qv[2:6], heads_first),
+        q.new_empty_strided(seqlen_first(q_shape, heads_first),
                             seqlen_first(out_strides, heads_first)), heads_first)
-    lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32) if with_lse else None
+    lse = (q.new_empty(_layout.lse_shape(q_shape), dtype=torch.float32) if with_lse
+           else None)
     _library.forward(qv, kv, vv, out_view, lse=lse.data_ptr() if with_lse else None,
                      scale=scale, mask=mask, backend=backend,
                      stream=current_stream(qv[-1]) if q.is_cuda else None)

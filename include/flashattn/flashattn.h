@@ -37,7 +37,8 @@ typedef enum {
   FLASHATTN_BACKEND_CUDA_TILED = 4,
   FLASHATTN_BACKEND_CUDA_TF32X3 = 5,
   FLASHATTN_BACKEND_CUDA_MMA = 6,
-  FLASHATTN_BACKEND_CUDA_WGMMA = 7
+  FLASHATTN_BACKEND_CUDA_WGMMA = 7,
+  FLASHATTN_BACKEND_CUDA_F16X3 = 8
 } flashattn_backend;
 
 /* A (batch, seqlen, heads, head_dim) view; strides in elements. */

@@ -31,7 +31,8 @@ MASKS = {"none": 0, "causal_top_left": 1, "causal_bottom_right": 2}
 
 # flashattn_backend, by the names flashattn::to_string(Backend) gives
 BACKENDS = {"auto": 0, "reference": 1, "cpu": 2, "cuda_naive": 3, "cuda_tiled": 4,
-            "cuda_tf32x3": 5, "cuda_mma": 6, "cuda_wgmma": 7}
+            "cuda_tf32x3": 5, "cuda_mma": 6, "cuda_wgmma": 7,
+            "cuda_f16x3": 8}
 
 
 class Tensor(ctypes.Structure):

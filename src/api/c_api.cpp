@@ -40,7 +40,7 @@ flashattn::Params to_params(const flashattn_params& c) {
   require(c.mask >= FLASHATTN_MASK_NONE && c.mask <= FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT,
           "mask: ", c.mask, " is not a flashattn_mask value");
   p.mask = static_cast<flashattn::Mask>(c.mask);
-  require(c.backend >= FLASHATTN_BACKEND_AUTO && c.backend <= FLASHATTN_BACKEND_CUDA_WGMMA,
+  require(c.backend >= FLASHATTN_BACKEND_AUTO && c.backend <= FLASHATTN_BACKEND_CUDA_F16X3,
           "backend: ", c.backend, " is not a flashattn_backend value");
   p.backend = static_cast<flashattn::Backend>(c.backend);
   p.stream = c.stream;

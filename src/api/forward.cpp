@@ -22,12 +22,14 @@ struct BackendInfo {
   int capability;    // 0: any GPU of kMinCapability or newer; else only this one
 };
 
-constexpr std::array<BackendInfo, 7> kBackends = {{
+constexpr std::array<BackendInfo, 8> kBackends = {{
     {Backend::reference, "reference", DeviceKind::cpu, Dtypes::all, 0, 0},
     {Backend::cpu, "cpu", DeviceKind::cpu, Dtypes::all, 0, 0},
     {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, Dtypes::all, 0, 0},
     {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, Dtypes::all, 0, 0},
     {Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, Dtypes::f32_only, 0, 0},
+    {Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, Dtypes::f32_only, cuda::kF16x3MaxHeadDim,
+     0},
     {Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, Dtypes::half_only, cuda::kMmaMaxHeadDim, 0},
     {Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, Dtypes::half_only, cuda::kWgmmaMaxHeadDim,
      90},
@@ -151,11 +153,14 @@ Plan plan(const Params& p) {
   const DeviceKind device = p.q.device.kind;
   if (device == DeviceKind::cuda) check_cuda_device(p);
   if (p.backend == Backend::automatic) {
-    // On the GPU, tensor cores: fp32 through the 3×TF32 split; 16-bit through
+    // On the GPU, tensor cores: fp32 through the scaled fp16 split up to its
+    // head_dim limit, the 3×TF32 split beyond it; 16-bit through
     // wgmma on Hopper where its head_dim and stride rules hold, else mma.sync up
     // to its head_dim limit, the tiled kernel beyond it.
     if (device == DeviceKind::cpu) out.backend = Backend::cpu;
-    else if (p.q.dtype == DType::f32) out.backend = Backend::cuda_tf32x3;
+    else if (p.q.dtype == DType::f32)
+      out.backend = out.attn.sizes.head_dim <= cuda::kF16x3MaxHeadDim ? Backend::cuda_f16x3
+                                                                      : Backend::cuda_tf32x3;
     else if (backend_supports(Backend::cuda_wgmma, p.q.dtype, out.attn.sizes.head_dim) &&
              cuda::wgmma_unsupported(out.attn).empty())
       out.backend = Backend::cuda_wgmma;
@@ -177,7 +182,10 @@ Plan plan(const Params& p) {
   if (info->max_head_dim != 0 && out.attn.sizes.head_dim > info->max_head_dim)
     fail(Status::unsupported, "q: head_dim ", out.attn.sizes.head_dim, " exceeds ", info->name,
          "'s limit of ", info->max_head_dim, " (backend auto runs it on ",
-         info->max_head_dim < cuda::kMmaMaxHeadDim ? "cuda_mma" : "cuda_tiled", ")");
+         info->dtypes == Dtypes::f32_only                ? "cuda_tf32x3"
+         : info->max_head_dim < cuda::kMmaMaxHeadDim ? "cuda_mma"
+                                                     : "cuda_tiled",
+         ")");
   if (p.backend == Backend::cuda_wgmma) {
     const std::string why = cuda::wgmma_unsupported(out.attn);
     if (!why.empty()) fail(Status::unsupported, why, " (backend auto runs it on cuda_mma)");
@@ -197,6 +205,7 @@ void forward(const Params& params) {
     case Backend::cuda_naive: cuda::naive_forward(pl.attn); break;
     case Backend::cuda_tiled: cuda::tiled_forward(pl.attn); break;
     case Backend::cuda_tf32x3: cuda::tf32x3_forward(pl.attn); break;
+    case Backend::cuda_f16x3: cuda::f16x3_forward(pl.attn); break;
     case Backend::cuda_mma: cuda::mma_forward(pl.attn); break;
     case Backend::cuda_wgmma: cuda::wgmma_forward(pl.attn); break;
     case Backend::automatic: fail(Status::internal, "backend: automatic was not resolved");

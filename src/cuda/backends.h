@@ -26,6 +26,10 @@ void naive_forward(const AttnParams& p);
 void tiled_forward(const AttnParams& p);
 void tf32x3_forward(const AttnParams& p);
 
+// cuda_f16x3: fp32 through a scaled fp16 hi/lo split, head_dim up to kF16x3MaxHeadDim.
+inline constexpr int kF16x3MaxHeadDim = 128;
+void f16x3_forward(const AttnParams& p);
+
 // cuda_mma: f16/bf16 on tensor cores (mma.sync), head_dim up to kMmaMaxHeadDim.
 inline constexpr int kMmaMaxHeadDim = 512;
 void mma_forward(const AttnParams& p);

@@ -27,6 +27,10 @@ void tf32x3_forward(const AttnParams&) {
   fail(Status::unsupported, "backend: cuda_tf32x3 is not built (no CUDA support)");
 }
 
+void f16x3_forward(const AttnParams&) {
+  fail(Status::unsupported, "backend: cuda_f16x3 is not built (no CUDA support)");
+}
+
 void mma_forward(const AttnParams&) {
   fail(Status::unsupported, "backend: cuda_mma is not built (no CUDA support)");
 }

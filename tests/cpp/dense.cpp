@@ -54,7 +54,8 @@ float DenseResult::lse_at(int b, int h, int i) const {
 
 DeviceKind device_of(Backend backend) {
   return backend == Backend::cuda_naive || backend == Backend::cuda_tiled ||
-                 backend == Backend::cuda_tf32x3 || backend == Backend::cuda_mma ||
+                 backend == Backend::cuda_tf32x3 || backend == Backend::cuda_f16x3 ||
+                 backend == Backend::cuda_mma ||
                  backend == Backend::cuda_wgmma
              ? DeviceKind::cuda
              : DeviceKind::cpu;

@@ -49,6 +49,11 @@ std::vector<harness::Case> cuda_cases() {
     add({1, 256, 256, 2, 2, 1024}, dtype, Mask::none, false);
     add({1, 256, 300, 2, 1, 1024}, dtype, Mask::causal_bottom_right, true);
   }
+  // Grids of more blocks than SMs, where cuda_f16x3 runs 128-row blocks, with
+  // GQA, both causal alignments and a strided view.
+  add({4, 300, 513, 32, 8, 64}, DType::f32, Mask::causal_bottom_right, false);
+  add({2, 600, 600, 48, 16, 128}, DType::f32, Mask::causal_top_left, true);
+  add({1, 700, 650, 160, 32, 32}, DType::f32, Mask::none, false);
   // cuda_mma's head-dim buckets (32, 64, 96, 128, 192, 256, 512), dims padded
   // into them (40, 72, 136, 264, 500), several key blocks with the causal
   // diagonal and ragged ends, GQA, strided (unaligned, element-wise) views.
@@ -127,7 +132,8 @@ TEST_P(CudaBackend, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CudaBackend,
-    testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma},
+    testing::ValuesIn(with_backends({Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
+                                     Backend::cuda_f16x3, Backend::cuda_mma},
                                     cuda_cases())),
     [](const testing::TestParamInfo<BackendCase>& info) { return backend_case_name(info.param); });
 
@@ -184,7 +190,7 @@ void expect_error(const Params& p, Status status, const std::vector<std::string>
 
 TEST(DeviceRules, CudaBackendOnCpuTensorsIsUnsupported) {
   for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
-                          Backend::cuda_mma, Backend::cuda_wgmma}) {
+                          Backend::cuda_f16x3, Backend::cuda_mma, Backend::cuda_wgmma}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(
@@ -218,8 +224,9 @@ TEST_F(DeviceRulesOnGpu, CudaBackendsAreAvailable) {
   // cuda_wgmma joins them on a Hopper GPU only.
   std::vector<Backend> available = available_backends(DeviceKind::cuda);
   if (!available.empty() && available.back() == Backend::cuda_wgmma) available.pop_back();
-  EXPECT_EQ(available, (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled,
-                                             Backend::cuda_tf32x3, Backend::cuda_mma}));
+  EXPECT_EQ(available,
+            (std::vector<Backend>{Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
+                                  Backend::cuda_f16x3, Backend::cuda_mma}));
 }
 
 // q, k, v, out and lse in device memory of GPU 0, with f32 (1, 8, 2, 16) views.
@@ -240,7 +247,7 @@ struct DeviceTensors {
 
 TEST_F(DeviceRulesOnGpu, CpuBackendOnCudaTensorsIsUnsupported) {
   DeviceTensors t;
-  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_tf32x3);  // f32 tensors
+  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_f16x3);  // f32 tensors
   for (Backend backend : {Backend::reference, Backend::cpu}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     expect_error(
@@ -315,7 +322,7 @@ TEST_F(DeviceRulesOnGpu, HopperBackendStatesWhatItNeeds) {
 
 TEST_F(DeviceRulesOnGpu, HostPointersLabelledCudaAreRejected) {
   for (Backend backend : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
-                          Backend::cuda_mma, Backend::cuda_wgmma}) {
+                          Backend::cuda_f16x3, Backend::cuda_mma, Backend::cuda_wgmma}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     HostTensors t;
     expect_error(t.params(Device{DeviceKind::cuda, 0}, backend), Status::invalid_argument,

@@ -78,6 +78,7 @@ TEST(CApi, EnumValuesMatchTheCppApi) {
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_TF32X3), int(Backend::cuda_tf32x3));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_MMA), int(Backend::cuda_mma));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_WGMMA), int(Backend::cuda_wgmma));
+  EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_F16X3), int(Backend::cuda_f16x3));
 }
 
 TEST(CApi, ContiguousFillsShapeStridesAndDevice) {

@@ -261,7 +261,7 @@ std::string param_name(const testing::TestParamInfo<ClosedForm::ParamType>& info
 std::vector<std::tuple<Backend, DType>> backend_dtypes() {
   std::vector<std::tuple<Backend, DType>> out;
   for (Backend b : {Backend::reference, Backend::cpu, Backend::cuda_naive, Backend::cuda_tiled,
-                    Backend::cuda_tf32x3, Backend::cuda_mma})
+                    Backend::cuda_tf32x3, Backend::cuda_f16x3, Backend::cuda_mma})
     for (DType d : {DType::f32, DType::f16, DType::bf16})
       if (backend_supports(b, d)) out.emplace_back(b, d);
   return out;

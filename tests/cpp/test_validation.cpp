@@ -196,8 +196,8 @@ std::vector<Rule> rules() {
                [](Params& p, Buffers&) { p.backend = static_cast<Backend>(17); },
                invalid,
                {"backend: is not a known backend"}});
-  for (Backend b : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3, Backend::cuda_mma,
-                    Backend::cuda_wgmma}) {
+  for (Backend b : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
+                    Backend::cuda_f16x3, Backend::cuda_mma, Backend::cuda_wgmma}) {
     const std::string name(to_string(b));
     r.push_back({name + "_on_cpu_tensors",
                  [b](Params& p, Buffers&) { p.backend = b; },

@@ -74,7 +74,7 @@ def test_sdpa_is_a_drop_in(dtype, is_causal, heads_q, heads_kv):
                                 dtype)
 
 
-@pytest.mark.parametrize("backend", ["cuda_naive", "cuda_tiled", "cuda_tf32x3"])
+@pytest.mark.parametrize("backend", ["cuda_naive", "cuda_tiled", "cuda_tf32x3", "cuda_f16x3"])
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
 def test_backends_and_lse(backend, alignment):
     q, k, v = random_bshd(2, 150, 97, 4, 2, 72, device="cuda", seed=1)

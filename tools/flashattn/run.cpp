@@ -32,7 +32,8 @@ options:
                                  the last query with the last key (j <= i + Nk - Nq)
   --scale S                      score scale (default 1/sqrt(head_dim))
   --backend NAME                 auto (default), reference, cpu, cuda_naive, cuda_tiled,
-                                 cuda_tf32x3 (f32), cuda_mma (f16/bf16),
+                                 cuda_tf32x3 (f32), cuda_f16x3 (f32, head_dim <= 128),
+                                 cuda_mma (f16/bf16),
                                  cuda_wgmma (f16/bf16 on Hopper)
   --device cpu|cuda[:N]          where to run (default: cuda when a GPU is visible)
 )";
@@ -96,8 +97,8 @@ Backend parse_backend(Options& options) {
   const std::optional<Backend> backend = backend_from_string(name);
   if (!backend)
     throw UsageError("--backend is '" + name +
-                     "', must be auto, reference, cpu, cuda_naive, cuda_tiled, cuda_tf32x3, cuda_mma "
-                     "or cuda_wgmma");
+                     "', must be auto, reference, cpu, cuda_naive, cuda_tiled, cuda_tf32x3, "
+                     "cuda_f16x3, cuda_mma or cuda_wgmma");
   return *backend;
 }
 

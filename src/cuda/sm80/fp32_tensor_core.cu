@@ -20,7 +20,7 @@
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
-#include "cuda/common/cp_async.cuh"
+#include "cuda/common/fp32_tile.cuh"
 #include "cuda/common/mma_tf32x3.cuh"
 #include "cuda/common/tile_grid.cuh"
 
@@ -34,7 +34,7 @@ constexpr int kBlockM = 16 * kWarps;
 // otherwise push the O accumulator (64 per thread) into spills.
 __host__ __device__ constexpr int block_n(int kD) { return kD >= 128 ? 32 : 64; }
 __host__ __device__ constexpr int n_tiles(int kD) { return block_n(kD) / 8; }  // 8-key column tiles of S
-constexpr int kPad = 4;  // row pitch ≡ 4 (mod 32) words: fragment loads hit 32 distinct banks
+constexpr int kPad = kFp32TilePad;  // fragment loads hit 32 distinct banks
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kD>
@@ -43,30 +43,6 @@ struct SharedTiles {
   float k[block_n(kD)][kD + kPad];
   float v[block_n(kD)][kD + kPad];
 };
-
-// Issues dst[r][c] = src[r·row_stride + c] for r < rows, c < cols, and 0
-// elsewhere in the kRows × kD tile, as cp.async copies (not yet landed). vec4:
-// src and row_stride are 16-byte aligned and cols % 4 == 0.
-template <int kD, int kRows>
-__device__ void load_tile_async(float (*dst)[kD + kPad], const float* src, int64_t row_stride,
-                                int rows, int cols, bool vec4) {
-  if (vec4) {
-    constexpr int kVecs = kD / 4;
-#pragma unroll 2
-    for (int e = threadIdx.x; e < kRows * kVecs; e += kThreads) {
-      const int r = e / kVecs, c = (e % kVecs) * 4;
-      const bool valid = r < rows && c < cols;
-      cp_async_16(&dst[r][c], valid ? src + r * row_stride + c : src, valid);
-    }
-  } else {
-#pragma unroll 2
-    for (int e = threadIdx.x; e < kRows * kD; e += kThreads) {
-      const int r = e / kD, c = e % kD;
-      const bool valid = r < rows && c < cols;
-      cp_async_4(&dst[r][c], valid ? src + r * row_stride + c : src, valid);
-    }
-  }
-}
 
 // Tensor cores round the accumulator toward zero on every mma, a bias that grows
 // with the length of an accumulation chain (seen as 1e-4 error at 16k keys). So
@@ -165,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
 
   if (chunks == 1) {
-    load_tile_async<kD, kBlockM>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
+    load_fp32_tile_async<kD, kBlockM, kThreads>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
     cp_async_commit();
   }
   for (int n0 = 0; n0 < n_end; n0 += block_n(kD)) {
@@ -174,13 +150,13 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
       __syncthreads();  // earlier readers of sm.q, sm.k, sm.v are done
       const int d0 = chunk * kD;
       if (chunks > 1)
-        load_tile_async<kD, kBlockM>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
-      load_tile_async<kD, block_n(kD)>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0,
+        load_fp32_tile_async<kD, kBlockM, kThreads>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
+      load_fp32_tile_async<kD, block_n(kD), kThreads>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0,
                                        p.k.row_stride, n_end - n0, s.head_dim - d0, vec4);
       cp_async_commit();
       if (chunk == 0) {
         // V lands while S and the softmax are computed.
-        load_tile_async<kD, block_n(kD)>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0,
+        load_fp32_tile_async<kD, block_n(kD), kThreads>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0,
                                          p.v.row_stride, n_end - n0, s.head_dim - col0, vec4);
         cp_async_commit();
         cp_async_wait<1>();  // Q and K have landed; V may still be in flight

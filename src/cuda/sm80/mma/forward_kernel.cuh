@@ -124,13 +124,14 @@ __device__ __forceinline__ RowSums<Shape::kMTiles>& row_sum(RowSums<Shape::kMTil
 }
 
 // Online softmax for one key block: raise row maxima (rescaling acc and l) where
-// needed, P = 2^(s·c − m·c) in one FFMA + EX2, l += Σ P (in fp32, before P is
-// rounded to T), and P packed as the A fragments of P·V.
-template <typename T, typename Shape>
+// needed, then P = 2^(s·c − m·c + log2_bias) in place of s, in one FFMA + EX2, and
+// l += Σ P in fp32. log2_bias scales P, l and acc alike (so out = acc / l is
+// unchanged); a kernel that does not need it passes 0.
+template <typename Shape>
 __device__ __forceinline__ void online_softmax(
-    float c, float (&s)[Shape::kMTiles][Shape::kNTiles][4], float (&row_max)[Shape::kMTiles][2],
-    RowSums<Shape::kMTiles>& row_sum_slot, float (&acc)[Shape::kMTiles][Shape::kOTiles][4],
-    uint32_t (&pa)[Shape::kMTiles][Shape::kBlockN / 16][4]) {
+    float c, float log2_bias, float (&s)[Shape::kMTiles][Shape::kNTiles][4],
+    float (&row_max)[Shape::kMTiles][2], RowSums<Shape::kMTiles>& row_sum_slot,
+    float (&acc)[Shape::kMTiles][Shape::kOTiles][4]) {
   constexpr int kMT = Shape::kMTiles, kNT = Shape::kNTiles, kOT = Shape::kOTiles;
   RowSums<kMT> row_sum = row_sum_slot;
   float block_max[kMT][2];
@@ -167,26 +168,38 @@ __device__ __forceinline__ void online_softmax(
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float mc = (row_max[mt][h] == -INFINITY ? 0.0f : row_max[mt][h]) * c;
+      const float bias_minus_mc =
+          log2_bias - (row_max[mt][h] == -INFINITY ? 0.0f : row_max[mt][h]) * c;
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], c, -mc));
+          s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], c, bias_minus_mc));
           sum += s[mt][nt][e];
         }
       row_sum.l[mt][h] += sum;
     }
-#pragma unroll
-    for (int kk = 0; kk < Shape::kBlockN / 16; ++kk) {
-      pa[mt][kk][0] = pack_pair<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-      pa[mt][kk][1] = pack_pair<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-      pa[mt][kk][2] = pack_pair<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-      pa[mt][kk][3] = pack_pair<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-    }
   }
   row_sum_slot = row_sum;
+}
+
+// P as the A fragments of P·V, one per 16-key step: the accumulator layout of
+// two adjacent 8-key columns of S is the A layout of one m16n8k16 step. pack(x0,
+// x1) makes one 32-bit operand register of two 16-bit values.
+template <typename Shape, typename Pack>
+__device__ __forceinline__ void p_fragments(const float (&p)[Shape::kMTiles][Shape::kNTiles][4],
+                                            uint32_t (&pa)[Shape::kMTiles][Shape::kBlockN / 16][4],
+                                            Pack&& pack) {
+#pragma unroll
+  for (int mt = 0; mt < Shape::kMTiles; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < Shape::kBlockN / 16; ++kk) {
+      pa[mt][kk][0] = pack(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+      pa[mt][kk][1] = pack(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+      pa[mt][kk][2] = pack(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+      pa[mt][kk][3] = pack(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+    }
 }
 
 // This block's place in the problem: computed once (integer divisions) and
@@ -253,9 +266,10 @@ __device__ __forceinline__ void load_values(const AttnParams& p, const BlockInfo
   cp_async_commit();
 }
 
-// s = -inf where key key0 + column is not visible to the row.
+// s = -inf where key key0 + column is not visible to the row (row0: the tile's
+// first query row).
 template <typename Shape>
-__device__ __forceinline__ void mask_scores(const AttnParams& p, const BlockInfo& info, int key0,
+__device__ __forceinline__ void mask_scores(const AttnParams& p, int row0, int key0,
                                             float (&s)[Shape::kMTiles][Shape::kNTiles][4]) {
   const ThreadCoord tc = thread_coord<Shape>();
   const int g = tc.lane / 4, t = tc.lane % 4;
@@ -264,7 +278,7 @@ __device__ __forceinline__ void mask_scores(const AttnParams& p, const BlockInfo
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // Column 8·nt + e of this thread holds key key0 + 2t + 8·nt + e.
-      const int visible = p.mask.key_end(info.row0 + tc.warp_row0 + 16 * mt + g + 8 * h,
+      const int visible = p.mask.key_end(row0 + tc.warp_row0 + 16 * mt + g + 8 * h,
                                          p.sizes.seqlen_k) - key0 - 2 * t;
 #pragma unroll
       for (int nt = 0; nt < Shape::kNTiles; ++nt)
@@ -377,15 +391,16 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                            tc.warp_row0, tc.lane, sc);
     }
     if (key0 + kBlockN > info.key_end_first)  // some row's key_end falls inside the block
-      mask_scores<Shape>(p, info, key0, sc);
+      mask_scores<Shape>(p, info.row0, key0, sc);
 
     cp_async_wait<0>();
     __syncthreads();  // V_n has landed; every warp is done with K_n
     if (n > 0) load_keys<Shape>(p, info, k_tile, key0 - kBlockN);
 
+    online_softmax<Shape>(p.softmax.scale * kLog2e, 0.0f, sc, row_max,
+                          row_sum<Shape>(row_sum_slots, row_sum_registers), acc);
     uint32_t pa[kMT][kBlockN / 16][4];
-    online_softmax<T, Shape>(p.softmax.scale * kLog2e, sc, row_max,
-                             row_sum<Shape>(row_sum_slots, row_sum_registers), acc, pa);
+    p_fragments<Shape>(sc, pa, [](float x0, float x1) { return pack_pair<T>(x0, x1); });
     values_mma<T, Shape>(static_cast<uint32_t>(__cvta_generic_to_shared(v_tile)),
                          thread_coord<Shape>().lane, pa, acc);
   }

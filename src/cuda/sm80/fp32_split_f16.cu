@@ -6,7 +6,7 @@
 //
 // A block of 4 warps owns 64 query rows (16 per warp) of one (batch, q head) and
 // walks its visible key blocks from the last to the first, as the 16-bit kernel
-// does. Each fp32 tile lands by cp.async in one staging buffer and is split from
+// does. Each fp32 tile lands by cp.async in a staging buffer and is split from
 // there into hi and lo fp16 tiles, each group of values with its own scale:
 //   Q: per row,  K: per 8 keys (one n8 column of S),  V: per 8 output columns.
 // A warp splits whole groups, so a group's maximum needs only shuffles. Then
@@ -19,9 +19,9 @@
 // 2^kPLog2Bias so that its small values stay clear of fp16's subnormal range
 // (acc and l carry the factor alike, so out = acc / l is unchanged).
 //
-// Per key block:
-//   wait K_n · split K_n · load V_n · S = Q·K_nᵀ · mask · wait V_n · split V_n ·
-//   load K_{n−1} · softmax · acc += P·V_n.
+// Per key block, with K and V each staged one block ahead:
+//   wait K_n · split K_n · load K_{n−1} · S = Q·K_nᵀ · mask · wait V_n · split V_n ·
+//   load V_{n−1} · softmax · acc += P·V_n.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -55,11 +55,15 @@ using ShapeFor = mma::TileShape<kD, kD, kBlockM, kD >= 128 ? 32 : 64, kBlockM / 
 template <typename Shape>
 struct alignas(128) SharedTiles {
   static constexpr int kD = Shape::kD;
-  static constexpr int kStageRows = Shape::kBlockM;  // holds a Q tile and a K or V tile
+  using Stage = float[Shape::kBlockN][kD + kFp32TilePad];
+  // The Q tile, once; then a K and a V tile, each loading a whole key block ahead.
+  static constexpr int kStageRows = std::max(Shape::kBlockM, 2 * Shape::kBlockN);
   char q_hi[Shape::QTile::kBytes], q_lo[Shape::QTile::kBytes];
   char k_hi[Shape::KTile::kBytes], k_lo[Shape::KTile::kBytes];
   char v_hi[Shape::VTile::kBytes], v_lo[Shape::VTile::kBytes];
   float stage[kStageRows][kD + kFp32TilePad];
+  __device__ Stage& stage_k() { return *reinterpret_cast<Stage*>(stage[0]); }
+  __device__ Stage& stage_v() { return *reinterpret_cast<Stage*>(stage[Shape::kBlockN]); }
   float q_unscale[Shape::kBlockM];  // 2^-e per query row
   float k_unscale[Shape::kNTiles];  // 2^-e per 8 keys
   float v_unscale[Shape::kOTiles];  // 2^-e per 8 output columns
@@ -148,10 +152,14 @@ __device__ __forceinline__ void split_columns(const float (*stage)[kD + kFp32Til
 // big += Q_hi·K_hiᵀ, small += Q_hi·K_loᵀ + Q_lo·K_hiᵀ over all kD columns, for the
 // warp's 16 rows (ldmatrix lanes as in the 16-bit kernel). Addresses come from
 // thread_index() afresh, so that they are not held in registers through the loop.
+// Per 16 columns the three products go each over all key tiles in turn, so an
+// mma waits on the one kNTiles before it, not on its neighbour: with two warps
+// per scheduler, that distance is what keeps the tensor cores busy.
 template <typename Shape>
 __device__ __forceinline__ void scores_mma(const SharedTiles<Shape>& sm,
                                            float (&big)[Shape::kNTiles][4],
                                            float (&small)[Shape::kNTiles][4]) {
+  constexpr int kPairs = Shape::kNTiles / 2;
   const int lane = thread_index() % 32, warp_row0 = thread_index() / 32 * 16;
   using QTile = typename Shape::QTile;
   using KTile = typename Shape::KTile;
@@ -160,51 +168,68 @@ __device__ __forceinline__ void scores_mma(const SharedTiles<Shape>& sm,
   constexpr uint32_t kQLo = sizeof(sm.q_hi), kKLo = sizeof(sm.k_hi);  // lo follows hi
 #pragma unroll
   for (int kk = 0; kk < Shape::kD / 16; ++kk) {
-    uint32_t a_hi[4], a_lo[4];
+    uint32_t a_hi[4], a_lo[4], b_hi[kPairs][4], b_lo[kPairs][4];
     ldmatrix_x4(a_hi, QTile::address(q_lane, 0, kk));
     ldmatrix_x4(a_lo, QTile::address(q_lane, 0, kk) + kQLo);
 #pragma unroll
-    for (int np = 0; np < Shape::kNTiles / 2; ++np) {
-      uint32_t b_hi[4], b_lo[4];
-      ldmatrix_x4(b_hi, KTile::address(k_lane, 16 * np, kk));
-      ldmatrix_x4(b_lo, KTile::address(k_lane, 16 * np, kk) + kKLo);
-      mma_two_tiles<__half>(big[2 * np], big[2 * np + 1], a_hi, b_hi);
-      mma_two_tiles<__half>(small[2 * np], small[2 * np + 1], a_hi, b_lo);
-      mma_two_tiles<__half>(small[2 * np], small[2 * np + 1], a_lo, b_hi);
+    for (int np = 0; np < kPairs; ++np) {
+      ldmatrix_x4(b_hi[np], KTile::address(k_lane, 16 * np, kk));
+      ldmatrix_x4(b_lo[np], KTile::address(k_lane, 16 * np, kk) + kKLo);
     }
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma_two_tiles<__half>(big[2 * np], big[2 * np + 1], a_hi, b_hi[np]);
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma_two_tiles<__half>(small[2 * np], small[2 * np + 1], a_hi, b_lo[np]);
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma_two_tiles<__half>(small[2 * np], small[2 * np + 1], a_lo, b_hi[np]);
   }
 }
 
-// acc += P·V for the warp's rows, P as hi/lo A fragments; per pair of output
-// column tiles, one chain over the block's keys, then scaled into acc.
+// acc += P·V for the warp's rows, P as hi/lo A fragments. Output column tiles go
+// kGroup at a time: one chain per tile over the block's keys, then scaled into
+// acc; within a 16-key step each product runs over the whole group, for the
+// same distance between dependent mma as in scores_mma.
 template <typename Shape>
 __device__ __forceinline__ void values_mma(const SharedTiles<Shape>& sm,
                                            const uint32_t (&p_hi)[Shape::kBlockN / 16][4],
                                            const uint32_t (&p_lo)[Shape::kBlockN / 16][4],
                                            float (&acc)[1][Shape::kOTiles][4]) {
+  constexpr int kGroup = Shape::kOTiles < 8 ? Shape::kOTiles : 8, kPairs = kGroup / 2;
   const int lane = thread_index() % 32;
   using VTile = typename Shape::VTile;
   const auto v_lane =
       VTile::lane(smem_address(sm.v_hi), lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
   constexpr uint32_t kVLo = sizeof(sm.v_hi);
 #pragma unroll
-  for (int dp = 0; dp < Shape::kOTiles / 2; ++dp) {
-    float big[2][4] = {}, small[2][4] = {};
+  for (int ot0 = 0; ot0 < Shape::kOTiles; ot0 += kGroup) {
+    float big[kGroup][4] = {}, small[kGroup][4] = {};
 #pragma unroll
     for (int kk = 0; kk < Shape::kBlockN / 16; ++kk) {
-      uint32_t b_hi[4], b_lo[4];
-      ldmatrix_x4_trans(b_hi, VTile::address(v_lane, 16 * kk, dp));
-      ldmatrix_x4_trans(b_lo, VTile::address(v_lane, 16 * kk, dp) + kVLo);
-      mma_two_tiles<__half>(big[0], big[1], p_hi[kk], b_hi);
-      mma_two_tiles<__half>(small[0], small[1], p_hi[kk], b_lo);
-      mma_two_tiles<__half>(small[0], small[1], p_lo[kk], b_hi);
+      uint32_t b_hi[kPairs][4], b_lo[kPairs][4];
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp) {
+        ldmatrix_x4_trans(b_hi[dp], VTile::address(v_lane, 16 * kk, ot0 / 2 + dp));
+        ldmatrix_x4_trans(b_lo[dp], VTile::address(v_lane, 16 * kk, ot0 / 2 + dp) + kVLo);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp)
+        mma_two_tiles<__half>(big[2 * dp], big[2 * dp + 1], p_hi[kk], b_hi[dp]);
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp)
+        mma_two_tiles<__half>(small[2 * dp], small[2 * dp + 1], p_hi[kk], b_lo[dp]);
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp)
+        mma_two_tiles<__half>(small[2 * dp], small[2 * dp + 1], p_lo[kk], b_hi[dp]);
     }
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const float unscale = sm.v_unscale[2 * dp + j];
+    for (int j = 0; j < kGroup; ++j) {
+      const float unscale = sm.v_unscale[ot0 + j];
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        acc[0][2 * dp + j][e] = fmaf(big[j][e] + small[j][e], unscale, acc[0][2 * dp + j][e]);
+        acc[0][ot0 + j][e] = fmaf(big[j][e] + small[j][e], unscale, acc[0][ot0 + j][e]);
     }
   }
 }
@@ -262,8 +287,12 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
     q_unscale[0] = sm.q_unscale[warp_row0 + g];
     q_unscale[1] = sm.q_unscale[warp_row0 + g + 8];
     const int key0 = (end_block - 1) * kBlockN;
-    load_fp32_tile_async<kD, kBlockN, kThreads>(sm.stage, k + int64_t(key0) * p.k.row_stride,
+    load_fp32_tile_async<kD, kBlockN, kThreads>(sm.stage_k(), k + int64_t(key0) * p.k.row_stride,
                                                 p.k.row_stride, s.seqlen_k - key0, s.head_dim,
+                                                vec4);
+    cp_async_commit();
+    load_fp32_tile_async<kD, kBlockN, kThreads>(sm.stage_v(), v + int64_t(key0) * p.v.row_stride,
+                                                p.v.row_stride, s.seqlen_k - key0, s.head_dim,
                                                 vec4);
     cp_async_commit();
   }
@@ -275,15 +304,17 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
 
   for (int n = end_block - 1; n >= first_block; --n) {
     const int key0 = n * kBlockN;
-    cp_async_wait<0>();
+    // In flight here: K_n, then V_n (one commit group each, empty past the first block).
+    cp_async_wait<1>();
     __syncthreads();  // K_n is staged; every warp is done with K_{n+1} and V_{n+1}
     for (int group = warp; group < kNT; group += kWarps)
-      split_rows<typename Shape::KTile, kD, true>(sm.stage, sm.k_hi, sm.k_lo, 8 * group,
+      split_rows<typename Shape::KTile, kD, true>(sm.stage_k(), sm.k_hi, sm.k_lo, 8 * group,
                                                   sm.k_unscale + group);
-    __syncthreads();  // K_n is split; the stage is free
-    load_fp32_tile_async<kD, kBlockN, kThreads>(sm.stage, v + int64_t(key0) * p.v.row_stride,
-                                                p.v.row_stride, s.seqlen_k - key0, s.head_dim,
-                                                vec4);
+    __syncthreads();  // K_n is split; its stage is free
+    if (n > first_block)
+      load_fp32_tile_async<kD, kBlockN, kThreads>(
+          sm.stage_k(), k + int64_t(key0 - kBlockN) * p.k.row_stride, p.k.row_stride,
+          s.seqlen_k - (key0 - kBlockN), s.head_dim, vec4);
     cp_async_commit();
 
     float sc[1][kNT][4] = {}, small[kNT][4] = {};
@@ -296,15 +327,15 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
     if (key0 + kBlockN > key_end_first)  // some row's key_end falls inside the block
       mma::mask_scores<Shape>(p, row0, key0, sc);
 
-    cp_async_wait<0>();
+    cp_async_wait<1>();  // of V_n and K_{n−1}
     __syncthreads();  // V_n is staged
     for (int col8 = warp; col8 < kOT; col8 += kWarps)
-      split_columns<typename Shape::VTile, kD, kBlockN>(sm.stage, sm.v_hi, sm.v_lo, col8,
+      split_columns<typename Shape::VTile, kD, kBlockN>(sm.stage_v(), sm.v_hi, sm.v_lo, col8,
                                                         sm.v_unscale + col8);
-    __syncthreads();  // V_n is split; the stage is free
+    __syncthreads();  // V_n is split; its stage is free
     if (n > first_block)
       load_fp32_tile_async<kD, kBlockN, kThreads>(
-          sm.stage, k + int64_t(key0 - kBlockN) * p.k.row_stride, p.k.row_stride,
+          sm.stage_v(), v + int64_t(key0 - kBlockN) * p.v.row_stride, p.v.row_stride,
           s.seqlen_k - (key0 - kBlockN), s.head_dim, vec4);
     cp_async_commit();
 

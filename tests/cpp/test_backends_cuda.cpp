@@ -247,7 +247,7 @@ struct DeviceTensors {
 
 TEST_F(DeviceRulesOnGpu, CpuBackendOnCudaTensorsIsUnsupported) {
   DeviceTensors t;
-  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_f16x3);  // f32 tensors
+  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_tf32x3);  // 8 f32 rows
   for (Backend backend : {Backend::reference, Backend::cpu}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     expect_error(
@@ -290,6 +290,20 @@ TEST_F(DeviceRulesOnGpu, AutomaticPicksTensorCoresFor16BitUpToTheirHeadDimLimit)
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 513).params(Backend::automatic)),
               Backend::cuda_tiled);
   }
+}
+
+TEST_F(DeviceRulesOnGpu, AutomaticPicksF16x3ForFp32WhereQueryTilesShareKeys) {
+  const Device gpu{DeviceKind::cuda, 0};
+  const harness::DeviceBuffer in(size_t(65) * 2 * 129 * 4, 0), out(size_t(65) * 2 * 129 * 4, 0);
+  auto f32_params = [&](int seqlen, int head_dim) {
+    Params p;
+    p.q = p.k = p.v = contiguous_view(in.data(), DType::f32, 1, seqlen, 2, head_dim, gpu);
+    p.out = contiguous_view(out.data(), DType::f32, 1, seqlen, 2, head_dim, gpu);
+    return p;
+  };
+  EXPECT_EQ(select_backend(f32_params(65, 128)), Backend::cuda_f16x3);
+  EXPECT_EQ(select_backend(f32_params(64, 128)), Backend::cuda_tf32x3);  // one query tile
+  EXPECT_EQ(select_backend(f32_params(65, 129)), Backend::cuda_tf32x3);  // head_dim
 }
 
 TEST_F(DeviceRulesOnGpu, TensorCoreBackendRejectsF32AndWideHeads) {

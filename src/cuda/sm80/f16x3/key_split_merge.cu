@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "cuda/common/check.h"
-#include "cuda/sm80/key_split.h"
+#include "cuda/sm80/f16x3/key_split.h"
 
 namespace flashattn::cuda {
 namespace {

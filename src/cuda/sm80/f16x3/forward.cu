@@ -1,0 +1,93 @@
+// cuda_f16x3: picks the tile shape and key splits, splits K and V, runs the
+// attention kernel and, where the keys were split, the merge.
+#include <algorithm>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/head_dim_bucket.h"
+#include "cuda/common/scratch.h"
+#include "cuda/sm80/f16x3/kernel.cuh"
+
+namespace flashattn::cuda {
+namespace f16x3 {
+namespace {
+
+constexpr int kHeadDims[] = {32, 64, 128};
+static_assert(kHeadDims[2] == kF16x3MaxHeadDim);
+
+template <typename Shape>
+void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV& kv,
+                   const KeySplit& split) {
+  const int smem = int(sizeof(SharedTiles<Shape>));
+  const auto kernel = attention_kernel<Shape>;
+  FLASHATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  grid.dims.y = unsigned(split.count);
+  kernel<<<grid.dims, Shape::kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
+      p, grid.m_blocks, vec4, kv, split);
+  check_launch("cuda_f16x3 attention_kernel");
+}
+
+// 128-row blocks are used where they still give nearly every SM a block: each
+// reads a key block once for twice the rows of a 64-row block. Smaller grids run
+// 64-row blocks and split the keys over as many blocks per query tile as keep
+// the grid within two blocks per SM (one wave), at most kMaxKeySplits, each
+// taking at least two key blocks.
+template <int kD>
+void run(const AttnParams& p) {
+  constexpr int kBlockN = kBlockNFor<kD>;
+  const Sizes& s = p.sizes;
+  // 16-byte cp.async needs 16-byte rows and whole float4s of head_dim.
+  bool vec4 = s.head_dim % 4 == 0;
+  for (const TensorRef* t : {&p.q, &p.k, &p.v}) vec4 = vec4 && rows_16b_aligned(*t, sizeof(float));
+
+  const int key_blocks = (s.seqlen_k + kBlockN - 1) / kBlockN;
+  const int64_t kv_heads = int64_t(s.batch) * s.heads_kv;
+  const size_t halves = size_t(kv_heads) * key_blocks * kBlockN * kD;  // per array
+  const size_t scales = size_t(kv_heads) * key_blocks * (1 + kD / 8);
+  Scratch kv_scratch(4 * halves * sizeof(uint16_t) + scales * sizeof(float), p.device_index,
+                     p.stream);
+  auto* h = static_cast<uint16_t*>(kv_scratch.data());
+  SplitKV kv{h, h + halves, h + 2 * halves, h + 3 * halves, nullptr, nullptr, key_blocks * kBlockN};
+  kv.k_unscale = reinterpret_cast<float*>(h + 4 * halves);
+  kv.v_unscale = kv.k_unscale + kv_heads * key_blocks;
+  if (kv_heads * key_blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: too many key blocks");
+  split_kv_kernel<kD, kBlockN><<<unsigned(kv_heads * key_blocks), kSplitThreads, 0,
+                                 static_cast<cudaStream_t>(p.stream)>>>(p, kv, vec4);
+  check_launch("cuda_f16x3 split_kv_kernel");
+
+  const int sms = multiprocessors(p.device_index);
+  const TileGrid wide = make_tile_grid(s, 128, kD, "cuda_f16x3");
+  if (int64_t(wide.dims.x) * 8 >= int64_t(sms) * 7) {
+    run_attention<ShapeFor<kD, 128>>(p, wide, vec4, kv, KeySplit{});
+    return;
+  }
+  const TileGrid grid = make_tile_grid(s, 64, kD, "cuda_f16x3");
+  const int64_t wanted = 2 * int64_t(sms) / grid.dims.x;
+  const int splits = int(std::min<int64_t>({wanted, kMaxKeySplits, key_blocks / 2}));
+  if (splits <= 1) {
+    run_attention<ShapeFor<kD, 64>>(p, grid, vec4, kv, KeySplit{});
+    return;
+  }
+  const size_t rows = size_t(splits) * s.batch * s.heads_q * s.seqlen_q;
+  Scratch split_scratch(rows * (s.head_dim + 1) * sizeof(float), p.device_index, p.stream);
+  KeySplit split{splits, static_cast<float*>(split_scratch.data()), nullptr};
+  split.lse = split.out + rows * s.head_dim;
+  run_attention<ShapeFor<kD, 64>>(p, grid, vec4, kv, split);
+  merge_key_splits(p, split);
+}
+
+}  // namespace
+}  // namespace f16x3
+
+void f16x3_forward(const AttnParams& p) {
+  DeviceGuard device(p.device_index);
+  switch (head_dim_bucket(f16x3::kHeadDims, p.sizes.head_dim)) {
+    case 32: f16x3::run<32>(p); return;
+    case 64: f16x3::run<64>(p); return;
+    case 128: f16x3::run<128>(p); return;
+  }
+  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_f16x3 above its limit");
+}
+
+}  // namespace flashattn::cuda

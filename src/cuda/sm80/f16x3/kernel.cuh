@@ -1,0 +1,303 @@
+// The attention kernel of cuda_f16x3: exact fp32 attention on fp16 tensor cores
+// (sm_80+), head_dim up to 128. Every product runs as three fp16 mma.sync on a
+// scaled hi/lo split of its fp32 operands (common/split_f16.cuh), which keeps
+// fp32 accuracy at twice the rate of TF32 mma and lets the 16-bit kernel's
+// machinery (swizzled tiles, ldmatrix, P kept in registers) carry fp32.
+//
+// A block of kWarps warps owns 16·kWarps query rows of one (batch, q head) and
+// walks its share of the visible key blocks from the last to the first, as the
+// 16-bit kernel does. Q is staged in fp32 and split per row here; K and V arrive
+// already split (split_kv.cuh), K with one scale per key block, V with one per
+// key block and 8 output columns. Then
+//   s_ij = (Σ hi·hi + Σ (hi·lo + lo·hi)) · 2^-(e_i + e_block),
+//   acc_i += (Σ P_hi·V_hi + Σ (P_hi·V_lo + P_lo·V_hi)) · 2^-e_col.
+// Tensor cores truncate the fp32 accumulator on every mma, a bias that grows
+// with the chain: the hi·hi terms therefore accumulate per key block only (at
+// most 8 mma in a chain) and the small terms in their own accumulator, the two
+// added in fp32 with round to nearest. P is split like the operands, raised by
+// 2^kPLog2Bias so that its small values stay clear of fp16's subnormal range
+// (acc and l carry the factor alike, so out = acc / l is unchanged).
+//
+// K and V tiles are double-buffered, each loaded a key block ahead:
+//   wait K_n · load K_{n−1} · S = Q·K_nᵀ · mask · wait V_n · load V_{n−1} ·
+//   softmax · acc += P·V_n.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/common/split_f16.cuh"
+#include "cuda/common/tile_grid.cuh"
+#include "cuda/sm80/f16x3/group_split.cuh"
+#include "cuda/sm80/f16x3/key_split.h"
+#include "cuda/sm80/f16x3/split_kv.cuh"
+#include "cuda/sm80/mma/forward_kernel.cuh"
+
+namespace flashattn::cuda::f16x3 {
+
+// P·2^6 is at most 2^(8 + 6) with the softmax's rescale slack (mma::kRescaleSlack):
+// inside fp16's range, and its smallest normal 2^-14 then stands for P = 2^-20.
+constexpr float kPLog2Bias = 6.0f;
+
+// kBlockM query rows, 16 per warp; 64 keys per block, 32 at kD = 128 (registers).
+template <int kD>
+constexpr int kBlockNFor = kD >= 128 ? 32 : 64;
+template <int kD, int kBlockM>
+using ShapeFor = mma::TileShape<kD, kD, kBlockM, kBlockNFor<kD>, kBlockM / 16>;
+
+template <typename Shape>
+struct alignas(128) SharedTiles {
+  static constexpr int kD = Shape::kD;
+  struct KeyBlock {  // one buffer of the K and V tiles
+    char k_hi[Shape::KTile::kBytes], k_lo[Shape::KTile::kBytes];
+    char v_hi[Shape::VTile::kBytes], v_lo[Shape::VTile::kBytes];
+  };
+  char q_hi[Shape::QTile::kBytes], q_lo[Shape::QTile::kBytes];
+  union {
+    float q_stage[Shape::kBlockM][kD + kFp32TilePad];  // Q in fp32, before the key loop
+    KeyBlock keys[2];
+  };
+  float q_unscale[Shape::kBlockM];     // 2^-e per query row
+  float k_unscale[2];                  // 2^-e per buffer's key block
+  float v_unscale[2][Shape::kOTiles];  // 2^-e per buffer's 8 output columns
+};
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Starts loading key block n's K (kv_part 0) or V (1) tiles and scales into
+// buffer `buf`, as one commit group.
+template <typename Shape>
+__device__ __forceinline__ void load_key_block(const SplitKV& kv, int64_t bh, int n, int part,
+                                               SharedTiles<Shape>& sm, int buf) {
+  constexpr int kD = Shape::kD, kBlockN = Shape::kBlockN;
+  const int64_t row0 = bh * kv.rows + int64_t(n) * kBlockN;
+  const int64_t block = bh * (kv.rows / kBlockN) + n;
+  auto& keys = sm.keys[buf];
+  const int tid = thread_index();
+  if (part == 0) {
+    load_tile<typename Shape::KTile, Shape::kThreads>(keys.k_hi, kv.k_hi + row0 * kD, kD, kBlockN,
+                                                      kD, true);
+    load_tile<typename Shape::KTile, Shape::kThreads>(keys.k_lo, kv.k_lo + row0 * kD, kD, kBlockN,
+                                                      kD, true);
+    if (tid == 0) cp_async_4(&sm.k_unscale[buf], kv.k_unscale + block, true);
+  } else {
+    load_tile<typename Shape::VTile, Shape::kThreads>(keys.v_hi, kv.v_hi + row0 * kD, kD, kBlockN,
+                                                      kD, true);
+    load_tile<typename Shape::VTile, Shape::kThreads>(keys.v_lo, kv.v_lo + row0 * kD, kD, kBlockN,
+                                                      kD, true);
+    if (tid < Shape::kOTiles)
+      cp_async_4(&sm.v_unscale[buf][tid], kv.v_unscale + block * Shape::kOTiles + tid, true);
+  }
+  cp_async_commit();
+}
+
+// big += Q_hi·K_hiᵀ, small += Q_hi·K_loᵀ + Q_lo·K_hiᵀ over all kD columns, for the
+// warp's 16 rows (ldmatrix lanes as in the 16-bit kernel). Addresses come from
+// thread_index() afresh, so that they are not held in registers through the loop.
+// Per 16 columns the three products go each over all key tiles in turn, so an
+// mma waits on the one kNTiles before it, not on its neighbour.
+template <typename Shape>
+__device__ __forceinline__ void scores_mma(const SharedTiles<Shape>& sm, int buf,
+                                           float (&big)[Shape::kNTiles][4],
+                                           float (&small)[Shape::kNTiles][4]) {
+  constexpr int kPairs = Shape::kNTiles / 2;
+  const int lane = thread_index() % 32, warp_row0 = thread_index() / 32 * 16;
+  using QTile = typename Shape::QTile;
+  using KTile = typename Shape::KTile;
+  const auto q_lane = QTile::lane(smem_address(sm.q_hi), warp_row0 + lane % 16, lane / 16);
+  const auto k_lane =
+      KTile::lane(smem_address(sm.keys[buf].k_hi), 8 * (lane / 16) + lane % 8, (lane / 8) % 2);
+  constexpr uint32_t kQLo = Shape::QTile::kBytes, kKLo = Shape::KTile::kBytes;  // lo follows hi
+#pragma unroll
+  for (int kk = 0; kk < Shape::kD / 16; ++kk) {
+    uint32_t a_hi[4], a_lo[4], b_hi[kPairs][4], b_lo[kPairs][4];
+    ldmatrix_x4(a_hi, QTile::address(q_lane, 0, kk));
+    ldmatrix_x4(a_lo, QTile::address(q_lane, 0, kk) + kQLo);
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np) {
+      ldmatrix_x4(b_hi[np], KTile::address(k_lane, 16 * np, kk));
+      ldmatrix_x4(b_lo[np], KTile::address(k_lane, 16 * np, kk) + kKLo);
+    }
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma_two_tiles<__half>(big[2 * np], big[2 * np + 1], a_hi, b_hi[np]);
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma_two_tiles<__half>(small[2 * np], small[2 * np + 1], a_hi, b_lo[np]);
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np)
+      mma_two_tiles<__half>(small[2 * np], small[2 * np + 1], a_lo, b_hi[np]);
+  }
+}
+
+// acc += P·V for the warp's rows, P as hi/lo A fragments. Output column tiles go
+// kGroup at a time (8, or 4 at kD = 128, whose accumulators leave fewer
+// registers): one chain per tile over the block's keys, then scaled into acc;
+// within a 16-key step each product runs over the whole group, for the same
+// distance between dependent mma as in scores_mma.
+template <typename Shape>
+__device__ __forceinline__ void values_mma(const SharedTiles<Shape>& sm, int buf,
+                                           const uint32_t (&p_hi)[Shape::kBlockN / 16][4],
+                                           const uint32_t (&p_lo)[Shape::kBlockN / 16][4],
+                                           float (&acc)[1][Shape::kOTiles][4]) {
+  constexpr int kGroup = std::min(Shape::kOTiles, Shape::kD >= 128 ? 4 : 8), kPairs = kGroup / 2;
+  const int lane = thread_index() % 32;
+  using VTile = typename Shape::VTile;
+  const auto v_lane =
+      VTile::lane(smem_address(sm.keys[buf].v_hi), lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+  constexpr uint32_t kVLo = Shape::VTile::kBytes;
+#pragma unroll
+  for (int ot0 = 0; ot0 < Shape::kOTiles; ot0 += kGroup) {
+    float big[kGroup][4] = {}, small[kGroup][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < Shape::kBlockN / 16; ++kk) {
+      uint32_t b_hi[kPairs][4], b_lo[kPairs][4];
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp) {
+        ldmatrix_x4_trans(b_hi[dp], VTile::address(v_lane, 16 * kk, ot0 / 2 + dp));
+        ldmatrix_x4_trans(b_lo[dp], VTile::address(v_lane, 16 * kk, ot0 / 2 + dp) + kVLo);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp)
+        mma_two_tiles<__half>(big[2 * dp], big[2 * dp + 1], p_hi[kk], b_hi[dp]);
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp)
+        mma_two_tiles<__half>(small[2 * dp], small[2 * dp + 1], p_hi[kk], b_lo[dp]);
+#pragma unroll
+      for (int dp = 0; dp < kPairs; ++dp)
+        mma_two_tiles<__half>(small[2 * dp], small[2 * dp + 1], p_lo[kk], b_hi[dp]);
+    }
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      const float unscale = sm.v_unscale[buf][ot0 + j];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[0][ot0 + j][e] = fmaf(big[j][e] + small[j][e], unscale, acc[0][ot0 + j][e]);
+    }
+  }
+}
+
+// Blocks per SM: one of 8 warps, two of 4 (64-row blocks run grids of fewer
+// than two blocks per SM, see forward.cu).
+template <typename Shape>
+constexpr int kMinBlocks = Shape::kWarps == 8 ? 1 : 2;
+
+template <typename Shape>
+__global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
+    attention_kernel(const AttnParams p, int m_blocks, bool vec4, const SplitKV kv,
+                     const KeySplit split) {
+  constexpr int kD = Shape::kD, kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN;
+  constexpr int kNT = Shape::kNTiles, kOT = Shape::kOTiles;
+  extern __shared__ float4 smem[];
+  SharedTiles<Shape>& sm = *reinterpret_cast<SharedTiles<Shape>*>(smem);
+  const Sizes& s = p.sizes;
+  const int lane = threadIdx.x % 32, warp_row0 = 16 * (threadIdx.x / 32);
+  const int g = lane / 4, t = lane % 4;
+
+  const TileCoord tc = tile_coord(s, m_blocks);
+  const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk;
+  // The query tiles of one (batch, head) run last to first: under a causal mask
+  // the longest rows start first.
+  const int row0 = (m_blocks - 1 - tc.m_block) * kBlockM;
+  const int rows = min(kBlockM, s.seqlen_q - row0);
+  // Of the key blocks visible to the tile, split blockIdx.y takes its share
+  // [first_block, end_block), walked from the last to the first.
+  const int visible_blocks =
+      (p.mask.key_end(row0 + rows - 1, s.seqlen_k) + kBlockN - 1) / kBlockN;
+  const int per_split = (visible_blocks + split.count - 1) / split.count;
+  const int first_block = int(blockIdx.y) * per_split;
+  const int end_block = min(visible_blocks, first_block + per_split);
+  const int key_end_first = p.mask.key_end(row0, s.seqlen_k);
+
+  float q_unscale[2] = {1.0f, 1.0f};  // rows g and g + 8 of the warp
+  if (end_block > first_block) {
+    const float* q = static_cast<const float*>(p.q.data) + tc.b * p.q.batch_stride +
+                     tc.hq * p.q.head_stride + int64_t(row0) * p.q.row_stride;
+    load_fp32_tile_async<kD, kBlockM, Shape::kThreads>(sm.q_stage, q, p.q.row_stride, rows,
+                                                       s.head_dim, vec4);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      split_rows<typename Shape::QTile, kD>(sm.q_stage, sm.q_hi, sm.q_lo, warp_row0 + 8 * half,
+                                            sm.q_unscale + warp_row0 + 8 * half);
+    __syncthreads();  // the stage is free for K and V; the warp's row scales are written
+    q_unscale[0] = sm.q_unscale[warp_row0 + g];
+    q_unscale[1] = sm.q_unscale[warp_row0 + g + 8];
+    load_key_block<Shape>(kv, bh, end_block - 1, 0, sm, (end_block - 1) % 2);
+    load_key_block<Shape>(kv, bh, end_block - 1, 1, sm, (end_block - 1) % 2);
+  }
+
+  float acc[1][kOT][4] = {};
+  float row_max[1][2] = {{-INFINITY, -INFINITY}};
+  mma::RowSums<1> row_sum{};
+  const float c = p.softmax.scale * mma::kLog2e;
+
+  for (int n = end_block - 1; n >= first_block; --n) {
+    const int key0 = n * kBlockN, buf = n % 2;
+    // In flight here: K_n, then V_n (one commit group each).
+    cp_async_wait<1>();
+    __syncthreads();  // K_n has landed; every warp is done with key block n + 1
+    if (n > first_block) load_key_block<Shape>(kv, bh, n - 1, 0, sm, 1 - buf);
+    else cp_async_commit();  // an empty group keeps the count
+
+    float sc[1][kNT][4] = {}, small[kNT][4] = {};
+    scores_mma<Shape>(sm, buf, sc[0], small);
+    const float unscale[2] = {q_unscale[0] * sm.k_unscale[buf], q_unscale[1] * sm.k_unscale[buf]};
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[0][nt][e] = (sc[0][nt][e] + small[nt][e]) * unscale[e / 2];
+    if (key0 + kBlockN > key_end_first)  // some row's key_end falls inside the block
+      mma::mask_scores<Shape>(p, row0, key0, sc);
+
+    cp_async_wait<1>();  // of V_n and K_{n−1}
+    __syncthreads();     // V_n has landed
+    if (n > first_block) load_key_block<Shape>(kv, bh, n - 1, 1, sm, 1 - buf);
+    else cp_async_commit();
+
+    mma::online_softmax<Shape>(c, kPLog2Bias, sc, row_max, row_sum, acc);
+    uint32_t p_hi[1][kBlockN / 16][4], p_lo[1][kBlockN / 16][4];
+    mma::p_fragments<Shape>(sc, p_hi, [](float x0, float x1) { return split_pair(x0, x1).hi; });
+    mma::p_fragments<Shape>(sc, p_lo, [](float x0, float x1) { return split_pair(x0, x1).lo; });
+    values_mma<Shape>(sm, buf, p_hi[0], p_lo[0], acc);
+  }
+
+  // One split writes p's output itself; several write their parts for the merge.
+  const int64_t head_row0 = (int64_t(tc.b) * s.heads_q + tc.hq) * s.seqlen_q;  // of lse
+  const int64_t split_rows0 = int64_t(blockIdx.y) * s.batch * s.heads_q * s.seqlen_q + head_row0;
+  float* const lse = split.count > 1 ? split.lse + split_rows0
+                     : p.softmax.lse ? p.softmax.lse + head_row0
+                                     : nullptr;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum.l[0][h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + warp_row0 + g + 8 * h;
+    if (row >= s.seqlen_q) continue;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    float* o_row = split.count == 1
+                       ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
+                             tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride
+                       : split.out + (split_rows0 + row) * s.head_dim;
+#pragma unroll
+    for (int ot = 0; ot < kOT; ++ot)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * ot + 2 * t + e;
+        if (col < s.head_dim) o_row[col] = acc[0][ot][2 * h + e] * inv_l;
+      }
+    // l carries P's 2^kPLog2Bias.
+    if (lse && t == 0)
+      lse[row] = l > 0.0f ? row_max[0][h] * p.softmax.scale + logf(l) - kPLog2Bias * 0.69314718f
+                          : -INFINITY;
+  }
+}
+
+}  // namespace flashattn::cuda::f16x3

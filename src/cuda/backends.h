@@ -30,11 +30,13 @@ void tf32x3_forward(const AttnParams& p);
 inline constexpr int kF16x3MaxHeadDim = 128;
 void f16x3_forward(const AttnParams& p);
 
-// Whether automatic runs fp32 on cuda_f16x3 rather than cuda_tf32x3: it splits K
-// and V once per call, in a kernel of its own, which pays where more than one
-// 64-row query tile reads them; a smaller problem is one launch on cuda_tf32x3.
+// Whether automatic runs fp32 on cuda_f16x3 rather than cuda_tf32x3. cuda_f16x3
+// splits K and V once per call, in a kernel and a scratch buffer of its own: that
+// pays where at least four 64-row query tiles read each key block. Below, the
+// ~10 µs of host time it adds per call exceeded its gain on the H100 (equal at
+// 200 query rows), and a problem that small is one launch on cuda_tf32x3.
 inline bool f16x3_preferred(const Sizes& s) {
-  return s.head_dim <= kF16x3MaxHeadDim && int64_t(s.seqlen_q) * s.group() > 64;
+  return s.head_dim <= kF16x3MaxHeadDim && int64_t(s.seqlen_q) * s.group() >= 256;
 }
 
 // cuda_mma: f16/bf16 on tensor cores (mma.sync), head_dim up to kMmaMaxHeadDim.

@@ -294,16 +294,16 @@ TEST_F(DeviceRulesOnGpu, AutomaticPicksTensorCoresFor16BitUpToTheirHeadDimLimit)
 
 TEST_F(DeviceRulesOnGpu, AutomaticPicksF16x3ForFp32WhereQueryTilesShareKeys) {
   const Device gpu{DeviceKind::cuda, 0};
-  const harness::DeviceBuffer in(size_t(65) * 2 * 129 * 4, 0), out(size_t(65) * 2 * 129 * 4, 0);
+  const harness::DeviceBuffer in(size_t(256) * 2 * 129 * 4, 0), out(size_t(256) * 2 * 129 * 4, 0);
   auto f32_params = [&](int seqlen, int head_dim) {
     Params p;
     p.q = p.k = p.v = contiguous_view(in.data(), DType::f32, 1, seqlen, 2, head_dim, gpu);
     p.out = contiguous_view(out.data(), DType::f32, 1, seqlen, 2, head_dim, gpu);
     return p;
   };
-  EXPECT_EQ(select_backend(f32_params(65, 128)), Backend::cuda_f16x3);
-  EXPECT_EQ(select_backend(f32_params(64, 128)), Backend::cuda_tf32x3);  // one query tile
-  EXPECT_EQ(select_backend(f32_params(65, 129)), Backend::cuda_tf32x3);  // head_dim
+  EXPECT_EQ(select_backend(f32_params(256, 128)), Backend::cuda_f16x3);
+  EXPECT_EQ(select_backend(f32_params(255, 128)), Backend::cuda_tf32x3);  // under 4 query tiles
+  EXPECT_EQ(select_backend(f32_params(256, 129)), Backend::cuda_tf32x3);  // head_dim
 }
 
 TEST_F(DeviceRulesOnGpu, TensorCoreBackendRejectsF32AndWideHeads) {

@@ -43,6 +43,8 @@ void run(const AttnParams& p) {
 
   const int key_blocks = (s.seqlen_k + kBlockN - 1) / kBlockN;
   const int64_t kv_heads = int64_t(s.batch) * s.heads_kv;
+  if (kv_heads * key_blocks > 0x7FFFFFFF)
+    fail(Status::unsupported, "k: shape too large for cuda_f16x3's grid");
   const size_t halves = size_t(kv_heads) * key_blocks * kBlockN * kD;  // per array
   const size_t scales = size_t(kv_heads) * key_blocks * (1 + kD / 8);
   Scratch kv_scratch(4 * halves * sizeof(uint16_t) + scales * sizeof(float), p.device_index,
@@ -51,7 +53,6 @@ void run(const AttnParams& p) {
   SplitKV kv{h, h + halves, h + 2 * halves, h + 3 * halves, nullptr, nullptr, key_blocks * kBlockN};
   kv.k_unscale = reinterpret_cast<float*>(h + 4 * halves);
   kv.v_unscale = kv.k_unscale + kv_heads * key_blocks;
-  if (kv_heads * key_blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: too many key blocks");
   split_kv_kernel<kD, kBlockN><<<unsigned(kv_heads * key_blocks), kSplitThreads, 0,
                                  static_cast<cudaStream_t>(p.stream)>>>(p, kv, vec4);
   check_launch("cuda_f16x3 split_kv_kernel");

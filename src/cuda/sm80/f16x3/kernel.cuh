@@ -199,7 +199,12 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
   const int g = lane / 4, t = lane % 4;
 
   const TileCoord tc = tile_coord(s, m_blocks);
-  const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk;
+  // The block's (batch, kv head) among the split K and V: recomputed at each use
+  // (two integer divisions) rather than held in registers through the loop.
+  const auto kv_head = [&] {
+    const TileCoord c = tile_coord(s, m_blocks);
+    return int64_t(c.b) * s.heads_kv + c.hk;
+  };
   // The query tiles of one (batch, head) run last to first: under a causal mask
   // the longest rows start first.
   const int row0 = (m_blocks - 1 - tc.m_block) * kBlockM;
@@ -229,8 +234,8 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
     __syncthreads();  // the stage is free for K and V; the warp's row scales are written
     q_unscale[0] = sm.q_unscale[warp_row0 + g];
     q_unscale[1] = sm.q_unscale[warp_row0 + g + 8];
-    load_key_block<Shape>(kv, bh, end_block - 1, 0, sm, (end_block - 1) % 2);
-    load_key_block<Shape>(kv, bh, end_block - 1, 1, sm, (end_block - 1) % 2);
+    load_key_block<Shape>(kv, kv_head(), end_block - 1, 0, sm, (end_block - 1) % 2);
+    load_key_block<Shape>(kv, kv_head(), end_block - 1, 1, sm, (end_block - 1) % 2);
   }
 
   float acc[1][kOT][4] = {};
@@ -243,7 +248,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
     // In flight here: K_n, then V_n (one commit group each).
     cp_async_wait<1>();
     __syncthreads();  // K_n has landed; every warp is done with key block n + 1
-    if (n > first_block) load_key_block<Shape>(kv, bh, n - 1, 0, sm, 1 - buf);
+    if (n > first_block) load_key_block<Shape>(kv, kv_head(), n - 1, 0, sm, 1 - buf);
     else cp_async_commit();  // an empty group keeps the count
 
     float sc[1][kNT][4] = {}, small[kNT][4] = {};
@@ -258,7 +263,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kMinBlocks<Shape>)
 
     cp_async_wait<1>();  // of V_n and K_{n−1}
     __syncthreads();     // V_n has landed
-    if (n > first_block) load_key_block<Shape>(kv, bh, n - 1, 1, sm, 1 - buf);
+    if (n > first_block) load_key_block<Shape>(kv, kv_head(), n - 1, 1, sm, 1 - buf);
     else cp_async_commit();
 
     mma::online_softmax<Shape>(c, kPLog2Bias, sc, row_max, row_sum, acc);

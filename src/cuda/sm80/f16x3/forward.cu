@@ -28,11 +28,9 @@ void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV&
   check_launch("cuda_f16x3 attention_kernel");
 }
 
-// 128-row blocks are used where they still give nearly every SM a block: each
-// reads a key block once for twice the rows of a 64-row block. Smaller grids run
-// 64-row blocks and split the keys over as many blocks per query tile as keep
-// the grid within two blocks per SM (one wave), at most kMaxKeySplits, each
-// taking at least two key blocks.
+// A grid under two blocks per SM splits the keys over as many blocks per query
+// tile as keep it within two blocks per SM (one wave), at most kMaxKeySplits,
+// each taking at least two key blocks.
 template <int kD>
 void run(const AttnParams& p) {
   constexpr int kBlockN = kBlockNFor<kD>;
@@ -57,24 +55,19 @@ void run(const AttnParams& p) {
                                  static_cast<cudaStream_t>(p.stream)>>>(p, kv, vec4);
   check_launch("cuda_f16x3 split_kv_kernel");
 
-  const int sms = multiprocessors(p.device_index);
-  const TileGrid wide = make_tile_grid(s, 128, kD, "cuda_f16x3");
-  if (int64_t(wide.dims.x) * 8 >= int64_t(sms) * 7) {
-    run_attention<ShapeFor<kD, 128>>(p, wide, vec4, kv, KeySplit{});
-    return;
-  }
-  const TileGrid grid = make_tile_grid(s, 64, kD, "cuda_f16x3");
-  const int64_t wanted = 2 * int64_t(sms) / grid.dims.x;
+  using Shape = ShapeFor<kD>;
+  const TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
+  const int64_t wanted = 2 * int64_t(multiprocessors(p.device_index)) / grid.dims.x;
   const int splits = int(std::min<int64_t>({wanted, kMaxKeySplits, key_blocks / 2}));
   if (splits <= 1) {
-    run_attention<ShapeFor<kD, 64>>(p, grid, vec4, kv, KeySplit{});
+    run_attention<Shape>(p, grid, vec4, kv, KeySplit{});
     return;
   }
   const size_t rows = size_t(splits) * s.batch * s.heads_q * s.seqlen_q;
   Scratch split_scratch(rows * (s.head_dim + 1) * sizeof(float), p.device_index, p.stream);
   KeySplit split{splits, static_cast<float*>(split_scratch.data()), nullptr};
   split.lse = split.out + rows * s.head_dim;
-  run_attention<ShapeFor<kD, 64>>(p, grid, vec4, kv, split);
+  run_attention<Shape>(p, grid, vec4, kv, split);
   merge_key_splits(p, split);
 }
 

@@ -26,7 +26,9 @@ __device__ __forceinline__ int split_exponent(float max_abs) {
 }
 
 // 2^e for e in [-126, 127], exactly.
-__device__ __forceinline__ float exp2_int(int e) { return __uint_as_float(uint32_t(e + 127) << 23); }
+__device__ __forceinline__ float exp2_int(int e) {
+  return __uint_as_float(uint32_t(e + 127) << 23);
+}
 
 struct HalfPairs {
   uint32_t hi, lo;  // two fp16 each, x0 in the low half

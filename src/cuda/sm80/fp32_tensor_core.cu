@@ -150,14 +150,17 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
       __syncthreads();  // earlier readers of sm.q, sm.k, sm.v are done
       const int d0 = chunk * kD;
       if (chunks > 1)
-        load_fp32_tile_async<kD, kBlockM, kThreads>(sm.q, gQ + d0, p.q.row_stride, rows, s.head_dim - d0, vec4);
-      load_fp32_tile_async<kD, block_n(kD), kThreads>(sm.k, gK + int64_t(n0) * p.k.row_stride + d0,
-                                       p.k.row_stride, n_end - n0, s.head_dim - d0, vec4);
+        load_fp32_tile_async<kD, kBlockM, kThreads>(sm.q, gQ + d0, p.q.row_stride, rows,
+                                                    s.head_dim - d0, vec4);
+      load_fp32_tile_async<kD, block_n(kD), kThreads>(
+          sm.k, gK + int64_t(n0) * p.k.row_stride + d0, p.k.row_stride, n_end - n0,
+          s.head_dim - d0, vec4);
       cp_async_commit();
       if (chunk == 0) {
         // V lands while S and the softmax are computed.
-        load_fp32_tile_async<kD, block_n(kD), kThreads>(sm.v, gV + int64_t(n0) * p.v.row_stride + col0,
-                                         p.v.row_stride, n_end - n0, s.head_dim - col0, vec4);
+        load_fp32_tile_async<kD, block_n(kD), kThreads>(
+            sm.v, gV + int64_t(n0) * p.v.row_stride + col0, p.v.row_stride, n_end - n0,
+            s.head_dim - col0, vec4);
         cp_async_commit();
         cp_async_wait<1>();  // Q and K have landed; V may still be in flight
       } else {

@@ -1,5 +1,5 @@
-// cuda_f16x3: picks the tile shape and key splits, splits K and V, runs the
-// attention kernel and, where the keys were split, the merge.
+// cuda_f16x3: splits K and V, picks the key splits, runs the attention kernel
+// and, where the keys were split, the merge.
 #include <algorithm>
 
 #include "cuda/backends.h"

@@ -6,9 +6,9 @@
 //
 // A block of 4 warps owns 64 query rows (16 per warp) of one (batch, q head),
 // two blocks per SM, and walks its share of the visible key blocks from the last
-// to the first, as the 16-bit kernel does. Q is staged in fp32 and split per row here; K and V arrive
-// already split (split_kv.cuh), K with one scale per key block, V with one per
-// key block and 8 output columns. Then
+// to the first, as the 16-bit kernel does. Q is staged in fp32 and split per row
+// here; K and V arrive already split (split_kv.cuh), K with one scale per key
+// block, V with one per key block and 8 output columns. Then
 //   s_ij = (Σ hi·hi + Σ (hi·lo + lo·hi)) · 2^-(e_i + e_block),
 //   acc_i += (Σ P_hi·V_hi + Σ (P_hi·V_lo + P_lo·V_hi)) · 2^-e_col.
 // Tensor cores truncate the fp32 accumulator on every mma, a bias that grows

@@ -49,11 +49,22 @@ std::vector<harness::Case> cuda_cases() {
     add({1, 256, 256, 2, 2, 1024}, dtype, Mask::none, false);
     add({1, 256, 300, 2, 1, 1024}, dtype, Mask::causal_bottom_right, true);
   }
-  // Grids of more blocks than SMs, where cuda_f16x3 runs 128-row blocks, with
+  // fp32 grids of more blocks than SMs (cuda_f16x3 without key splits), with
   // GQA, both causal alignments and a strided view.
   add({4, 300, 513, 32, 8, 64}, DType::f32, Mask::causal_bottom_right, false);
   add({2, 600, 600, 48, 16, 128}, DType::f32, Mask::causal_top_left, true);
   add({1, 700, 650, 160, 32, 32}, DType::f32, Mask::none, false);
+  // fp32 values far outside fp16's range, each way, which cuda_f16x3's power-of-
+  // two scales must carry: std 1e12 (the scale keeps the scores moderate) and
+  // std 1e-12 (near-uniform attention over tiny values).
+  harness::Case huge = make_case({1, 200, 333, 4, 2, 64}, DType::f32, Mask::causal_bottom_right,
+                                 false);
+  huge.input_std = 1e12f;
+  huge.scale = 0.125e-24f;
+  cases.push_back(huge);
+  harness::Case tiny = make_case({2, 150, 97, 2, 1, 40}, DType::f32, Mask::none, true);
+  tiny.input_std = 1e-12f;
+  cases.push_back(tiny);
   // cuda_mma's head-dim buckets (32, 64, 96, 128, 192, 256, 512), dims padded
   // into them (40, 72, 136, 264, 500), several key blocks with the causal
   // diagonal and ragged ends, GQA, strided (unaligned, element-wise) views.

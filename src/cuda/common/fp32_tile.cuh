@@ -12,6 +12,14 @@ namespace flashattn::cuda {
 
 constexpr int kFp32TilePad = 4;
 
+// Whether q, k and v load in 16-byte copies: rows 16-byte aligned and head_dim
+// whole float4s.
+inline bool fp32_rows_vec4(const AttnParams& p) {
+  bool vec4 = p.sizes.head_dim % 4 == 0;
+  for (const TensorRef* t : {&p.q, &p.k, &p.v}) vec4 = vec4 && rows_16b_aligned(*t, sizeof(float));
+  return vec4;
+}
+
 // Issues dst[r][c] = src[r·row_stride + c] for r < rows, c < cols, and 0
 // elsewhere in the kRows × kCols tile, as cp.async copies by kThreads threads
 // (not yet landed). vec4: src and row_stride are 16-byte aligned and cols % 4 == 0.

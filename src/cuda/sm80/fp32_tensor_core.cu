@@ -227,16 +227,12 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
 
 template <int kD>
 void launch(const AttnParams& p) {
-  const Sizes& s = p.sizes;
-  const TileGrid grid = make_tile_grid(s, kBlockM, kD, "cuda_tf32x3");
-  // float4 loads need 16-byte rows and whole float4s of head_dim.
-  bool vec4 = s.head_dim % 4 == 0;
-  for (const TensorRef* t : {&p.q, &p.k, &p.v}) vec4 = vec4 && rows_16b_aligned(*t, sizeof(float));
+  const TileGrid grid = make_tile_grid(p.sizes, kBlockM, kD, "cuda_tf32x3");
   const int smem = int(sizeof(SharedTiles<kD>));
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(fp32_tc_kernel<kD>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   fp32_tc_kernel<kD><<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
-      p, grid.m_blocks, vec4);
+      p, grid.m_blocks, fp32_rows_vec4(p));
   check_launch("fp32_tc_kernel");
 }
 

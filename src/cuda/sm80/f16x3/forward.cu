@@ -35,9 +35,7 @@ template <int kD>
 void run(const AttnParams& p) {
   constexpr int kBlockN = kBlockNFor<kD>;
   const Sizes& s = p.sizes;
-  // 16-byte cp.async needs 16-byte rows and whole float4s of head_dim.
-  bool vec4 = s.head_dim % 4 == 0;
-  for (const TensorRef* t : {&p.q, &p.k, &p.v}) vec4 = vec4 && rows_16b_aligned(*t, sizeof(float));
+  const bool vec4 = fp32_rows_vec4(p);
 
   const int key_blocks = (s.seqlen_k + kBlockN - 1) / kBlockN;
   const int64_t kv_heads = int64_t(s.batch) * s.heads_kv;

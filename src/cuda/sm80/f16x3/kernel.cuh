@@ -264,10 +264,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     else cp_async_commit();
 
     mma::online_softmax<Shape>(c, kPLog2Bias, sc, row_max, row_sum, acc);
-    uint32_t p_hi[1][kBlockN / 16][4], p_lo[1][kBlockN / 16][4];
-    mma::p_fragments<Shape>(sc, p_hi, [](float x0, float x1) { return split_pair(x0, x1).hi; });
-    mma::p_fragments<Shape>(sc, p_lo, [](float x0, float x1) { return split_pair(x0, x1).lo; });
-    values_mma<Shape>(sm, buf, p_hi[0], p_lo[0], acc);
+    uint32_t p_hi[kBlockN / 16][4], p_lo[kBlockN / 16][4];
+    mma::for_each_p_fragment<Shape>(sc, [&](int, int kk, int r, float x0, float x1) {
+      const HalfPairs split = split_pair(x0, x1);
+      p_hi[kk][r] = split.hi;
+      p_lo[kk][r] = split.lo;
+    });
+    values_mma<Shape>(sm, buf, p_hi, p_lo, acc);
   }
 
   // One split writes p's output itself; several write their parts for the merge.

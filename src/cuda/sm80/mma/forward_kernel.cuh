@@ -185,21 +185,21 @@ __device__ __forceinline__ void online_softmax(
 }
 
 // P as the A fragments of P·V, one per 16-key step: the accumulator layout of
-// two adjacent 8-key columns of S is the A layout of one m16n8k16 step. pack(x0,
-// x1) makes one 32-bit operand register of two 16-bit values.
-template <typename Shape, typename Pack>
-__device__ __forceinline__ void p_fragments(const float (&p)[Shape::kMTiles][Shape::kNTiles][4],
-                                            uint32_t (&pa)[Shape::kMTiles][Shape::kBlockN / 16][4],
-                                            Pack&& pack) {
+// two adjacent 8-key columns of S is the A layout of one m16n8k16 step.
+// visit(mt, kk, r, x0, x1) gets the two fp32 values that register r of the A
+// fragment of step kk of m16 slice mt holds, as two 16-bit values.
+template <typename Shape, typename Visit>
+__device__ __forceinline__ void for_each_p_fragment(
+    const float (&p)[Shape::kMTiles][Shape::kNTiles][4], Visit&& visit) {
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
-    for (int kk = 0; kk < Shape::kBlockN / 16; ++kk) {
-      pa[mt][kk][0] = pack(p[mt][2 * kk][0], p[mt][2 * kk][1]);
-      pa[mt][kk][1] = pack(p[mt][2 * kk][2], p[mt][2 * kk][3]);
-      pa[mt][kk][2] = pack(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
-      pa[mt][kk][3] = pack(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
-    }
+    for (int kk = 0; kk < Shape::kBlockN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float(&pair)[4] = p[mt][2 * kk + r / 2];
+        visit(mt, kk, r, pair[2 * (r % 2)], pair[2 * (r % 2) + 1]);
+      }
 }
 
 // This block's place in the problem: computed once (integer divisions) and
@@ -400,7 +400,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     online_softmax<Shape>(p.softmax.scale * kLog2e, 0.0f, sc, row_max,
                           row_sum<Shape>(row_sum_slots, row_sum_registers), acc);
     uint32_t pa[kMT][kBlockN / 16][4];
-    p_fragments<Shape>(sc, pa, [](float x0, float x1) { return pack_pair<T>(x0, x1); });
+    for_each_p_fragment<Shape>(sc, [&](int mt, int kk, int r, float x0, float x1) {
+      pa[mt][kk][r] = pack_pair<T>(x0, x1);
+    });
     values_mma<T, Shape>(static_cast<uint32_t>(__cvta_generic_to_shared(v_tile)),
                          thread_coord<Shape>().lane, pa, acc);
   }

@@ -55,7 +55,7 @@ enum class Backend {
   cuda_tf32x3,  // fp32 only: tensor cores at fp32 accuracy (3×TF32 split), sm_80+
   cuda_mma,     // f16/bf16 only, head_dim <= 512: tensor cores (mma.sync), sm_80+
   cuda_wgmma,   // f16/bf16 only, head_dim <= 256, Hopper (sm_90) only: TMA, wgmma, warp specialisation
-  cuda_f16x3,   // fp32 only, head_dim <= 128: fp32 accuracy from 3 fp16 mma.sync per product
+  cuda_f16x3,   // fp32 only, head_dim <= 1024: fp32 accuracy from 3 fp16 mma.sync per product
                 // on a scaled hi/lo split, sm_80+
 };
 
@@ -102,7 +102,7 @@ std::optional<DType> dtype_from_string(std::string_view name);
 size_t dtype_size(DType dtype);
 
 // Whether `backend` takes tensors of `dtype` and this head_dim (cuda_tf32x3 is
-// fp32 only; cuda_f16x3 is fp32 only, with head_dim <= 128; cuda_mma is f16/bf16
+// fp32 only; cuda_f16x3 is fp32 only, with head_dim <= 1024; cuda_mma is f16/bf16
 // only, with head_dim <= 512; cuda_wgmma is
 // f16/bf16 only, with head_dim <= 256, and needs a Hopper GPU and TMA-describable
 // strides besides).

@@ -27,7 +27,7 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     j <= i, PyTorch's is_causal) or "bottom_right" (j <= i + seqlen_k - seqlen_q; a query
     that sees no key gets output 0 and lse -inf). scale: default 1/sqrt(head_dim).
     backend: None (chosen from the device and dtype), "reference", "cpu", "cuda_naive",
-    "cuda_tiled", "cuda_tf32x3" (float32), "cuda_f16x3" (float32, head_dim <= 128),
+    "cuda_tiled", "cuda_tf32x3" (float32), "cuda_f16x3" (float32, head_dim <= 1024),
     "cuda_mma" (float16/bfloat16, head_dim <= 512),
     "cuda_wgmma" (float16/bfloat16, head_dim <= 256, Hopper GPUs).
 

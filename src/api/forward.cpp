@@ -153,14 +153,16 @@ Plan plan(const Params& p) {
   const DeviceKind device = p.q.device.kind;
   if (device == DeviceKind::cuda) check_cuda_device(p);
   if (p.backend == Backend::automatic) {
-    // On the GPU, tensor cores: fp32 through the scaled fp16 split where it
-    // pays (cuda::f16x3_preferred), else the 3×TF32 split; 16-bit through
-    // wgmma on Hopper where its head_dim and stride rules hold, else mma.sync up
-    // to its head_dim limit, the tiled kernel beyond it.
+    // On the GPU, fp32 problems small enough to be all latency on cuda_tiled's
+    // one-pass path (cuda::tiny_fits), larger ones on tensor cores: the scaled
+    // fp16 split where it pays (cuda::f16x3_preferred), else the 3×TF32 split;
+    // 16-bit through wgmma on Hopper where its head_dim and stride rules hold,
+    // else mma.sync up to its head_dim limit, the tiled kernel beyond it.
     if (device == DeviceKind::cpu) out.backend = Backend::cpu;
     else if (p.q.dtype == DType::f32)
-      out.backend = cuda::f16x3_preferred(out.attn.sizes) ? Backend::cuda_f16x3
-                                                          : Backend::cuda_tf32x3;
+      out.backend = cuda::tiny_fits(out.attn)               ? Backend::cuda_tiled
+                    : cuda::f16x3_preferred(out.attn.sizes) ? Backend::cuda_f16x3
+                                                            : Backend::cuda_tf32x3;
     else if (backend_supports(Backend::cuda_wgmma, p.q.dtype, out.attn.sizes.head_dim) &&
              cuda::wgmma_unsupported(out.attn).empty())
       out.backend = Backend::cuda_wgmma;

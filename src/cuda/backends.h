@@ -23,11 +23,22 @@ int multiprocessors(int device_index);
 void require_device_pointer(const void* ptr, int device_index, const char* name);
 
 void naive_forward(const AttnParams& p);
+// cuda_tiled; fp32 problems that tiny_fits() run as one round of loads and a
+// warp per query row (tiny.cu), which automatic also picks for them: such a
+// call is all latency.
 void tiled_forward(const AttnParams& p);
+inline constexpr int kTinyMaxRows = 64, kTinyMaxKeys = 64, kTinyMaxHeadDim = 64;
+inline bool tiny_fits(const AttnParams& p) {
+  const Sizes& s = p.sizes;
+  return p.dtype == DType::f32 && s.seqlen_q <= kTinyMaxRows && s.seqlen_k <= kTinyMaxKeys &&
+         s.head_dim <= kTinyMaxHeadDim;
+}
+void tiny_forward(const AttnParams& p);
 void tf32x3_forward(const AttnParams& p);
 
-// cuda_f16x3: fp32 through a scaled fp16 hi/lo split, head_dim up to kF16x3MaxHeadDim.
-inline constexpr int kF16x3MaxHeadDim = 128;
+// cuda_f16x3: fp32 through a scaled fp16 hi/lo split, head_dim up to kF16x3MaxHeadDim
+// (above 128 on the wide-head kernel, whose warps split head_dim).
+inline constexpr int kF16x3MaxHeadDim = 1024;
 void f16x3_forward(const AttnParams& p);
 
 // Whether automatic runs fp32 on cuda_f16x3 rather than cuda_tf32x3. cuda_f16x3

@@ -65,6 +65,22 @@ std::vector<harness::Case> cuda_cases() {
   harness::Case tiny = make_case({2, 150, 97, 2, 1, 40}, DType::f32, Mask::none, true);
   tiny.input_std = 1e-12f;
   cases.push_back(tiny);
+  // cuda_f16x3's wide heads (buckets 256, 512, 1024, dims padded into them):
+  // the exercise's one head of 1000 rows (keys split over blocks, merged), GQA,
+  // both causal alignments with rows that see no key, seqlen_k 1, strided
+  // (unaligned, element-wise) views, and a grid of many tiles.
+  add({1, 1000, 1000, 1, 1, 1024}, DType::f32, Mask::none, false);
+  add({1, 333, 1000, 2, 1, 1024}, DType::f32, Mask::causal_bottom_right, true);
+  add({1, 257, 300, 2, 2, 1000}, DType::f32, Mask::causal_top_left, false);
+  add({1, 300, 100, 2, 2, 500}, DType::f32, Mask::causal_bottom_right, true);
+  add({2, 130, 77, 4, 2, 200}, DType::f32, Mask::causal_top_left, false);
+  add({1, 17, 1, 3, 1, 300}, DType::f32, Mask::none, false);
+  add({2, 600, 900, 4, 4, 256}, DType::f32, Mask::none, false);
+  // cuda_tiled's one-pass fp32 path at its limits (64 rows and keys, head_dim
+  // 64): rows that see no key, GQA, strided (unaligned) views, odd head dims.
+  add({1, 64, 40, 4, 2, 64}, DType::f32, Mask::causal_bottom_right, true);
+  add({2, 50, 64, 3, 1, 60}, DType::f32, Mask::causal_top_left, false);
+  add({1, 33, 64, 2, 2, 37}, DType::f32, Mask::none, true);
   // cuda_mma's head-dim buckets (32, 64, 96, 128, 192, 256, 512), dims padded
   // into them (40, 72, 136, 264, 500), several key blocks with the causal
   // diagonal and ragged ends, GQA, strided (unaligned, element-wise) views.
@@ -258,7 +274,7 @@ struct DeviceTensors {
 
 TEST_F(DeviceRulesOnGpu, CpuBackendOnCudaTensorsIsUnsupported) {
   DeviceTensors t;
-  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_tf32x3);  // 8 f32 rows
+  EXPECT_EQ(select_backend(t.params(Backend::automatic)), Backend::cuda_tiled);  // tiny: 8 f32 rows
   for (Backend backend : {Backend::reference, Backend::cpu}) {
     SCOPED_TRACE(std::string(to_string(backend)));
     expect_error(
@@ -305,7 +321,7 @@ TEST_F(DeviceRulesOnGpu, AutomaticPicksTensorCoresFor16BitUpToTheirHeadDimLimit)
 
 TEST_F(DeviceRulesOnGpu, AutomaticPicksF16x3ForFp32WhereQueryTilesShareKeys) {
   const Device gpu{DeviceKind::cuda, 0};
-  const harness::DeviceBuffer in(size_t(256) * 2 * 129 * 4, 0), out(size_t(256) * 2 * 129 * 4, 0);
+  const harness::DeviceBuffer in(size_t(256) * 2 * 1025 * 4, 0), out(size_t(256) * 2 * 1025 * 4, 0);
   auto f32_params = [&](int seqlen, int head_dim) {
     Params p;
     p.q = p.k = p.v = contiguous_view(in.data(), DType::f32, 1, seqlen, 2, head_dim, gpu);
@@ -313,8 +329,9 @@ TEST_F(DeviceRulesOnGpu, AutomaticPicksF16x3ForFp32WhereQueryTilesShareKeys) {
     return p;
   };
   EXPECT_EQ(select_backend(f32_params(256, 128)), Backend::cuda_f16x3);
+  EXPECT_EQ(select_backend(f32_params(256, 1024)), Backend::cuda_f16x3);
   EXPECT_EQ(select_backend(f32_params(255, 128)), Backend::cuda_tf32x3);  // under 4 query tiles
-  EXPECT_EQ(select_backend(f32_params(256, 129)), Backend::cuda_tf32x3);  // head_dim
+  EXPECT_EQ(select_backend(f32_params(256, 1025)), Backend::cuda_tf32x3);  // head_dim
 }
 
 TEST_F(DeviceRulesOnGpu, TensorCoreBackendRejectsF32AndWideHeads) {

@@ -30,6 +30,12 @@ __device__ __forceinline__ float exp2_int(int e) {
   return __uint_as_float(uint32_t(e + 127) << 23);
 }
 
+// Softmax probabilities P ≤ 2^8 (2^8 with the rescale slack of mma::kRescaleSlack)
+// are split after a factor 2^kPLog2Bias: P·2^6 ≤ 2^14 stays inside fp16's range,
+// and its smallest normal 2^-14 then stands for P = 2^-20, so small P keep their
+// bits. The row sums carry the same factor, so out = acc / l is unchanged.
+constexpr float kPLog2Bias = 6.0f;
+
 struct HalfPairs {
   uint32_t hi, lo;  // two fp16 each, x0 in the low half
 };

@@ -159,6 +159,10 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
 
 void tiled_forward(const AttnParams& p) {
   DeviceGuard device(p.device_index);
+  if (tiny_fits(p)) {
+    tiny_forward(p);
+    return;
+  }
   const TileGrid grid = make_tile_grid(p.sizes, kBlockM, kOutCols, "cuda_tiled");
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

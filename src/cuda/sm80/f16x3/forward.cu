@@ -1,5 +1,6 @@
 // cuda_f16x3: splits K and V, picks the key splits, runs the attention kernel
-// and, where the keys were split, the merge.
+// and, where the keys were split, the merge; head dims above 128 go to the
+// wide-head path (wide_forward.cu).
 #include <algorithm>
 
 #include "cuda/backends.h"
@@ -7,13 +8,14 @@
 #include "cuda/common/head_dim_bucket.h"
 #include "cuda/common/scratch.h"
 #include "cuda/sm80/f16x3/kernel.cuh"
+#include "cuda/sm80/f16x3/wide.h"
 
 namespace flashattn::cuda {
 namespace f16x3 {
 namespace {
 
 constexpr int kHeadDims[] = {32, 64, 128};
-static_assert(kHeadDims[2] == kF16x3MaxHeadDim);
+static_assert(kWideHeadDims[2] == kF16x3MaxHeadDim);
 
 template <typename Shape>
 void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV& kv,
@@ -79,7 +81,7 @@ void f16x3_forward(const AttnParams& p) {
     case 64: f16x3::run<64>(p); return;
     case 128: f16x3::run<128>(p); return;
   }
-  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_f16x3 above its limit");
+  f16x3::wide_forward(p);
 }
 
 }  // namespace flashattn::cuda

@@ -37,10 +37,6 @@
 
 namespace flashattn::cuda::f16x3 {
 
-// P·2^6 is at most 2^(8 + 6) with the softmax's rescale slack (mma::kRescaleSlack):
-// inside fp16's range, and its smallest normal 2^-14 then stands for P = 2^-20.
-constexpr float kPLog2Bias = 6.0f;
-
 // 64 query rows, 16 per warp; 64 keys per block, 32 at kD = 128 (registers).
 // Against 128-row blocks of 8 warps, one per SM, which read each key block once
 // for twice the rows: 5–11% faster on every shape measured, as two blocks'
@@ -67,10 +63,6 @@ struct alignas(128) SharedTiles {
   float k_unscale[2];                  // 2^-e per buffer's key block
   float v_unscale[2][Shape::kOTiles];  // 2^-e per buffer's 8 output columns
 };
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // Starts loading key block n's K (part 0) or V (1) tiles and scales into buffer
 // `buf`, as one commit group. The kv head is re-read from shared memory: held in

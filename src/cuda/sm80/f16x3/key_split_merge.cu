@@ -1,21 +1,27 @@
-// The merge of key splits (key_split.h): one warp per query row.
+// The merge of key splits (key_split.h): one thread per 4 output columns of a
+// query row, so that even a few rows of wide heads spread over the whole GPU.
 #include <cmath>
 
 #include "cuda/common/check.h"
+#include "cuda/common/cp_async.cuh"
 #include "cuda/sm80/f16x3/key_split.h"
 
 namespace flashattn::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    merge_kernel(const AttnParams p, const KeySplit split) {
+// vec4: head_dim % 4 == 0 and out's rows 16-byte aligned, so that partial and
+// output columns move as float4.
+__global__ void __launch_bounds__(kThreads)
+    merge_kernel(const AttnParams p, const KeySplit split, bool vec4) {
   const Sizes& s = p.sizes;
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
-  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;  // (b, hq, i)
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
+  const int groups = (s.head_dim + 3) / 4;
+  const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (index >= rows * groups) return;
+  const int64_t row = index / groups;  // (b, hq, i)
+  const int c0 = 4 * int(index % groups);
   float lse_s[kMaxKeySplits];
   float lse_max = -INFINITY;
 #pragma unroll
@@ -31,28 +37,41 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     sum += weight[j];
   }
   const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const int cols = min(4, s.head_dim - c0);
+  float o[4] = {};
+#pragma unroll
+  for (int j = 0; j < kMaxKeySplits; ++j) {
+    if (j >= split.count) break;
+    const float* part = split.out + (j * rows + row) * s.head_dim + c0;
+    if (vec4) {
+      const float4 x = *reinterpret_cast<const float4*>(part);
+      o[0] = fmaf(weight[j], x.x, o[0]), o[1] = fmaf(weight[j], x.y, o[1]);
+      o[2] = fmaf(weight[j], x.z, o[2]), o[3] = fmaf(weight[j], x.w, o[3]);
+    } else {
+      for (int e = 0; e < cols; ++e) o[e] = fmaf(weight[j], part[e], o[e]);
+    }
+  }
   const int i = int(row % s.seqlen_q), hq = int(row / s.seqlen_q % s.heads_q);
   const int b = int(row / (int64_t(s.seqlen_q) * s.heads_q));
   float* out = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride +
-               int64_t(i) * p.o.row_stride;
-  for (int c = lane; c < s.head_dim; c += 32) {
-    float o = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxKeySplits; ++j)
-      if (j < split.count) o = fmaf(weight[j], split.out[(j * rows + row) * s.head_dim + c], o);
-    out[c] = o * inv_sum;
-  }
-  if (p.softmax.lse && lane == 0) p.softmax.lse[row] = sum > 0.0f ? lse_max + logf(sum) : -INFINITY;
+               int64_t(i) * p.o.row_stride + c0;
+  if (vec4)
+    *reinterpret_cast<float4*>(out) =
+        make_float4(o[0] * inv_sum, o[1] * inv_sum, o[2] * inv_sum, o[3] * inv_sum);
+  else
+    for (int e = 0; e < cols; ++e) out[e] = o[e] * inv_sum;
+  if (p.softmax.lse && c0 == 0)
+    p.softmax.lse[row] = sum > 0.0f ? lse_max + logf(sum) : -INFINITY;
 }
 
 }  // namespace
 
 void merge_key_splits(const AttnParams& p, const KeySplit& split) {
   const Sizes& s = p.sizes;
-  const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
-  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  merge_kernel<<<unsigned(blocks), 32 * kWarpsPerBlock, 0, static_cast<cudaStream_t>(p.stream)>>>(
-      p, split);
+  const int64_t threads = int64_t(s.batch) * s.heads_q * s.seqlen_q * ((s.head_dim + 3) / 4);
+  const bool vec4 = s.head_dim % 4 == 0 && rows_16b_aligned(p.o, sizeof(float));
+  merge_kernel<<<unsigned((threads + kThreads - 1) / kThreads), kThreads, 0,
+                 static_cast<cudaStream_t>(p.stream)>>>(p, split, vec4);
   check_launch("merge_kernel");
 }
 

@@ -21,6 +21,11 @@
 
 namespace flashattn::cuda {
 
+// The shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 template <int kRows, int kCols>
 struct SmemTile {
   static_assert(kCols % 32 == 0, "tiles are whole 32-column half panels");

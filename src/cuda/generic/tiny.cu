@@ -1,0 +1,152 @@
+// cuda_tiled's path for fp32 problems small enough to sit on chip whole
+// (tiny_fits): for them a call is all latency, so the kernel takes one round of
+// loads (cp.async, issued all at once) and keeps each thread's chain of dependent
+// steps short. A block owns kRows query rows of one (batch, q head) and stages its
+// head's K and V whole in shared memory; then a thread per (row, key) scores,
+// a warp per row takes the softmax, and a thread per (row, column) sums P·V.
+#include <cmath>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/fp32_tile.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kRows = 8;
+constexpr int kThreads = 32 * kRows;
+static_assert(kTinyMaxKeys == 64, "a lane of the softmax takes keys j and j + 32");
+
+// Row pitch in float4s of the staged tiles: head_dim rounded up to float4s, then
+// to an odd count, so that eight lanes reading float4s of eight consecutive rows
+// hit distinct banks.
+__host__ __device__ int pitch4(int head_dim) { return (head_dim + 3) / 4 | 1; }
+
+// K, V and the block's Q rows, zero-padded to whole float4s, then the rows' P.
+int shared_bytes(const Sizes& s) {
+  return (2 * s.seqlen_k + kRows) * pitch4(s.head_dim) * 16 + kRows * kTinyMaxKeys * 4;
+}
+
+// Starts copying rows [0, rows) of a head into dst (pitch4 float4s a row), and
+// zeros into the padding columns. vec4: 16-byte rows, head_dim a multiple of 4.
+__device__ __forceinline__ void stage_rows(float4* dst, const float* src, int64_t row_stride,
+                                           int rows, int head_dim, bool vec4) {
+  const int pitch = pitch4(head_dim), vecs = (head_dim + 3) / 4;
+  if (vec4) {
+    for (int e = threadIdx.x; e < rows * vecs; e += kThreads) {
+      const int r = e / vecs, c4 = e - r * vecs;
+      cp_async_16(dst + r * pitch + c4, src + r * row_stride + 4 * c4, true);
+    }
+  } else {
+    float* dst1 = reinterpret_cast<float*>(dst);
+    for (int e = threadIdx.x; e < rows * 4 * vecs; e += kThreads) {
+      const int r = e / (4 * vecs), c = e - r * 4 * vecs;
+      cp_async_4(dst1 + r * 4 * pitch + c, src + r * row_stride + c, c < head_dim);
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+__global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool vec4) {
+  extern __shared__ float4 smem[];
+  const Sizes& s = p.sizes;
+  const int d = s.head_dim, nk = s.seqlen_k, pitch = pitch4(d), vecs = (d + 3) / 4;
+  float4* const k = smem;            // [nk][pitch]
+  float4* const v = k + nk * pitch;  // [nk][pitch]
+  float4* const q = v + nk * pitch;  // [kRows][pitch]
+  float* const prob = reinterpret_cast<float*>(q + kRows * pitch);  // [kRows][kTinyMaxKeys]
+  const int b = int(blockIdx.x) / s.heads_q, hq = int(blockIdx.x) % s.heads_q;
+  const int hk = hq / s.group();
+  const int row0 = int(blockIdx.y) * kRows, rows = min(kRows, s.seqlen_q - row0);
+  const float* gk = static_cast<const float*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
+  const float* gv = static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
+  const float* gq = static_cast<const float*>(p.q.data) + b * p.q.batch_stride +
+                    hq * p.q.head_stride + int64_t(row0) * p.q.row_stride;
+  stage_rows(k, gk, p.k.row_stride, nk, d, vec4);
+  stage_rows(v, gv, p.v.row_stride, nk, d, vec4);
+  stage_rows(q, gq, p.q.row_stride, rows, d, vec4);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Scores in log2 units, s·scale·log2(e): a thread per (row, key), over float4s
+  // of the zero-padded rows; -inf where the key is not visible.
+  const float c = p.softmax.scale * 1.4426950408889634f;
+  for (int e = threadIdx.x; e < kRows * kTinyMaxKeys; e += kThreads) {
+    const int r = e / kTinyMaxKeys, j = e % kTinyMaxKeys;
+    float score = -INFINITY;
+    if (r < rows && j < p.mask.key_end(row0 + r, nk)) {
+      const float4 *q_row = q + r * pitch, *k_row = k + j * pitch;
+      float4 part = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+      for (int c4 = 0; c4 < vecs; ++c4) {
+        const float4 a = q_row[c4], x = k_row[c4];
+        part.x = fmaf(a.x, x.x, part.x), part.y = fmaf(a.y, x.y, part.y);
+        part.z = fmaf(a.z, x.z, part.z), part.w = fmaf(a.w, x.w, part.w);
+      }
+      score = ((part.x + part.y) + (part.z + part.w)) * c;
+    }
+    prob[e] = score;
+  }
+  __syncthreads();
+
+  // A warp per row: P = 2^(score − max) / sum in place, and the row's lse.
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (w < rows) {
+    float* row_prob = prob + w * kTinyMaxKeys;
+    const float s0 = row_prob[lane], s1 = row_prob[lane + 32];
+    const float m = warp_max(fmaxf(s0, s1));
+    const float p0 = m == -INFINITY ? 0.0f : exp2f(s0 - m);
+    const float p1 = m == -INFINITY ? 0.0f : exp2f(s1 - m);
+    const float sum = warp_sum(p0 + p1);
+    const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+    row_prob[lane] = p0 * inv_sum, row_prob[lane + 32] = p1 * inv_sum;
+    // lse = ln Σ 2^score = (m + log2(sum))·ln 2; -inf for a row that sees no key.
+    if (p.softmax.lse && lane == 0)
+      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + row0 + w] =
+          sum > 0.0f ? (m + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+  }
+  __syncthreads();
+
+  // out = P·V: a thread per (row, column); invisible keys have P = 0.
+  const float* v1 = reinterpret_cast<const float*>(v);
+  for (int e = threadIdx.x; e < kRows * kTinyMaxHeadDim; e += kThreads) {
+    const int r = e / kTinyMaxHeadDim, col = e % kTinyMaxHeadDim;
+    if (r >= rows || col >= d) continue;
+    const float* row_prob = prob + r * kTinyMaxKeys;
+    float acc[2] = {};
+    int j = 0;
+    for (; j + 2 <= nk; j += 2)
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+        acc[u] = fmaf(row_prob[j + u], v1[(j + u) * 4 * pitch + col], acc[u]);
+    if (j < nk) acc[0] = fmaf(row_prob[j], v1[j * 4 * pitch + col], acc[0]);
+    static_cast<float*>(p.o.data)[b * p.o.batch_stride + hq * p.o.head_stride +
+                                  int64_t(row0 + r) * p.o.row_stride + col] = acc[0] + acc[1];
+  }
+}
+
+}  // namespace
+
+void tiny_forward(const AttnParams& p) {
+  const Sizes& s = p.sizes;
+  const int64_t heads = int64_t(s.batch) * s.heads_q;
+  if (heads > 0x7FFFFFFF) fail(Status::unsupported, "q: shape too large for cuda_tiled's grid");
+  const dim3 grid(unsigned(heads), unsigned((s.seqlen_q + kRows - 1) / kRows));
+  const int smem = shared_bytes(s);
+  FLASHATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(tiny_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  tiny_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, fp32_rows_vec4(p));
+  check_launch("tiny_kernel");
+}
+
+}  // namespace flashattn::cuda

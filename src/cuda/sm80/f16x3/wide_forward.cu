@@ -1,0 +1,88 @@
+// cuda_f16x3 for wide heads: splits K and V into fragment order, picks the key
+// splits, runs the wide attention kernel and, where the keys were split, the merge.
+#include <algorithm>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/fp32_tile.cuh"
+#include "cuda/common/head_dim_bucket.h"
+#include "cuda/common/scratch.h"
+#include "cuda/sm80/f16x3/wide.h"
+#include "cuda/sm80/f16x3/wide_kernel.cuh"
+
+namespace flashattn::cuda::f16x3 {
+namespace {
+
+template <typename Kernel>
+void allow_shared_memory(Kernel kernel, int bytes) {
+  FLASHATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+// The grid's blocks take up to kMaxKeySplits key splits each, as many as keep
+// it within one wave of resident blocks.
+template <int kD>
+void run(const AttnParams& p) {
+  using Shape = WideShape<kD>;
+  const Sizes& s = p.sizes;
+  const bool vec4 = fp32_rows_vec4(p);
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+
+  const int chunks = (s.seqlen_k + Shape::kChunk - 1) / Shape::kChunk;
+  const int64_t kv_heads = int64_t(s.batch) * s.heads_kv;
+  const int rows = chunks * Shape::kChunk;
+  if (2 * kv_heads * (rows / 16) > 0x7FFFFFFF)
+    fail(Status::unsupported, "k: shape too large for cuda_f16x3's grid");
+  const size_t units = size_t(kv_heads) * (rows / 16) * (kD / 16);  // of K, and of V
+  const size_t scales = size_t(kv_heads) * rows + units;
+  Scratch kv_scratch(2 * units * sizeof(FragmentUnit) + scales * sizeof(float), p.device_index,
+                     p.stream);
+  auto* unit_base = static_cast<FragmentUnit*>(kv_scratch.data());
+  WideSplitKV kv{unit_base, unit_base + units, nullptr, nullptr, rows};
+  kv.k_unscale = reinterpret_cast<float*>(unit_base + 2 * units);
+  kv.v_unscale = kv.k_unscale + size_t(kv_heads) * rows;
+
+  const int split_smem = int(sizeof(WideSplitStage<kD>));
+  allow_shared_memory(wide_split_kernel<kD>, split_smem);
+  wide_split_kernel<kD><<<unsigned(2 * kv_heads * (rows / 16)), kWideSplitThreads, split_smem,
+                          stream>>>(p, kv, vec4);
+  check_launch("cuda_f16x3 wide_split_kernel");
+
+  const auto kernel = wide_attention_kernel<Shape>;
+  const int smem = int(sizeof(WideShared<Shape>));
+  allow_shared_memory(kernel, smem);
+  int per_sm = 0;
+  FLASHATTN_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Shape::kThreads, smem));
+  TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
+  const int64_t wanted = int64_t(std::max(per_sm, 1)) * multiprocessors(p.device_index) / grid.dims.x;
+  const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kMaxKeySplits, chunks})));
+  grid.dims.y = unsigned(splits);
+  auto launch = [&](const KeySplit& split) {
+    kernel<<<grid.dims, Shape::kThreads, smem, stream>>>(p, grid.m_blocks, vec4, kv, split);
+    check_launch("cuda_f16x3 wide_attention_kernel");
+  };
+  if (splits == 1) {
+    launch(KeySplit{});
+    return;
+  }
+  const size_t split_rows = size_t(splits) * s.batch * s.heads_q * s.seqlen_q;
+  Scratch split_scratch(split_rows * (s.head_dim + 1) * sizeof(float), p.device_index, p.stream);
+  KeySplit split{splits, static_cast<float*>(split_scratch.data()), nullptr};
+  split.lse = split.out + split_rows * s.head_dim;
+  launch(split);
+  merge_key_splits(p, split);
+}
+
+}  // namespace
+
+void wide_forward(const AttnParams& p) {
+  switch (head_dim_bucket(kWideHeadDims, p.sizes.head_dim)) {
+    case 256: run<256>(p); return;
+    case 512: run<512>(p); return;
+    case 1024: run<1024>(p); return;
+  }
+  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_f16x3 above its limit");
+}
+
+}  // namespace flashattn::cuda::f16x3

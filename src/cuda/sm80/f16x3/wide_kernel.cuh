@@ -1,0 +1,407 @@
+// The wide-head attention kernel of cuda_f16x3 (head_dim 129 to 1024): exact fp32
+// on fp16 tensor cores, as kernel.cuh, for heads too wide for a warp to hold a
+// row's output. A block of kD / 128 warps owns 32 query rows and all kD output
+// columns; the warps split each key chunk two ways:
+//   S = Q·Kᵀ   by keys:    warp w scores keys [16w, 16w + 16) of the chunk over
+//                          all kD columns (Q hi/lo from shared memory);
+//   P·V        by columns: warp w adds P·V into its output columns [128w, 128w + 128)
+//                          over all keys of the chunk (P hi/lo from shared memory),
+// so no score is computed twice and each warp's output tile (32 × 128 fp32, 128
+// registers a thread) stays in registers. Per chunk the warps meet twice: once to
+// share their row maxima (the softmax's running maximum is block-wide), once to
+// publish P. Row sums stay per warp, over its own keys, and are added at the end.
+//
+// K and V never pass through a shared tile: wide_split.cuh writes them in mma
+// fragment order, and each warp streams the units it needs (each read by one
+// warp of the block only) through a ring of kSlots 1 KB slots of its own, one
+// cp.async group per unit, each lane copying and later reading only its own 16
+// bytes of hi and lo: kSlots − 1 units stay in flight without a register or a
+// barrier spent on them.
+//
+// Accuracy as in kernel.cuh: each mma chain is at most 12 long (4 steps of 16
+// columns of S, one 16-key step of P·V) before it is added in fp32 with round to
+// nearest; K is unscaled per key, V per unit.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/common/split_f16.cuh"
+#include "cuda/common/tile_grid.cuh"
+#include "cuda/sm80/f16x3/group_split.cuh"
+#include "cuda/sm80/f16x3/key_split.h"
+#include "cuda/sm80/f16x3/wide_split.cuh"
+#include "cuda/sm80/mma/forward_kernel.cuh"
+#include "cuda/sm80/mma/smem_tile.cuh"
+
+namespace flashattn::cuda::f16x3 {
+
+template <int kD_>
+struct WideShape {
+  static constexpr int kD = kD_;
+  static constexpr int kWarps = kD / 128;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 32;            // two m16 slices per warp
+  static constexpr int kChunk = 16 * kWarps;    // keys per step of the walk
+  static constexpr int kKUnits = kD / 16;       // K units a warp takes per chunk
+  static constexpr int kVUnits = 8 * kWarps;    // V units: kChunk / 16 key steps × 8 column pairs
+  static constexpr int kUnits = kKUnits + kVUnits;
+  static constexpr int kSlots = 8;
+  static constexpr int kOTiles = 16;            // n8 output tiles per warp
+  using QTile = SmemTile<kBlockM, kD>;
+  using PTile = SmemTile<kBlockM, kChunk>;
+  static_assert(kD % 128 == 0 && kVUnits <= 64);
+};
+
+template <typename Shape>
+struct alignas(128) WideShared {
+  static constexpr int kWarps = Shape::kWarps;
+  char q_hi[Shape::QTile::kBytes], q_lo[Shape::QTile::kBytes];
+  char p_hi[Shape::PTile::kBytes], p_lo[Shape::PTile::kBytes];
+  FragmentUnit ring[kWarps][Shape::kSlots];
+  float v_unscale[kWarps][Shape::kVUnits];  // this warp's V units of the current chunk
+  float row_part[kWarps][Shape::kBlockM];      // per warp: row maxima, at the end row sums
+  float q_unscale[Shape::kBlockM];
+  // This (batch, kv head)'s split K and V, read from here rather than held in registers.
+  const FragmentUnit *k_units, *v_units;
+  const float *k_unscale, *v_unscale_units;
+};
+
+// The warp's units in the order its loops consume them: per chunk n, walked from
+// the last to the first, K units kk = 0 … kKUnits − 1 of keys [16·(n·kWarps + w), +16),
+// then V units (key step n·kWarps + j, column pair 8w + c) for j, then c. The next
+// unit's source advances by a pointer step; only chunk and phase changes look up
+// the block's bases (in shared memory).
+template <typename Shape>
+struct UnitStream {
+  static constexpr unsigned kKU = Shape::kKUnits, kEnd = Shape::kUnits;
+  const FragmentUnit* src;  // the next unit to fetch: unit u of chunk n
+  unsigned u;               // kEnd once the walk is done
+  int n, first;
+  unsigned fetched, consumed;  // ring slots: fetched % kSlots, consumed % kSlots
+
+  __device__ __forceinline__ static const FragmentUnit* k_units(const WideShared<Shape>& sm,
+                                                               int n) {
+    return sm.k_units + (n * Shape::kWarps + thread_index() / 32) * int(kKU);
+  }
+
+  __device__ __forceinline__ UnitStream(const WideShared<Shape>& sm, int end, int first_chunk)
+      : src(k_units(sm, end - 1)), u(end > first_chunk ? 0 : kEnd), n(end - 1),
+        first(first_chunk), fetched(0), consumed(0) {}
+
+  __device__ __forceinline__ void fetch(WideShared<Shape>& sm) {
+    if (u < kEnd) {
+      const int lane = thread_index() % 32;
+      FragmentUnit& slot = sm.ring[thread_index() / 32][fetched++ % Shape::kSlots];
+      cp_async_16(&slot.hi[lane], &src->hi[lane], true);
+      cp_async_16(&slot.lo[lane], &src->lo[lane], true);
+      ++u;
+      if (u < kKU) {
+        ++src;
+      } else if (u == kKU) {
+        src = sm.v_units + n * Shape::kWarps * int(kKU) + 8 * (thread_index() / 32);
+      } else if (u < kEnd) {
+        src += (u - kKU) % 8 == 0 ? kKU - 7 : 1;  // next key step, or next column pair
+      } else if (n > first) {
+        --n, u = 0;
+        src = k_units(sm, n);
+      }
+    }
+    cp_async_commit();  // empty past the end, which keeps the group count
+  }
+
+  // The next unit's hi and lo registers; fetches the unit kSlots − 1 further on.
+  __device__ __forceinline__ void next(WideShared<Shape>& sm, uint32_t (&hi)[4],
+                                       uint32_t (&lo)[4]) {
+    cp_async_wait<Shape::kSlots - 2>();
+    const int lane = thread_index() % 32;
+    const FragmentUnit& slot = sm.ring[thread_index() / 32][consumed++ % Shape::kSlots];
+    const uint4 h = slot.hi[lane], l = slot.lo[lane];
+    hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
+    lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
+    fetch(sm);
+  }
+};
+
+// Splits the tile's Q rows into the hi/lo tiles, one scale per row: warp w takes
+// rows w, w + kWarps, …; rows past seqlen_q and columns past head_dim are zeros.
+template <typename Shape>
+__device__ __forceinline__ void split_q_rows(const AttnParams& p, const float* q, int rows,
+                                             bool vec4, WideShared<Shape>& sm) {
+  constexpr int kVecs = Shape::kD / 128;  // float4 per lane and row
+  const int lane = thread_index() % 32, w = thread_index() / 32;
+  const int head_dim = p.sizes.head_dim;
+  for (int r = w; r < Shape::kBlockM; r += Shape::kWarps) {
+    const float* row = q + int64_t(r) * p.q.row_stride;
+    float4 x[kVecs];
+    float mx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int col = 4 * (lane + 32 * i);
+      x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < rows && col < head_dim) {
+        if (vec4) {
+          x[i] = *reinterpret_cast<const float4*>(row + col);
+        } else {
+          x[i].x = row[col];
+          if (col + 1 < head_dim) x[i].y = row[col + 1];
+          if (col + 2 < head_dim) x[i].z = row[col + 2];
+          if (col + 3 < head_dim) x[i].w = row[col + 3];
+        }
+      }
+      mx = fmaxf(mx, max_abs(x[i]));
+    }
+    const int e = split_exponent(lanes_max<31u>(mx));
+    if (lane == 0) sm.q_unscale[r] = exp2_int(-e);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int c4 = lane + 32 * i;  // float4 column: 16-byte chunk c4 / 2, half c4 % 2
+      store_split4(sm.q_hi, sm.q_lo, Shape::QTile::offset(r, c4 / 2) + 8 * (c4 % 2), x[i],
+                   exp2_int(e));
+    }
+  }
+}
+
+template <typename Shape>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    wide_attention_kernel(const AttnParams p, int m_blocks, bool vec4, const WideSplitKV kv,
+                          const KeySplit split) {
+  constexpr int kWarps = Shape::kWarps, kBlockM = Shape::kBlockM, kChunk = Shape::kChunk;
+  constexpr int kOT = Shape::kOTiles;
+  using QTile = typename Shape::QTile;
+  using PTile = typename Shape::PTile;
+  extern __shared__ float4 smem[];
+  WideShared<Shape>& sm = *reinterpret_cast<WideShared<Shape>*>(smem);
+  const Sizes& s = p.sizes;
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+
+  const TileCoord tc = tile_coord(s, m_blocks);
+  const int row0 = (m_blocks - 1 - tc.m_block) * kBlockM;  // longest causal rows first
+  const int rows = min(kBlockM, s.seqlen_q - row0);
+  const int visible =
+      (p.mask.key_end(row0 + rows - 1, s.seqlen_k) + kChunk - 1) / kChunk;
+  const int per_split = (visible + split.count - 1) / split.count;
+  const int first = int(blockIdx.y) * per_split;
+  const int end = min(visible, first + per_split);
+  const int key_end_first = p.mask.key_end(row0, s.seqlen_k);
+
+  if (threadIdx.x == 0) {
+    const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk, steps = kv.rows / 16;
+    sm.k_units = kv.k + bh * steps * Shape::kKUnits;
+    sm.v_units = kv.v + bh * steps * Shape::kKUnits;
+    sm.k_unscale = kv.k_unscale + bh * kv.rows;
+    sm.v_unscale_units = kv.v_unscale + bh * steps * Shape::kKUnits;
+  }
+  __syncthreads();
+  UnitStream<Shape> stream(sm, end, first);
+  if (end > first) {
+#pragma unroll
+    for (int i = 0; i < Shape::kSlots - 1; ++i) stream.fetch(sm);
+    const float* q = static_cast<const float*>(p.q.data) + tc.b * p.q.batch_stride +
+                     tc.hq * p.q.head_stride + int64_t(row0) * p.q.row_stride;
+    split_q_rows<Shape>(p, q, rows, vec4, sm);
+    __syncthreads();
+  }
+
+  float acc[2][kOT][4] = {};
+  float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+  float row_sum[2][2] = {};  // over this warp's keys
+  const float c = p.softmax.scale * mma::kLog2e;
+
+  for (int n = end - 1; n >= first; --n) {
+    // S for keys [key0, key0 + 16) over all kD columns, in chains of 4 steps.
+    const int key0 = n * kChunk + 16 * w;
+    // Scales this chunk needs, loaded now and used after its products: the keys'
+    // (S) and this warp's V units' (P·V, staged in shared memory for the warp).
+    float2 k_unscale[2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+      k_unscale[nt] = *reinterpret_cast<const float2*>(sm.k_unscale + key0 + 8 * nt + 2 * t);
+    constexpr int kScalesPerLane = (Shape::kVUnits + 31) / 32;
+    float v_unscale[kScalesPerLane];
+#pragma unroll
+    for (int i = 0; i < kScalesPerLane; ++i) {
+      const int unit = lane + 32 * i;  // key step unit / 8, column pair 8w + unit % 8
+      if (unit < Shape::kVUnits)
+        v_unscale[i] = sm.v_unscale_units[(n * kWarps + unit / 8) * Shape::kKUnits + 8 * w + unit % 8];
+    }
+    float sc[2][2][4] = {};
+    {
+      const auto q_lane = QTile::lane(smem_address(sm.q_hi), lane % 16, lane / 16);
+      for (int kk0 = 0; kk0 < Shape::kKUnits; kk0 += 4) {
+        float chain[2][2][4] = {};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          uint32_t a_hi[2][4], a_lo[2][4], b_hi[4], b_lo[4];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            ldmatrix_x4(a_hi[mt], QTile::address(q_lane, 16 * mt, kk0 + i));
+            ldmatrix_x4(a_lo[mt], QTile::address(q_lane, 16 * mt, kk0 + i) + QTile::kBytes);
+          }
+          stream.next(sm, b_hi, b_lo);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_hi);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_lo);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_lo[mt], b_hi);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sc[mt][nt][e] += chain[mt][nt][e];
+      }
+    }
+    // Unscale (query row · key), mask, and the warp's row maxima over its keys.
+#pragma unroll
+    for (int i = 0; i < kScalesPerLane; ++i)
+      if (lane + 32 * i < Shape::kVUnits) sm.v_unscale[w][lane + 32 * i] = v_unscale[i];
+    float mx[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sc[mt][nt][e] *= sm.q_unscale[16 * mt + g + 8 * (e / 2)] *
+                           (e % 2 ? k_unscale[nt].y : k_unscale[nt].x);
+    const bool masked = n * kChunk + kChunk > key_end_first;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (masked) {
+          const int seen = p.mask.key_end(row0 + 16 * mt + g + 8 * h, s.seqlen_k) - key0 - 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (8 * nt + e >= seen) sc[mt][nt][2 * h + e] = -INFINITY;
+        }
+        float m = fmaxf(fmaxf(sc[mt][0][2 * h], sc[mt][0][2 * h + 1]),
+                        fmaxf(sc[mt][1][2 * h], sc[mt][1][2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        mx[mt][h] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        if (t == 0) sm.row_part[w][16 * mt + g + 8 * h] = mx[mt][h];
+      }
+    __syncthreads();  // every warp's maxima are in; every warp is done with the last P
+
+    // The block-wide running maximum (the same in every warp), the rescale, and
+    // P = 2^(s·c − m·c + bias) split into the P tiles at this warp's keys.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * mt + g + 8 * h;
+        float m = row_max[mt][h];
+#pragma unroll
+        for (int v = 0; v < kWarps; ++v) m = fmaxf(m, sm.row_part[v][r]);
+        // A row with no visible key yet keeps m = -inf; 0 stands in for it so
+        // that -inf − -inf never makes a NaN.
+        const float m_c = (m == -INFINITY ? 0.0f : m) * c;
+        const float alpha = fast_exp2(row_max[mt][h] * c - m_c);
+        row_max[mt][h] = m;
+        row_sum[mt][h] *= alpha;
+#pragma unroll
+        for (int ot = 0; ot < kOT; ++ot) acc[mt][ot][2 * h] *= alpha, acc[mt][ot][2 * h + 1] *= alpha;
+        const float bias_minus_mc = kPLog2Bias - m_c;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float p0 = fast_exp2(fmaf(sc[mt][nt][2 * h], c, bias_minus_mc));
+          const float p1 = fast_exp2(fmaf(sc[mt][nt][2 * h + 1], c, bias_minus_mc));
+          row_sum[mt][h] += p0 + p1;
+          const HalfPairs split_p = split_pair(p0, p1);
+          const uint32_t at = PTile::offset(r, 2 * w + nt) + 4 * t;
+          *reinterpret_cast<uint32_t*>(sm.p_hi + at) = split_p.hi;
+          *reinterpret_cast<uint32_t*>(sm.p_lo + at) = split_p.lo;
+        }
+      }
+    __syncthreads();  // P is complete
+
+    // acc(columns [128w, 128w + 128)) += P·V over the chunk's keys.
+    const auto p_lane = PTile::lane(smem_address(sm.p_hi), lane % 16, lane / 16);
+    for (int j = 0; j < kWarps; ++j) {
+      uint32_t a_hi[2][4], a_lo[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        ldmatrix_x4(a_hi[mt], PTile::address(p_lane, 16 * mt, j));
+        ldmatrix_x4(a_lo[mt], PTile::address(p_lane, 16 * mt, j) + PTile::kBytes);
+      }
+#pragma unroll
+      for (int cp = 0; cp < 8; ++cp) {
+        uint32_t b_hi[4], b_lo[4];
+        stream.next(sm, b_hi, b_lo);
+        float chain[2][2][4] = {};
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_hi);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_lo);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_lo[mt], b_hi);
+        const float unscale = sm.v_unscale[w][8 * j + cp];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int o = 0; o < 2; ++o)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[mt][2 * cp + o][e] = fmaf(chain[mt][o][e], unscale, acc[mt][2 * cp + o][e]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Row sums over all warps' keys (row_part is free: its last reads preceded
+  // the last chunk's second barrier).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if (t == 0) sm.row_part[w][16 * mt + g + 8 * h] = l;
+    }
+  __syncthreads();
+
+  // One split writes p's output itself; several write their parts for the merge.
+  const int64_t head_row0 = (int64_t(tc.b) * s.heads_q + tc.hq) * s.seqlen_q;  // of lse
+  const int64_t split_rows0 = int64_t(blockIdx.y) * s.batch * s.heads_q * s.seqlen_q + head_row0;
+  float* const lse = split.count > 1 ? split.lse + split_rows0
+                     : p.softmax.lse ? p.softmax.lse + head_row0
+                                     : nullptr;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * mt + g + 8 * h, row = row0 + r;
+      if (row >= s.seqlen_q) continue;
+      float l = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) l += sm.row_part[v][r];
+      const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+      float* o_row = split.count == 1
+                         ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
+                               tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride
+                         : split.out + (split_rows0 + row) * s.head_dim;
+#pragma unroll
+      for (int ot = 0; ot < kOT; ++ot)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 128 * w + 8 * ot + 2 * t + e;
+          if (col < s.head_dim) o_row[col] = acc[mt][ot][2 * h + e] * inv_l;
+        }
+      // l carries P's 2^kPLog2Bias.
+      if (lse && w == 0 && t == 0)
+        lse[row] = l > 0.0f ? row_max[mt][h] * p.softmax.scale + logf(l) - kPLog2Bias * 0.69314718f
+                            : -INFINITY;
+    }
+}
+
+}  // namespace flashattn::cuda::f16x3

@@ -1,0 +1,146 @@
+// K and V split for the wide-head kernel (wide_kernel.cuh), once per call, into
+// mma fragment order: a "unit" is the B operand of one m16n8k16 pair of mma as
+// 32 lanes × 16 bytes of hi, then 32 lanes × 16 bytes of lo (1 KB), so that lane L
+// of the attention kernel fetches its own four registers with one 16-byte copy
+// and no warp ever shuffles or re-lays out K or V. With g = L / 4, t = L % 4:
+//   K unit (16 keys p, 16 columns kk): keys 16p + g and 16p + 8 + g, columns
+//     16kk + {2t, 2t+1, 2t+8, 2t+9}  (B of S = Q·Kᵀ for two 8-key tiles);
+//   V unit (16 keys j, 16 columns c): columns 16c + g and 16c + 8 + g, keys
+//     16j + {2t, 2t+1, 2t+8, 2t+9}   (B of P·V for two 8-column tiles).
+// Scales (common/split_f16.cuh): K one per key (over all of head_dim), so a score
+// is unscaled by its query row's and its key's factor; V one per unit (16 keys ×
+// 16 columns), applied to each unit's short mma chain as it is added to the output.
+// One block per (batch · kv head, 16 keys) and tensor (K or V) stages the fp32
+// rows, zero-padded past seqlen_k and head_dim.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/fp32_tile.cuh"
+#include "cuda/common/split_f16.cuh"
+#include "cuda/sm80/f16x3/group_split.cuh"
+#include "params.h"
+
+namespace flashattn::cuda::f16x3 {
+
+// One unit: hi[lane] then lo[lane].
+struct FragmentUnit {
+  uint4 hi[32], lo[32];
+};
+
+// The split K and V in scratch memory; bh = batch · heads_kv + kv head.
+struct WideSplitKV {
+  FragmentUnit* k;   // [bh][rows / 16][kD / 16]
+  FragmentUnit* v;   // [bh][rows / 16][kD / 16]
+  float* k_unscale;  // [bh][rows]: 2^-e per key
+  float* v_unscale;  // [bh][rows / 16][kD / 16]: 2^-e per V unit
+  int rows;          // seqlen_k rounded up to whole key chunks of the attention kernel
+};
+
+constexpr int kWideSplitThreads = 256;
+
+template <int kD>
+struct WideSplitStage {
+  float x[16][kD + kFp32TilePad];
+  float key_scale[16];  // K: 2^e per key
+};
+
+// Four values of a lane's unit, scaled by s, split into its hi and lo registers
+// r (x0, x1) and r + 1 (x2, x3).
+__device__ __forceinline__ void split_into(uint32_t (&hi)[4], uint32_t (&lo)[4], int r,
+                                           float x0, float x1, float x2, float x3, float s) {
+  const HalfPairs a = split_pair(x0 * s, x1 * s), b = split_pair(x2 * s, x3 * s);
+  hi[r] = a.hi, lo[r] = a.lo, hi[r + 1] = b.hi, lo[r + 1] = b.lo;
+}
+
+__device__ __forceinline__ void store_unit_lane(FragmentUnit* unit, int lane,
+                                                const uint32_t (&hi)[4], const uint32_t (&lo)[4]) {
+  unit->hi[lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  unit->lo[lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+}
+
+// K's units of the staged keys, one scale per key: warp w takes keys 2w, 2w + 1
+// for the scales, then units w, w + kWarps, ...
+template <int kD>
+__device__ __forceinline__ void split_keys(WideSplitStage<kD>& st, FragmentUnit* units,
+                                           float* unscale) {
+  constexpr int kWarps = kWideSplitThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = 2 * warp + i;
+    float mx = 0.0f;
+    for (int c = lane; c < kD; c += 32) mx = fmaxf(mx, fabsf(st.x[r][c]));
+    const int e = split_exponent(lanes_max<31u>(mx));
+    if (lane == 0) st.key_scale[r] = exp2_int(e), unscale[r] = exp2_int(-e);
+  }
+  __syncthreads();
+  for (int kk = warp; kk < kD / 16; kk += kWarps) {
+    const int c = 16 * kk + 2 * t;
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // keys g and g + 8
+      const float* row = st.x[g + 8 * half];
+      split_into(hi, lo, 2 * half, row[c], row[c + 1], row[c + 8], row[c + 9],
+                 st.key_scale[g + 8 * half]);
+    }
+    store_unit_lane(units + kk, lane, hi, lo);
+  }
+}
+
+// V's units of the staged keys, one scale per unit (its maximum over the warp):
+// warp w takes units w, w + kWarps, ...
+template <int kD>
+__device__ __forceinline__ void split_values(const WideSplitStage<kD>& st, FragmentUnit* units,
+                                             float* unscale) {
+  constexpr int kWarps = kWideSplitThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int cu = warp; cu < kD / 16; cu += kWarps) {
+    float x[2][4];
+    float mx = 0.0f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // columns 16cu + g and 16cu + 8 + g
+      const int col = 16 * cu + 8 * half + g;
+      x[half][0] = st.x[2 * t][col], x[half][1] = st.x[2 * t + 1][col];
+      x[half][2] = st.x[2 * t + 8][col], x[half][3] = st.x[2 * t + 9][col];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mx = fmaxf(mx, fabsf(x[half][i]));
+    }
+    const int e = split_exponent(lanes_max<31u>(mx));
+    if (lane == 0) unscale[cu] = exp2_int(-e);
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      split_into(hi, lo, 2 * half, x[half][0], x[half][1], x[half][2], x[half][3], exp2_int(e));
+    store_unit_lane(units + cu, lane, hi, lo);
+  }
+}
+
+// Block 2·i splits K's step i (of all (batch · kv head, 16 keys) steps), block
+// 2·i + 1 V's.
+template <int kD>
+__global__ void __launch_bounds__(kWideSplitThreads)
+    wide_split_kernel(const AttnParams p, const WideSplitKV kv, bool vec4) {
+  extern __shared__ float4 smem[];
+  auto& st = *reinterpret_cast<WideSplitStage<kD>*>(smem);
+  const Sizes& s = p.sizes;
+  const bool values = blockIdx.x % 2;
+  const int steps = kv.rows / 16;
+  const int step = int(blockIdx.x / 2 % steps);
+  const int64_t bh = blockIdx.x / 2 / steps;
+  const int b = int(bh / s.heads_kv), hk = int(bh % s.heads_kv), key0 = 16 * step;
+  const TensorRef& src = values ? p.v : p.k;
+  const float* x = static_cast<const float*>(src.data) + b * src.batch_stride +
+                   hk * src.head_stride + int64_t(key0) * src.row_stride;
+  load_fp32_tile_async<kD, 16, kWideSplitThreads>(st.x, x, src.row_stride, s.seqlen_k - key0,
+                                                  s.head_dim, vec4);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  const int64_t units = (bh * steps + step) * (kD / 16);
+  if (values) split_values<kD>(st, kv.v + units, kv.v_unscale + units);
+  else split_keys<kD>(st, kv.k + units, kv.k_unscale + bh * kv.rows + key0);
+}
+
+}  // namespace flashattn::cuda::f16x3

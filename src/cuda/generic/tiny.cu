@@ -1,9 +1,10 @@
 // cuda_tiled's path for fp32 problems small enough to sit on chip whole
 // (tiny_fits): for them a call is all latency, so the kernel takes one round of
-// loads (cp.async, issued all at once) and keeps each thread's chain of dependent
-// steps short. A block owns kRows query rows of one (batch, q head) and stages its
-// head's K and V whole in shared memory; then a thread per (row, key) scores,
-// a warp per row takes the softmax, and a thread per (row, column) sums P·V.
+// loads (cp.async, issued all at once) and no barrier after it. A block of kRows
+// warps owns kRows query rows of one (batch, q head) and stages its head's K and
+// V whole in shared memory; warp w owns row w: lane j scores keys j and j + 32,
+// the row's maximum and sum come from shuffles, and lane c accumulates output
+// columns c, c + 32 with P broadcast by shuffles.
 #include <cmath>
 
 #include "cuda/backends.h"
@@ -16,16 +17,17 @@ namespace {
 
 constexpr int kRows = 8;
 constexpr int kThreads = 32 * kRows;
-static_assert(kTinyMaxKeys == 64, "a lane of the softmax takes keys j and j + 32");
+constexpr int kColsPerLane = kTinyMaxHeadDim / 32;
+static_assert(kTinyMaxKeys <= 64, "a lane scores at most two keys");
 
 // Row pitch in float4s of the staged tiles: head_dim rounded up to float4s, then
 // to an odd count, so that eight lanes reading float4s of eight consecutive rows
 // hit distinct banks.
 __host__ __device__ int pitch4(int head_dim) { return (head_dim + 3) / 4 | 1; }
 
-// K, V and the block's Q rows, zero-padded to whole float4s, then the rows' P.
+// K, V and the block's Q rows, zero-padded to whole float4s.
 int shared_bytes(const Sizes& s) {
-  return (2 * s.seqlen_k + kRows) * pitch4(s.head_dim) * 16 + kRows * kTinyMaxKeys * 4;
+  return (2 * s.seqlen_k + kRows) * pitch4(s.head_dim) * 16;
 }
 
 // Starts copying rows [0, rows) of a head into dst (pitch4 float4s a row), and
@@ -63,7 +65,6 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   float4* const k = smem;            // [nk][pitch]
   float4* const v = k + nk * pitch;  // [nk][pitch]
   float4* const q = v + nk * pitch;  // [kRows][pitch]
-  float* const prob = reinterpret_cast<float*>(q + kRows * pitch);  // [kRows][kTinyMaxKeys]
   const int b = int(blockIdx.x) / s.heads_q, hq = int(blockIdx.x) % s.heads_q;
   const int hk = hq / s.group();
   const int row0 = int(blockIdx.y) * kRows, rows = min(kRows, s.seqlen_q - row0);
@@ -77,15 +78,21 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (w >= rows) return;
+  const int row = row0 + w;
+  const int key_end = p.mask.key_end(row, nk);
+  const float4* q_row = q + w * pitch;
 
-  // Scores in log2 units, s·scale·log2(e): a thread per (row, key), over float4s
-  // of the zero-padded rows; -inf where the key is not visible.
+  // Scores in log2 units, s·scale·log2(e), from float4s of the zero-padded rows.
   const float c = p.softmax.scale * 1.4426950408889634f;
-  for (int e = threadIdx.x; e < kRows * kTinyMaxKeys; e += kThreads) {
-    const int r = e / kTinyMaxKeys, j = e % kTinyMaxKeys;
-    float score = -INFINITY;
-    if (r < rows && j < p.mask.key_end(row0 + r, nk)) {
-      const float4 *q_row = q + r * pitch, *k_row = k + j * pitch;
+  float score[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int j = lane + 32 * h;
+    score[h] = -INFINITY;
+    if (j < key_end) {
+      const float4* k_row = k + j * pitch;
       float4 part = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
       for (int c4 = 0; c4 < vecs; ++c4) {
@@ -93,46 +100,34 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
         part.x = fmaf(a.x, x.x, part.x), part.y = fmaf(a.y, x.y, part.y);
         part.z = fmaf(a.z, x.z, part.z), part.w = fmaf(a.w, x.w, part.w);
       }
-      score = ((part.x + part.y) + (part.z + part.w)) * c;
+      score[h] = ((part.x + part.y) + (part.z + part.w)) * c;
     }
-    prob[e] = score;
   }
-  __syncthreads();
-
-  // A warp per row: P = 2^(score − max) / sum in place, and the row's lse.
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (w < rows) {
-    float* row_prob = prob + w * kTinyMaxKeys;
-    const float s0 = row_prob[lane], s1 = row_prob[lane + 32];
-    const float m = warp_max(fmaxf(s0, s1));
-    const float p0 = m == -INFINITY ? 0.0f : exp2f(s0 - m);
-    const float p1 = m == -INFINITY ? 0.0f : exp2f(s1 - m);
-    const float sum = warp_sum(p0 + p1);
-    const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
-    row_prob[lane] = p0 * inv_sum, row_prob[lane + 32] = p1 * inv_sum;
-    // lse = ln Σ 2^score = (m + log2(sum))·ln 2; -inf for a row that sees no key.
-    if (p.softmax.lse && lane == 0)
-      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + row0 + w] =
-          sum > 0.0f ? (m + log2f(sum)) * 0.69314718055994531f : -INFINITY;
-  }
-  __syncthreads();
-
-  // out = P·V: a thread per (row, column); invisible keys have P = 0.
-  const float* v1 = reinterpret_cast<const float*>(v);
-  for (int e = threadIdx.x; e < kRows * kTinyMaxHeadDim; e += kThreads) {
-    const int r = e / kTinyMaxHeadDim, col = e % kTinyMaxHeadDim;
-    if (r >= rows || col >= d) continue;
-    const float* row_prob = prob + r * kTinyMaxKeys;
-    float acc[2] = {};
-    int j = 0;
-    for (; j + 2 <= nk; j += 2)
+  const float m = warp_max(fmaxf(score[0], score[1]));
+  float prob[2];
 #pragma unroll
-      for (int u = 0; u < 2; ++u)
-        acc[u] = fmaf(row_prob[j + u], v1[(j + u) * 4 * pitch + col], acc[u]);
-    if (j < nk) acc[0] = fmaf(row_prob[j], v1[j * 4 * pitch + col], acc[0]);
-    static_cast<float*>(p.o.data)[b * p.o.batch_stride + hq * p.o.head_stride +
-                                  int64_t(row0 + r) * p.o.row_stride + col] = acc[0] + acc[1];
+  for (int h = 0; h < 2; ++h) prob[h] = m == -INFINITY ? 0.0f : exp2f(score[h] - m);
+  const float sum = warp_sum(prob[0] + prob[1]);
+  const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+
+  const float* v1 = reinterpret_cast<const float*>(v);
+  float acc[kColsPerLane] = {};
+#pragma unroll 8
+  for (int j = 0; j < key_end; ++j) {
+    const float pj = __shfl_sync(0xffffffffu, j < 32 ? prob[0] : prob[1], j % 32);
+#pragma unroll
+    for (int u = 0; u < kColsPerLane; ++u)
+      if (lane + 32 * u < d) acc[u] = fmaf(pj, v1[j * 4 * pitch + lane + 32 * u], acc[u]);
   }
+  float* out = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride +
+               int64_t(row) * p.o.row_stride;
+#pragma unroll
+  for (int u = 0; u < kColsPerLane; ++u)
+    if (lane + 32 * u < d) out[lane + 32 * u] = acc[u] * inv_sum;
+  // lse = ln Σ 2^score = (m + log2(sum))·ln 2; -inf for a row that sees no key.
+  if (p.softmax.lse && lane == 0)
+    p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + row] =
+        sum > 0.0f ? (m + log2f(sum)) * 0.69314718055994531f : -INFINITY;
 }
 
 }  // namespace

@@ -18,6 +18,9 @@ int compute_capability(int device_index);
 // Number of streaming multiprocessors.
 int multiprocessors(int device_index);
 
+// Most shared memory one block may use, in bytes (with the kernel's opt-in).
+int shared_memory_per_block(int device_index);
+
 // Throws Error(invalid_argument) naming `name` unless ptr is device memory that
 // device `device_index` can read (device, managed or mapped host memory).
 void require_device_pointer(const void* ptr, int device_index, const char* name);

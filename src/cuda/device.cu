@@ -26,6 +26,7 @@ namespace {
 struct DeviceProperties {
   int compute_capability;  // major·10 + minor
   int multiprocessors;
+  int shared_memory_per_block;  // bytes, with the kernel's opt-in
 };
 
 const DeviceProperties& properties(int device_index) {
@@ -37,6 +38,8 @@ const DeviceProperties& properties(int device_index) {
       FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i));
       FLASHATTN_CUDA_CHECK(
           cudaDeviceGetAttribute(&all[i].multiprocessors, cudaDevAttrMultiProcessorCount, i));
+      FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&all[i].shared_memory_per_block,
+                                                  cudaDevAttrMaxSharedMemoryPerBlockOptin, i));
       all[i].compute_capability = major * 10 + minor;
     }
     return all;
@@ -52,6 +55,10 @@ const DeviceProperties& properties(int device_index) {
 int compute_capability(int device_index) { return properties(device_index).compute_capability; }
 
 int multiprocessors(int device_index) { return properties(device_index).multiprocessors; }
+
+int shared_memory_per_block(int device_index) {
+  return properties(device_index).shared_memory_per_block;
+}
 
 void require_device_pointer(const void* ptr, int device_index, const char* name) {
   cudaPointerAttributes attr{};

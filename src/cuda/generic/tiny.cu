@@ -50,7 +50,8 @@ __device__ __forceinline__ void stage_rows(float4* dst, const float* src, int64_
 }
 
 __device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 __device__ __forceinline__ float warp_sum(float x) {
@@ -68,8 +69,10 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   const int b = int(blockIdx.x) / s.heads_q, hq = int(blockIdx.x) % s.heads_q;
   const int hk = hq / s.group();
   const int row0 = int(blockIdx.y) * kRows, rows = min(kRows, s.seqlen_q - row0);
-  const float* gk = static_cast<const float*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
-  const float* gv = static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
+  const float* gk =
+      static_cast<const float*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
+  const float* gv =
+      static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
   const float* gq = static_cast<const float*>(p.q.data) + b * p.q.batch_stride +
                     hq * p.q.head_stride + int64_t(row0) * p.q.row_stride;
   stage_rows(k, gk, p.k.row_stride, nk, d, vec4);

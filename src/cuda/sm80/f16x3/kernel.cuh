@@ -32,6 +32,7 @@
 #include "cuda/common/tile_grid.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
 #include "cuda/sm80/f16x3/key_split.h"
+#include "cuda/sm80/f16x3/output_rows.cuh"
 #include "cuda/sm80/f16x3/split_kv.cuh"
 #include "cuda/sm80/mma/forward_kernel.cuh"
 
@@ -266,34 +267,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   }
 
   // One split writes p's output itself; several write their parts for the merge.
-  const int64_t head_row0 = (int64_t(tc.b) * s.heads_q + tc.hq) * s.seqlen_q;  // of lse
-  const int64_t split_rows0 = int64_t(blockIdx.y) * s.batch * s.heads_q * s.seqlen_q + head_row0;
-  float* const lse = split.count > 1 ? split.lse + split_rows0
-                     : p.softmax.lse ? p.softmax.lse + head_row0
-                                     : nullptr;
+  const OutputRows out(p, split, tc);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = row_sum.l[0][h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int row = row0 + warp_row0 + g + 8 * h;
-    if (row >= s.seqlen_q) continue;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    float* o_row = split.count == 1
-                       ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
-                             tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride
-                       : split.out + (split_rows0 + row) * s.head_dim;
-#pragma unroll
-    for (int ot = 0; ot < kOT; ++ot)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = 8 * ot + 2 * t + e;
-        if (col < s.head_dim) o_row[col] = acc[0][ot][2 * h + e] * inv_l;
-      }
-    // l carries P's 2^kPLog2Bias.
-    if (lse && t == 0)
-      lse[row] = l > 0.0f ? row_max[0][h] * p.softmax.scale + logf(l) - kPLog2Bias * 0.69314718f
-                          : -INFINITY;
+    if (row < s.seqlen_q) out.store(row, h, 0, acc[0], l, row_max[0][h], t == 0);
   }
 }
 

@@ -24,6 +24,13 @@ void allow_shared_memory(Kernel kernel, int bytes) {
 template <int kD>
 void run(const AttnParams& p) {
   using Shape = WideShape<kD>;
+  // Head dim 1024 keeps 213 KB of shared memory per block, which Hopper has and
+  // Ampere (164 KB) and Ada (99 KB) have not: there the 3×TF32 kernel runs it.
+  const int smem = int(sizeof(WideShared<Shape>));
+  if (smem > shared_memory_per_block(p.device_index)) {
+    tf32x3_forward(p);
+    return;
+  }
   const Sizes& s = p.sizes;
   const bool vec4 = fp32_rows_vec4(p);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
@@ -49,13 +56,13 @@ void run(const AttnParams& p) {
   check_launch("cuda_f16x3 wide_split_kernel");
 
   const auto kernel = wide_attention_kernel<Shape>;
-  const int smem = int(sizeof(WideShared<Shape>));
   allow_shared_memory(kernel, smem);
   int per_sm = 0;
   FLASHATTN_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Shape::kThreads, smem));
   TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
-  const int64_t wanted = int64_t(std::max(per_sm, 1)) * multiprocessors(p.device_index) / grid.dims.x;
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * multiprocessors(p.device_index);
+  const int64_t wanted = resident / grid.dims.x;
   const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kMaxKeySplits, chunks})));
   grid.dims.y = unsigned(splits);
   auto launch = [&](const KeySplit& split) {

@@ -33,6 +33,7 @@
 #include "cuda/common/tile_grid.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
 #include "cuda/sm80/f16x3/key_split.h"
+#include "cuda/sm80/f16x3/output_rows.cuh"
 #include "cuda/sm80/f16x3/wide_split.cuh"
 #include "cuda/sm80/mma/forward_kernel.cuh"
 #include "cuda/sm80/mma/smem_tile.cuh"
@@ -125,6 +126,21 @@ struct UnitStream {
     fetch(sm);
   }
 };
+
+// chain[mt] += A·B for both m16 slices and a pair of n8 tiles, as three fp16
+// products of the split operands: hi·hi, hi·lo, lo·hi (common/split_f16.cuh).
+// Each product goes over both slices before the next, so that dependent mma
+// are four apart.
+__device__ __forceinline__ void mma_split3(float (&chain)[2][2][4], const uint32_t (&a_hi)[2][4],
+                                           const uint32_t (&a_lo)[2][4], const uint32_t (&b_hi)[4],
+                                           const uint32_t (&b_lo)[4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_hi);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_lo);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_lo[mt], b_hi);
+}
 
 // Splits the tile's Q rows into the hi/lo tiles, one scale per row: warp w takes
 // rows w, w + kWarps, …; rows past seqlen_q and columns past head_dim are zeros.
@@ -227,7 +243,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     for (int i = 0; i < kScalesPerLane; ++i) {
       const int unit = lane + 32 * i;  // key step unit / 8, column pair 8w + unit % 8
       if (unit < Shape::kVUnits)
-        v_unscale[i] = sm.v_unscale_units[(n * kWarps + unit / 8) * Shape::kKUnits + 8 * w + unit % 8];
+        v_unscale[i] =
+            sm.v_unscale_units[(n * kWarps + unit / 8) * Shape::kKUnits + 8 * w + unit % 8];
     }
     float sc[2][2][4] = {};
     {
@@ -243,12 +260,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
             ldmatrix_x4(a_lo[mt], QTile::address(q_lane, 16 * mt, kk0 + i) + QTile::kBytes);
           }
           stream.next(sm, b_hi, b_lo);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_hi);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_lo);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_lo[mt], b_hi);
+          mma_split3(chain, a_hi, a_lo, b_hi, b_lo);
         }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -309,7 +321,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         row_max[mt][h] = m;
         row_sum[mt][h] *= alpha;
 #pragma unroll
-        for (int ot = 0; ot < kOT; ++ot) acc[mt][ot][2 * h] *= alpha, acc[mt][ot][2 * h + 1] *= alpha;
+        for (int ot = 0; ot < kOT; ++ot)
+          acc[mt][ot][2 * h] *= alpha, acc[mt][ot][2 * h + 1] *= alpha;
         const float bias_minus_mc = kPLog2Bias - m_c;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
@@ -338,12 +351,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         uint32_t b_hi[4], b_lo[4];
         stream.next(sm, b_hi, b_lo);
         float chain[2][2][4] = {};
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_hi);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_hi[mt], b_lo);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma_two_tiles<__half>(chain[mt][0], chain[mt][1], a_lo[mt], b_hi);
+        mma_split3(chain, a_hi, a_lo, b_hi, b_lo);
         const float unscale = sm.v_unscale[w][8 * j + cp];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -371,11 +379,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __syncthreads();
 
   // One split writes p's output itself; several write their parts for the merge.
-  const int64_t head_row0 = (int64_t(tc.b) * s.heads_q + tc.hq) * s.seqlen_q;  // of lse
-  const int64_t split_rows0 = int64_t(blockIdx.y) * s.batch * s.heads_q * s.seqlen_q + head_row0;
-  float* const lse = split.count > 1 ? split.lse + split_rows0
-                     : p.softmax.lse ? p.softmax.lse + head_row0
-                                     : nullptr;
+  const OutputRows out(p, split, tc);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -385,22 +389,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       float l = 0.0f;
 #pragma unroll
       for (int v = 0; v < kWarps; ++v) l += sm.row_part[v][r];
-      const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-      float* o_row = split.count == 1
-                         ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
-                               tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride
-                         : split.out + (split_rows0 + row) * s.head_dim;
-#pragma unroll
-      for (int ot = 0; ot < kOT; ++ot)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 128 * w + 8 * ot + 2 * t + e;
-          if (col < s.head_dim) o_row[col] = acc[mt][ot][2 * h + e] * inv_l;
-        }
-      // l carries P's 2^kPLog2Bias.
-      if (lse && w == 0 && t == 0)
-        lse[row] = l > 0.0f ? row_max[mt][h] * p.softmax.scale + logf(l) - kPLog2Bias * 0.69314718f
-                            : -INFINITY;
+      out.store(row, h, 128 * w, acc[mt], l, row_max[mt][h], w == 0 && t == 0);
     }
 }
 

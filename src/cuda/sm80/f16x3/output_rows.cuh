@@ -1,0 +1,60 @@
+// Where a cuda_f16x3 block writes its finished rows: p's output and lse when
+// the keys were not split, else its split's partial rows for the merge
+// (key_split.h). Both attention kernels end with it.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/common/split_f16.cuh"
+#include "cuda/common/tile_grid.cuh"
+#include "cuda/sm80/f16x3/key_split.h"
+#include "params.h"
+
+namespace flashattn::cuda::f16x3 {
+
+struct OutputRows {
+  const AttnParams& p;
+  const KeySplit& split;
+  TileCoord tc;
+  int64_t split_rows0;  // this split's first row of (batch, q head) in the partials
+  float* lse;           // lse of (batch, q head) row 0, or nullptr when none is wanted
+
+  __device__ __forceinline__ OutputRows(const AttnParams& params, const KeySplit& key_split,
+                                        TileCoord coord)
+      : p(params), split(key_split), tc(coord) {
+    const Sizes& s = p.sizes;
+    const int64_t head_row0 = (int64_t(tc.b) * s.heads_q + tc.hq) * s.seqlen_q;
+    split_rows0 = int64_t(blockIdx.y) * s.batch * s.heads_q * s.seqlen_q + head_row0;
+    lse = split.count > 1 ? split.lse + split_rows0
+          : p.softmax.lse ? p.softmax.lse + head_row0
+                          : nullptr;
+  }
+
+  // Writes out = acc / l for this thread's columns of query row `row` (half h of
+  // its accumulator tiles, columns col0 + 8·ot + 2t + e) and, if write_lse, the
+  // row's lse from its raw maximum; l carries P's 2^kPLog2Bias. Rows that saw
+  // no key (l = 0) get 0 and -inf.
+  template <int kOT>
+  __device__ __forceinline__ void store(int row, int h, int col0, const float (&acc)[kOT][4],
+                                        float l, float row_max, bool write_lse) const {
+    const Sizes& s = p.sizes;
+    const int t = threadIdx.x % 4;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    float* o_row = split.count == 1
+                       ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
+                             tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride
+                       : split.out + (split_rows0 + row) * s.head_dim;
+#pragma unroll
+    for (int ot = 0; ot < kOT; ++ot)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = col0 + 8 * ot + 2 * t + e;
+        if (col < s.head_dim) o_row[col] = acc[ot][2 * h + e] * inv_l;
+      }
+    if (lse && write_lse)
+      lse[row] = l > 0.0f ? row_max * p.softmax.scale + logf(l) - kPLog2Bias * 0.69314718f
+                          : -INFINITY;
+  }
+};
+
+}  // namespace flashattn::cuda::f16x3

@@ -45,12 +45,17 @@ inline constexpr int kF16x3MaxHeadDim = 1024;
 void f16x3_forward(const AttnParams& p);
 
 // Whether automatic runs fp32 on cuda_f16x3 rather than cuda_tf32x3. cuda_f16x3
-// splits K and V once per call, in a kernel and a scratch buffer of its own: that
-// pays where at least four 64-row query tiles read each key block. Below, the
-// ~10 µs of host time it adds per call exceeded its gain on the H100 (equal at
-// 200 query rows), and a problem that small is one launch on cuda_tf32x3.
+// splits K and V once per call, in a kernel and a scratch buffer of its own, and
+// that pays where enough query rows read each key (rows times the GQA group):
+// up to head_dim 128, four 64-row query tiles (below, the ~10 µs of host time it
+// adds exceeded its gain on the H100: equal at 200 rows); above, where
+// cuda_tf32x3 recomputes the scores for each 128-column slice of the output, two
+// 32-row tiles (on the H100 at head_dim 256 to 1024, cuda_f16x3 took 1.3–1.5×
+// cuda_tf32x3's time at 32 rows and 0.4–0.8× at 100).
 inline bool f16x3_preferred(const Sizes& s) {
-  return s.head_dim <= kF16x3MaxHeadDim && int64_t(s.seqlen_q) * s.group() >= 256;
+  const int64_t rows = int64_t(s.seqlen_q) * s.group();
+  if (s.head_dim <= 128) return rows >= 256;
+  return s.head_dim <= kF16x3MaxHeadDim && rows >= 64;
 }
 
 // cuda_mma: f16/bf16 on tensor cores (mma.sync), head_dim up to kMmaMaxHeadDim.

@@ -329,8 +329,10 @@ TEST_F(DeviceRulesOnGpu, AutomaticPicksF16x3ForFp32WhereQueryTilesShareKeys) {
     return p;
   };
   EXPECT_EQ(select_backend(f32_params(256, 128)), Backend::cuda_f16x3);
-  EXPECT_EQ(select_backend(f32_params(256, 1024)), Backend::cuda_f16x3);
   EXPECT_EQ(select_backend(f32_params(255, 128)), Backend::cuda_tf32x3);  // under 4 query tiles
+  EXPECT_EQ(select_backend(f32_params(64, 129)), Backend::cuda_f16x3);    // wide heads: 2 tiles
+  EXPECT_EQ(select_backend(f32_params(64, 1024)), Backend::cuda_f16x3);
+  EXPECT_EQ(select_backend(f32_params(63, 1024)), Backend::cuda_tf32x3);
   EXPECT_EQ(select_backend(f32_params(256, 1025)), Backend::cuda_tf32x3);  // head_dim
 }
 

@@ -47,6 +47,8 @@ std::vector<harness::Case> awkward_cases(DeviceKind device) {
     cases.push_back(make(1, 40, 200, 2, 1, 128, DType::f16, tl));
     cases.push_back(make(1, 33, 150, 1, 1, 256, DType::bf16, br));
     cases.push_back(make(1, 20, 70, 1, 1, 512, DType::f16, none));
+    // cuda_f16x3's widest bucket (8 warps a block) with its keys split over blocks.
+    cases.push_back(make(1, 40, 300, 2, 1, 1000, DType::f32, tl));
     // Strided views TMA can describe (16-byte aligned rows), for cuda_wgmma.
     cases.push_back(make(2, 100, 257, 6, 3, 80, DType::bf16, tl, true, 8));
     cases.push_back(make(1, 129, 200, 2, 1, 1024, DType::f16, br));

@@ -59,16 +59,8 @@ void run(const AttnParams& p) {
   const TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
   const int64_t wanted = 2 * int64_t(multiprocessors(p.device_index)) / grid.dims.x;
   const int splits = int(std::min<int64_t>({wanted, kMaxKeySplits, key_blocks / 2}));
-  if (splits <= 1) {
-    run_attention<Shape>(p, grid, vec4, kv, KeySplit{});
-    return;
-  }
-  const size_t rows = size_t(splits) * s.batch * s.heads_q * s.seqlen_q;
-  Scratch split_scratch(rows * (s.head_dim + 1) * sizeof(float), p.device_index, p.stream);
-  KeySplit split{splits, static_cast<float*>(split_scratch.data()), nullptr};
-  split.lse = split.out + rows * s.head_dim;
-  run_attention<Shape>(p, grid, vec4, kv, split);
-  merge_key_splits(p, split);
+  run_key_splits(p, splits,
+                 [&](const KeySplit& split) { run_attention<Shape>(p, grid, vec4, kv, split); });
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 //   lse = ln Σ_s e^(lse_s),   out = Σ_s e^(lse_s − lse) · out_s.
 #pragma once
 
+#include <cstddef>
+
+#include "cuda/common/scratch.h"
 #include "params.h"
 
 namespace flashattn::cuda {
@@ -18,5 +21,22 @@ struct KeySplit {
 
 // out and lse of p from the count partial results (queued on p.stream).
 void merge_key_splits(const AttnParams& p, const KeySplit& split);
+
+// Runs launch(split) over `splits` key splits: with one, the kernel writes p's
+// output itself; with more, it writes partials into scratch memory, merged after.
+template <typename Launch>
+void run_key_splits(const AttnParams& p, int splits, Launch&& launch) {
+  if (splits <= 1) {
+    launch(KeySplit{});
+    return;
+  }
+  const Sizes& s = p.sizes;
+  const size_t rows = size_t(splits) * s.batch * s.heads_q * s.seqlen_q;
+  Scratch scratch(rows * (s.head_dim + 1) * sizeof(float), p.device_index, p.stream);
+  KeySplit split{splits, static_cast<float*>(scratch.data()), nullptr};
+  split.lse = split.out + rows * s.head_dim;
+  launch(split);
+  merge_key_splits(p, split);
+}
 
 }  // namespace flashattn::cuda

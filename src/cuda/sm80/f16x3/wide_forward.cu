@@ -65,20 +65,10 @@ void run(const AttnParams& p) {
   const int64_t wanted = resident / grid.dims.x;
   const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kMaxKeySplits, chunks})));
   grid.dims.y = unsigned(splits);
-  auto launch = [&](const KeySplit& split) {
+  run_key_splits(p, splits, [&](const KeySplit& split) {
     kernel<<<grid.dims, Shape::kThreads, smem, stream>>>(p, grid.m_blocks, vec4, kv, split);
     check_launch("cuda_f16x3 wide_attention_kernel");
-  };
-  if (splits == 1) {
-    launch(KeySplit{});
-    return;
-  }
-  const size_t split_rows = size_t(splits) * s.batch * s.heads_q * s.seqlen_q;
-  Scratch split_scratch(split_rows * (s.head_dim + 1) * sizeof(float), p.device_index, p.stream);
-  KeySplit split{splits, static_cast<float*>(split_scratch.data()), nullptr};
-  split.lse = split.out + split_rows * s.head_dim;
-  launch(split);
-  merge_key_splits(p, split);
+  });
 }
 
 }  // namespace

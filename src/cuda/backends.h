@@ -37,6 +37,11 @@ inline bool tiny_fits(const AttnParams& p) {
          s.head_dim <= kTinyMaxHeadDim;
 }
 void tiny_forward(const AttnParams& p);
+// The smallest of them (head_dim and seqlen_k at most 32, offsets within 32
+// bits) run on one warp per query row holding K and V in registers (tiny_warp.cu).
+inline constexpr int kTinyWarpMaxKeys = 32, kTinyWarpMaxHeadDim = 32;
+bool tiny_warp_fits(const AttnParams& p);
+void tiny_warp_forward(const AttnParams& p);
 void tf32x3_forward(const AttnParams& p);
 
 // cuda_f16x3: fp32 through a scaled fp16 hi/lo split, head_dim up to kF16x3MaxHeadDim

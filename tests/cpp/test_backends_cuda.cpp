@@ -81,6 +81,13 @@ std::vector<harness::Case> cuda_cases() {
   add({1, 64, 40, 4, 2, 64}, DType::f32, Mask::causal_bottom_right, true);
   add({2, 50, 64, 3, 1, 60}, DType::f32, Mask::causal_top_left, false);
   add({1, 33, 64, 2, 2, 37}, DType::f32, Mask::none, true);
+  // Its register path (head_dim and keys at most 32): 16-byte rows (plain and
+  // strided) and element-wise ones, GQA and MQA, rows that see no key, batch > 1.
+  add({2, 17, 17, 3, 3, 32}, DType::f32, Mask::none, false);
+  add({1, 40, 20, 4, 2, 32}, DType::f32, Mask::causal_bottom_right, true);
+  add({3, 5, 32, 2, 1, 28}, DType::f32, Mask::causal_top_left, false);
+  add({2, 64, 31, 2, 1, 13}, DType::f32, Mask::causal_bottom_right, true);
+  cases.push_back(make_case({1, 9, 32, 2, 2, 24}, DType::f32, Mask::causal_top_left, true, 8));
   // cuda_mma's head-dim buckets (32, 64, 96, 128, 192, 256, 512), dims padded
   // into them (40, 72, 136, 264, 500), several key blocks with the causal
   // diagonal and ragged ends, GQA, strided (unaligned, element-wise) views.

@@ -4,7 +4,8 @@
 // warps owns kRows query rows of one (batch, q head) and stages its head's K and
 // V whole in shared memory; warp w owns row w: lane j scores keys j and j + 32,
 // the row's maximum and sum come from shuffles, and lane c accumulates output
-// columns c, c + 32 with P broadcast by shuffles.
+// columns c, c + 32 with P broadcast by shuffles. Problems that fit one warp's
+// registers go to tiny_warp.cu instead.
 #include <cmath>
 
 #include "cuda/backends.h"
@@ -136,6 +137,10 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
 }  // namespace
 
 void tiny_forward(const AttnParams& p) {
+  if (tiny_warp_fits(p)) {
+    tiny_warp_forward(p);
+    return;
+  }
   const Sizes& s = p.sizes;
   const int64_t heads = int64_t(s.batch) * s.heads_q;
   if (heads > 0x7FFFFFFF) fail(Status::unsupported, "q: shape too large for cuda_tiled's grid");

@@ -1,0 +1,210 @@
+// cuda_tiled's path for the smallest fp32 problems (tiny_warp_fits: head_dim
+// ≤ 32, at most 32 keys): one warp per query row holds its head's whole K and V
+// in registers, so a call is one round of global loads, a few shuffles and a
+// store, with no shared memory and no barrier.
+//
+// Lane (g, c) = (lane / 8, lane % 8) loads float4 column chunk c of keys
+// 4i + g, i < 8, of K and of V: each load instruction reads four whole rows, so a
+// warp issues 17 loads (Q's chunk, 8 of K, 8 of V) where a lane-per-key layout
+// issues 40 and waits about 300 cycles longer for them (perf-notes §v7). The
+// eight lanes of a group sum their chunks' products into key 4i + g's score;
+// P·V needs no shuffles, since each lane already holds p for the keys whose V
+// rows it loaded; the four groups' partial outputs are summed at the end.
+#include <climits>
+#include <cmath>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/fp32_tile.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kGroups = 4;                              // keys per load instruction
+constexpr int kChunks = 8;                              // float4 chunks per row: head_dim ≤ 32
+constexpr int kKeySteps = kTinyWarpMaxKeys / kGroups;  // load instructions per tensor
+
+static_assert(kChunks * 4 == kTinyWarpMaxHeadDim && kGroups * kChunks == 32);
+
+// The kernel's own parameter block: 32-bit offsets (every element of a tiny
+// problem is within 2^31 of its tensor's base) and only what the kernel reads.
+// Against AttnParams, this takes ~150 of the ~490 cycles before the first load
+// issues: fewer constant-bank lines to miss and no 64-bit index arithmetic.
+struct WarpTensor {
+  float* data;
+  int batch_stride, row_stride, head_stride;
+};
+struct WarpParams {
+  WarpTensor q, k, v, o;
+  float* lse;
+  int seqlen_q, seqlen_k, heads_q, group;
+  int head_dim;
+  int causal_offset;  // key j is visible to row i iff j <= i + causal_offset
+  bool causal;
+  float scale_log2;  // softmax scale · log2(e)
+};
+
+// The first element of head h of batch b (row 0).
+__device__ __forceinline__ float* head_ptr(const WarpTensor& t, int b, int h) {
+  return t.data + (b * t.batch_stride + h * t.head_stride);
+}
+
+// Columns 4c .. 4c + 3 of a row, 0 past head_dim and where !valid (then
+// nothing is read). kVec4: the row is 16-byte aligned, head_dim a multiple of 4.
+template <bool kVec4>
+__device__ __forceinline__ float4 load_chunk(const float* row, int c, int head_dim, bool valid) {
+  float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const int col = 4 * c;
+  if (kVec4) {
+    if (valid && col < head_dim) x = __ldg(reinterpret_cast<const float4*>(row) + c);
+  } else if (valid) {
+    if (col < head_dim) x.x = __ldg(row + col);
+    if (col + 1 < head_dim) x.y = __ldg(row + col + 1);
+    if (col + 2 < head_dim) x.z = __ldg(row + col + 2);
+    if (col + 3 < head_dim) x.w = __ldg(row + col + 3);
+  }
+  return x;
+}
+
+__device__ __forceinline__ float dot(float4 a, float4 b) {
+  return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, a.w * b.w)));
+}
+
+__device__ __forceinline__ void fma4(float s, float4 x, float4& acc) {
+  acc.x = fmaf(s, x.x, acc.x), acc.y = fmaf(s, x.y, acc.y);
+  acc.z = fmaf(s, x.z, acc.z), acc.w = fmaf(s, x.w, acc.w);
+}
+
+// Sums x over the lanes that differ from this one in the bits of [from, to).
+__device__ __forceinline__ float lane_sum(float x, int from, int to) {
+  for (int offset = from; offset < to; offset *= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Grid (heads_q, batch, seqlen_q), one warp a block: a block per query row
+// spreads the rows over as many SMs as there are rows.
+template <bool kVec4>
+__global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
+  const int hq = blockIdx.x, b = blockIdx.y, row = blockIdx.z;
+  const int hk = p.group == 1 ? hq : hq / p.group;
+  const unsigned lane = threadIdx.x;
+  const int g = lane / kChunks, c = lane % kChunks, d = p.head_dim;
+  const int key_end =
+      !p.causal ? p.seqlen_k : max(0, min(p.seqlen_k, row + p.causal_offset + 1));
+
+  // Base pointers once, so that each key's row is one multiply-add away.
+  const float* k_head = head_ptr(p.k, b, hk);
+  const float* v_head = head_ptr(p.v, b, hk);
+  const int k_row_stride = p.k.row_stride, v_row_stride = p.v.row_stride;
+  const float4 q = load_chunk<kVec4>(head_ptr(p.q, b, hq) + row * p.q.row_stride, c, d, true);
+  float4 k[kKeySteps], v[kKeySteps];
+#pragma unroll
+  for (int i = 0; i < kKeySteps; ++i) {
+    const int key = kGroups * i + g;
+    const bool visible = key < key_end;
+    // Rows past key_end are not read (the loads are predicated off), so their
+    // addresses need no clamping, and do not wait for the mask.
+    k[i] = load_chunk<kVec4>(k_head + key * k_row_stride, c, d, visible);
+    v[i] = load_chunk<kVec4>(v_head + key * v_row_stride, c, d, visible);
+  }
+
+  // Scores in log2 units; every lane of group g holds those of keys 4i + g.
+  // Each butterfly step runs over all keys before the next, so the shuffles of
+  // different keys overlap.
+  float score[kKeySteps], m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kKeySteps; ++i) score[i] = dot(q, k[i]);
+#pragma unroll
+  for (int offset = 1; offset < kChunks; offset *= 2)
+#pragma unroll
+    for (int i = 0; i < kKeySteps; ++i) score[i] += __shfl_xor_sync(0xffffffffu, score[i], offset);
+#pragma unroll
+  for (int i = 0; i < kKeySteps; ++i) {
+    score[i] = kGroups * i + g < key_end ? score[i] * p.scale_log2 : -INFINITY;
+    m = fmaxf(m, score[i]);
+  }
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+
+  // A row that sees no key has every score and m at -inf: subtracting 0
+  // instead gives p = 2^-inf = 0, an output of 0 and lse -inf. (Testing m at
+  // each key instead made ptxas sink each key's loads below the previous
+  // key's shuffles: a memory round trip per key, +1.4 µs at (17, 96, 3).)
+  const float m_safe = m == -INFINITY ? 0.0f : m;
+  float sum = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int i = 0; i < kKeySteps; ++i) {
+    const float prob = exp2f(score[i] - m_safe);
+    sum += prob;
+    fma4(prob, v[i], acc);
+  }
+  sum = lane_sum(sum, kChunks, 32);
+  acc.x = lane_sum(acc.x, kChunks, 32), acc.y = lane_sum(acc.y, kChunks, 32);
+  acc.z = lane_sum(acc.z, kChunks, 32), acc.w = lane_sum(acc.w, kChunks, 32);
+
+  if (g != 0) return;
+  const float inv_sum = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
+  float* out = head_ptr(p.o, b, hq) + row * p.o.row_stride + 4 * c;
+  const float4 o = make_float4(acc.x * inv_sum, acc.y * inv_sum, acc.z * inv_sum, acc.w * inv_sum);
+  if (kVec4) {
+    if (4 * c < d) *reinterpret_cast<float4*>(out) = o;
+  } else {
+    if (4 * c < d) out[0] = o.x;
+    if (4 * c + 1 < d) out[1] = o.y;
+    if (4 * c + 2 < d) out[2] = o.z;
+    if (4 * c + 3 < d) out[3] = o.w;
+  }
+  // lse = ln Σ 2^score = (m + log2(sum))·ln 2; -inf for a row that sees no key.
+  if (p.lse && lane == 0)
+    p.lse[(b * p.heads_q + hq) * p.seqlen_q + row] =
+        sum > 0.0f ? (m + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+}
+
+// Largest element offset of t (strides are non-negative by validation).
+int64_t last_offset(const TensorRef& t, int batch, int seqlen, int heads, int head_dim) {
+  return (batch - 1) * t.batch_stride + (seqlen - 1) * t.row_stride + (heads - 1) * t.head_stride +
+         head_dim - 1;
+}
+
+WarpTensor warp_tensor(const TensorRef& t) {
+  return {static_cast<float*>(t.data), int(t.batch_stride), int(t.row_stride),
+          int(t.head_stride)};
+}
+
+}  // namespace
+
+bool tiny_warp_fits(const AttnParams& p) {
+  const Sizes& s = p.sizes;
+  if (!tiny_fits(p) || s.seqlen_k > kTinyWarpMaxKeys || s.head_dim > kTinyWarpMaxHeadDim ||
+      s.batch > 65535)  // gridDim.y
+    return false;
+  const int64_t lse_end = int64_t(s.batch) * s.heads_q * s.seqlen_q;
+  return lse_end <= INT_MAX &&
+         last_offset(p.q, s.batch, s.seqlen_q, s.heads_q, s.head_dim) <= INT_MAX &&
+         last_offset(p.o, s.batch, s.seqlen_q, s.heads_q, s.head_dim) <= INT_MAX &&
+         last_offset(p.k, s.batch, s.seqlen_k, s.heads_kv, s.head_dim) <= INT_MAX &&
+         last_offset(p.v, s.batch, s.seqlen_k, s.heads_kv, s.head_dim) <= INT_MAX;
+}
+
+void tiny_warp_forward(const AttnParams& p) {
+  const Sizes& s = p.sizes;
+  WarpParams w;
+  w.q = warp_tensor(p.q), w.k = warp_tensor(p.k), w.v = warp_tensor(p.v), w.o = warp_tensor(p.o);
+  w.lse = p.softmax.lse;
+  w.seqlen_q = s.seqlen_q, w.seqlen_k = s.seqlen_k, w.heads_q = s.heads_q, w.group = s.group();
+  w.head_dim = s.head_dim;
+  w.causal = p.mask.causal;
+  w.causal_offset = int(p.mask.causal_offset);  // |offset| ≤ 64 for a tiny problem
+  w.scale_log2 = p.softmax.scale * 1.4426950408889634f;
+  const dim3 grid(unsigned(s.heads_q), unsigned(s.batch), unsigned(s.seqlen_q));
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  if (fp32_rows_vec4(p) && rows_16b_aligned(p.o, sizeof(float)))
+    tiny_warp_kernel<true><<<grid, 32, 0, stream>>>(w);
+  else
+    tiny_warp_kernel<false><<<grid, 32, 0, stream>>>(w);
+  check_launch("tiny_warp_kernel");
+}
+
+}  // namespace flashattn::cuda

@@ -38,7 +38,8 @@ inline bool tiny_fits(const AttnParams& p) {
 }
 void tiny_forward(const AttnParams& p);
 // The smallest of them (head_dim and seqlen_k at most 32, offsets within 32
-// bits) run on one warp per query row holding K and V in registers (tiny_warp.cu).
+// bits) run on one warp per query row holding K and V in registers (tiny_warp.cu);
+// tiny_warp_fits takes a p that tiny_fits already accepted.
 inline constexpr int kTinyWarpMaxKeys = 32, kTinyWarpMaxHeadDim = 32;
 bool tiny_warp_fits(const AttnParams& p);
 void tiny_warp_forward(const AttnParams& p);

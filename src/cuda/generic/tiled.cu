@@ -14,6 +14,7 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/lanes.cuh"
 #include "cuda/common/tile_grid.cuh"
 
 namespace flashattn::cuda {
@@ -49,16 +50,9 @@ __device__ void load_tile(float (*dst)[kLd], const T* base, int64_t row_stride, 
   }
 }
 
-// Max (or sum) over the 16 threads that share a row (consecutive lanes in a warp).
-__device__ __forceinline__ float row_max(float x) {
-  for (int offset = kSide / 2; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ __forceinline__ float row_sum(float x) {
-  for (int offset = kSide / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
+// Max (or sum) over the kSide threads that share a row (consecutive lanes in a warp).
+__device__ __forceinline__ float row_max(float x) { return lanes_max<kSide - 1>(x); }
+__device__ __forceinline__ float row_sum(float x) { return lanes_sum<kSide - 1>(x); }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int m_blocks) {

@@ -11,6 +11,7 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/lanes.cuh"
 #include "cuda/common/fp32_tile.cuh"
 
 namespace flashattn::cuda {
@@ -48,16 +49,6 @@ __device__ __forceinline__ void stage_rows(float4* dst, const float* src, int64_
       cp_async_4(dst1 + r * 4 * pitch + c, src + r * row_stride + c, c < head_dim);
     }
   }
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool vec4) {
@@ -107,11 +98,11 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
       score[h] = ((part.x + part.y) + (part.z + part.w)) * c;
     }
   }
-  const float m = warp_max(fmaxf(score[0], score[1]));
+  const float m = lanes_max<31u>(fmaxf(score[0], score[1]));
   float prob[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) prob[h] = m == -INFINITY ? 0.0f : exp2f(score[h] - m);
-  const float sum = warp_sum(prob[0] + prob[1]);
+  const float sum = lanes_sum<31u>(prob[0] + prob[1]);
   const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
 
   const float* v1 = reinterpret_cast<const float*>(v);

@@ -17,6 +17,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/fp32_tile.cuh"
+#include "cuda/common/lanes.cuh"
 
 namespace flashattn::cuda {
 namespace {
@@ -26,6 +27,8 @@ constexpr int kChunks = 8;                              // float4 chunks per row
 constexpr int kKeySteps = kTinyWarpMaxKeys / kGroups;  // load instructions per tensor
 
 static_assert(kChunks * 4 == kTinyWarpMaxHeadDim && kGroups * kChunks == 32);
+// Lane bits that pick the key group (lanes 8 and 16 apart): reductions across groups.
+constexpr unsigned kGroupBits = 31u & ~unsigned(kChunks - 1);
 
 // The kernel's own parameter block: 32-bit offsets (every element of a tiny
 // problem is within 2^31 of its tensor's base) and only what the kernel reads.
@@ -76,12 +79,6 @@ __device__ __forceinline__ void fma4(float s, float4 x, float4& acc) {
   acc.z = fmaf(s, x.z, acc.z), acc.w = fmaf(s, x.w, acc.w);
 }
 
-// Sums x over the lanes that differ from this one in the bits of [from, to).
-__device__ __forceinline__ float lane_sum(float x, int from, int to) {
-  for (int offset = from; offset < to; offset *= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
 // Grid (heads_q, batch, seqlen_q), one warp a block: a block per query row
 // spreads the rows over as many SMs as there are rows.
 template <bool kVec4>
@@ -124,8 +121,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
     score[i] = kGroups * i + g < key_end ? score[i] * p.scale_log2 : -INFINITY;
     m = fmaxf(m, score[i]);
   }
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+  m = lanes_max<kGroupBits>(m);
 
   // A row that sees no key has every score and m at -inf: subtracting 0
   // instead gives p = 2^-inf = 0, an output of 0 and lse -inf. (Testing m at
@@ -140,9 +136,9 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
     sum += prob;
     fma4(prob, v[i], acc);
   }
-  sum = lane_sum(sum, kChunks, 32);
-  acc.x = lane_sum(acc.x, kChunks, 32), acc.y = lane_sum(acc.y, kChunks, 32);
-  acc.z = lane_sum(acc.z, kChunks, 32), acc.w = lane_sum(acc.w, kChunks, 32);
+  sum = lanes_sum<kGroupBits>(sum);
+  acc.x = lanes_sum<kGroupBits>(acc.x), acc.y = lanes_sum<kGroupBits>(acc.y);
+  acc.z = lanes_sum<kGroupBits>(acc.z), acc.w = lanes_sum<kGroupBits>(acc.w);
 
   if (g != 0) return;
   const float inv_sum = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
@@ -177,7 +173,8 @@ WarpTensor warp_tensor(const TensorRef& t) {
 
 bool tiny_warp_fits(const AttnParams& p) {
   const Sizes& s = p.sizes;
-  if (!tiny_fits(p) || s.seqlen_k > kTinyWarpMaxKeys || s.head_dim > kTinyWarpMaxHeadDim ||
+  // p already passed tiny_fits (tiny_forward's caller), so seqlen_q ≤ 64 as gridDim.z.
+  if (s.seqlen_k > kTinyWarpMaxKeys || s.head_dim > kTinyWarpMaxHeadDim ||
       s.batch > 65535)  // gridDim.y
     return false;
   const int64_t lse_end = int64_t(s.batch) * s.heads_q * s.seqlen_q;

@@ -9,19 +9,11 @@
 #include <cstdint>
 
 #include "cuda/common/fp32_tile.cuh"
+#include "cuda/common/lanes.cuh"
 #include "cuda/common/opaque.cuh"
 #include "cuda/common/split_f16.cuh"
 
 namespace flashattn::cuda::f16x3 {
-
-// Max over the lanes whose index differs from this one only in the bits of mask.
-template <unsigned kLaneBits>
-__device__ __forceinline__ float lanes_max(float x) {
-#pragma unroll
-  for (unsigned bit = 1; bit < 32; bit <<= 1)
-    if (kLaneBits & bit) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, bit));
-  return x;
-}
 
 __device__ __forceinline__ float max_abs(float4 x) {
   return fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));

@@ -195,18 +195,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 
   const TileCoord tc = tile_coord(s, m_blocks);
   if (threadIdx.x == 0) sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;  // read after a barrier
-  // The query tiles of one (batch, head) run last to first: under a causal mask
-  // the longest rows start first.
-  const int row0 = (m_blocks - 1 - tc.m_block) * kBlockM;
-  const int rows = min(kBlockM, s.seqlen_q - row0);
-  // Of the key blocks visible to the tile, split blockIdx.y takes its share
-  // [first_block, end_block), walked from the last to the first.
-  const int visible_blocks =
-      (p.mask.key_end(row0 + rows - 1, s.seqlen_k) + kBlockN - 1) / kBlockN;
-  const int per_split = (visible_blocks + split.count - 1) / split.count;
-  const int first_block = int(blockIdx.y) * per_split;
-  const int end_block = min(visible_blocks, first_block + per_split);
-  const int key_end_first = p.mask.key_end(row0, s.seqlen_k);
+  const auto [row0, rows, first_block, end_block, key_end_first] =
+      tile_keys(p, tc.m_block, m_blocks, kBlockM, kBlockN, split);
 
   float q_unscale[2] = {1.0f, 1.0f};  // rows g and g + 8 of the warp
   if (end_block > first_block) {

@@ -196,14 +196,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int g = lane / 4, t = lane % 4;
 
   const TileCoord tc = tile_coord(s, m_blocks);
-  const int row0 = (m_blocks - 1 - tc.m_block) * kBlockM;  // longest causal rows first
-  const int rows = min(kBlockM, s.seqlen_q - row0);
-  const int visible =
-      (p.mask.key_end(row0 + rows - 1, s.seqlen_k) + kChunk - 1) / kChunk;
-  const int per_split = (visible + split.count - 1) / split.count;
-  const int first = int(blockIdx.y) * per_split;
-  const int end = min(visible, first + per_split);
-  const int key_end_first = p.mask.key_end(row0, s.seqlen_k);
+  const auto [row0, rows, first, end, key_end_first] =
+      tile_keys(p, tc.m_block, m_blocks, kBlockM, kChunk, split);
 
   if (threadIdx.x == 0) {
     const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk, steps = kv.rows / 16;

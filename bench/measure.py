@@ -1,12 +1,15 @@
 """One point, every implementation: inputs and reference, then per implementation a
-warm-up call, one call for peak extra memory and accuracy and, on timed points, its time.
+warm-up call and one call for peak extra memory and accuracy; on timed points, then, the
+timed calls of all of them in interleaved rounds (time_in_rounds).
 
 A row's "status" says what happened: "ok"; "unsupported" (the implementation declines the
 dtype or head_dim); "oom" (torch.OutOfMemoryError); "skipped" (a slow baseline whose
 predicted time per call is over the limit); "error" (anything else, message in "note").
 """
 import gc
+import random
 import re
+import statistics
 import warnings
 
 import torch
@@ -22,6 +25,13 @@ TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat
 SLOW_PRIOR_TFLOPS = 0.075
 # Calls shorter than this say more about launch overhead than about the rate.
 SLOW_MIN_OBSERVED_MS = 20
+# Timed calls come in rounds: each round times every implementation of the point once, in a
+# fresh random order, with 1/TIMING_ROUNDS of the budget. The GPU's clock follows its recent
+# power draw, so an implementation timed right after a light one runs faster than right after
+# a heavy one: on the H100 the same kernel measured up to 12% apart depending on which
+# implementation was timed just before it (docs/perf-notes.md, v4.9). Timed in one block
+# each, in a fixed order, part of every ratio would be the order's.
+TIMING_ROUNDS = 5
 
 
 class SlowRate:
@@ -90,10 +100,10 @@ def sdpa_reasons(caught_warnings):
     return "; ".join(reasons[:3])
 
 
-def run_impl(point, impl, inputs, reference, rows, budget):
-    """The row of one implementation at one point. The first call is a warm-up (module
-    loads, plans, workspaces); the second gives the peak extra memory, the accuracy and the
-    estimate that sizes the timed calls."""
+def run_impl(point, impl, inputs, reference, rows):
+    """The row of one implementation at one point, before timing. The first call is a
+    warm-up (module loads, plans, workspaces); the second gives the peak extra memory, the
+    accuracy and the estimate ("single_call_ms") that sizes the timed calls."""
     row = base_row(point, impl)
     causal = point.causal != "none"
     with warnings.catch_warnings(record=True) as caught:
@@ -107,16 +117,76 @@ def run_impl(point, impl, inputs, reference, rows, budget):
                 if row["rel_l2_err"] is None:
                     row["note"] = "output holds NaN or inf"
                 del out
-                if point.timed:
-                    row.update(timing.summary(*timing.time_calls(
-                        lambda i: impl.call(*inputs[i], causal), len(inputs), budget, estimate)))
-                    row["tflops"] = point.flops() / (row["ms"] * 1e9)
                 row["single_call_ms"] = estimate
         except Exception as exc:  # noqa: BLE001 - every failure becomes a row, the run goes on
             row["status"], row["note"] = failure(exc, caught)
     if row["status"] == "oom":
         release_memory()
     return row
+
+
+def round_budget(budget, estimate_ms):
+    """(rounds, budget per round) for calls of about estimate_ms: TIMING_ROUNDS rounds that
+    share the budget's calls, at least two each, or else one round with all of them (slow
+    calls, timed in the first round only)."""
+    reps = budget.reps(estimate_ms)
+    if reps < 2 * TIMING_ROUNDS:
+        return 1, budget
+    per_round = reps // TIMING_ROUNDS
+    share = timing.Budget(ms=budget.ms / TIMING_ROUNDS, min_reps=per_round, max_reps=per_round,
+                          slow_cap_ms=budget.slow_cap_ms)
+    return TIMING_ROUNDS, share
+
+
+def round_orders(names, rounds, seed):
+    """The order of `names` in each of `rounds` rounds: a fresh random permutation per round,
+    reproducible from `seed`."""
+    rng = random.Random(seed)
+    return [rng.sample(names, len(names)) for _ in range(rounds)]
+
+
+def time_in_rounds(point, timed, inputs, budget):
+    """Times the (impl, row) pairs of `timed` in interleaved rounds (TIMING_ROUNDS) and fills
+    each row's ms (the median of all its timed calls), spread, reps, host time and
+    "round_medians_ms"."""
+    causal = point.causal != "none"
+    plans = {impl.name: round_budget(budget, row["single_call_ms"]) for impl, row in timed}
+    by_name = {impl.name: (impl, row) for impl, row in timed}
+    times = {name: [] for name in by_name}
+    medians = {name: [] for name in by_name}
+    hosts = {name: [] for name in by_name}
+    queued = {name: [] for name in by_name}
+    for r, order in enumerate(round_orders(list(by_name), TIMING_ROUNDS, point.label())):
+        for name in order:
+            impl, row = by_name[name]
+            rounds, share = plans[name]
+            if r >= rounds or row["status"] != "ok":
+                continue
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    with impl.context():
+                        t, host_ms, queued_ahead = timing.time_calls(
+                            lambda i: impl.call(*inputs[i], causal), len(inputs), share,
+                            row["single_call_ms"])
+                except Exception as exc:  # noqa: BLE001 - the row records it, the run goes on
+                    row["status"], row["note"] = failure(exc, caught)
+                    if row["status"] == "oom":
+                        release_memory()
+                    continue
+            times[name] += t
+            medians[name].append(statistics.median(t))
+            hosts[name].append(host_ms)
+            queued[name].append(queued_ahead)
+    for name, (impl, row) in by_name.items():
+        if row["status"] != "ok" or not times[name]:
+            continue
+        host = [h for h in hosts[name] if h is not None]
+        ahead = [q for q in queued[name] if q is not None]
+        row.update(timing.summary(times[name], statistics.median(host) if host else None,
+                                  all(ahead) if ahead else None))
+        row["round_medians_ms"] = medians[name]
+        row["tflops"] = point.flops() / (row["ms"] * 1e9)
 
 
 def release_memory():
@@ -134,6 +204,7 @@ def measure_point(point, impls, budget, slow_rate):
     rows = accuracy.sample_rows(point.seqlen, "cuda")
     reference = accuracy.reference_rows(*inputs[0], point.causal != "none", rows)
     results = []
+    timed = []
     for impl in impls:
         if impl.slow and slow_rate.predicted_s(point) > slow_rate.limit_s:
             row = base_row(point, impl)
@@ -142,9 +213,13 @@ def measure_point(point, impls, budget, slow_rate):
                            f"{slow_rate.rate(point):.3g} TFLOP/s, over the "
                            f"{slow_rate.limit_s:g} s limit")
         else:
-            row = run_impl(point, impl, inputs, reference, rows, budget)
+            row = run_impl(point, impl, inputs, reference, rows)
             if impl.slow and row["status"] == "ok":
                 slow_rate.observe(point, row["single_call_ms"])
+            if point.timed and row["status"] == "ok":
+                timed.append((impl, row))
         results.append(row)
+    if timed:
+        time_in_rounds(point, timed, inputs, budget)
     del inputs, reference
     return results

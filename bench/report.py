@@ -246,8 +246,18 @@ def preamble(results):
         "(above 1: ours is faster); *% of ceiling* is the floor time (the larger of FLOPs at "
         "the matrix rate of the dtype and bytes at the copy bandwidth) over the time. "
         "n/a: the implementation declines the dtype or head_dim; OOM: out of memory; skip: "
-        "predicted over the time limit per call.",
+        "predicted over the time limit per call." + interleaving_note(results),
     ])
+
+
+def interleaving_note(results):
+    """The sentence on interleaved timing, for results measured that way."""
+    rounds = results.get("settings", {}).get("timing_rounds")
+    if not rounds:
+        return ""
+    return (f" At each point the implementations' timed calls come in {rounds} rounds, each "
+            "in a fresh random order, so that none is always timed right after the same other "
+            "one: the GPU's clock follows its recent power draw.")
 
 
 def markdown(results, json_name, plot_names=None):

@@ -62,7 +62,8 @@ def new_results(device, commit, mode, impls, budget, slow_limit_s, ceilings):
         "settings": {"budget": vars(budget), "slow_limit_s": slow_limit_s,
                      "sample_rows": accuracy.SAMPLE_ROWS,
                      "rotation": f"inputs rotated among copies spanning {timing.L2_MULTIPLE}× "
-                                 f"L2 (at most {timing.MAX_COPIES})"},
+                                 f"L2 (at most {timing.MAX_COPIES})",
+                     "timing_rounds": measure.TIMING_ROUNDS},
         "impls": {impl.name: impl.family for impl in impls},
         "rows": [],
     }

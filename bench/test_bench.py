@@ -147,6 +147,20 @@ def test_budget_gives_slow_calls_fewer_reps():
     assert timing.copies_needed(12 << 20, l2=50 << 20) == timing.MAX_COPIES  # 17 wanted
 
 
+def test_timed_calls_are_shared_among_interleaved_rounds():
+    measure = pytest.importorskip("measure")  # imports torch
+    import timing
+    budget = timing.Budget(ms=100, min_reps=5, max_reps=50, slow_cap_ms=1000)
+    rounds, share = measure.round_budget(budget, 0.01)
+    assert rounds == measure.TIMING_ROUNDS
+    assert share.reps(0.01) * rounds == budget.reps(0.01)
+    assert measure.round_budget(budget, 50) == (1, budget)  # 5 calls: too few to share
+    orders = measure.round_orders(["a", "b", "c", "d"], 8, "point")
+    assert orders == measure.round_orders(["a", "b", "c", "d"], 8, "point")
+    assert all(sorted(order) == ["a", "b", "c", "d"] for order in orders)
+    assert len({tuple(order) for order in orders}) > 1
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_standard_attention_and_math_sdpa_match_the_reference_rows(causal):
     torch = pytest.importorskip("torch")

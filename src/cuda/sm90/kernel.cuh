@@ -9,10 +9,13 @@
 // taking turns on the tensor cores. Per row i, with c = scale·log2(e):
 //   m_i = max over keys seen of s_ij (raw scores),
 //   l_i = Σ_j 2^((s_ij − m_i)·c),  acc_i = Σ_j 2^((s_ij − m_i)·c)·v_j,  out_i = acc_i / l_i.
-// A consumer overlaps its softmax with its own products: it issues S' = Q·K_jᵀ
-// and acc += P·V_{j+1} back to back, waits only for S', and runs the softmax of
-// block j while P·V_{j+1} is still on the tensor cores. P stays in registers:
-// the accumulator layout of S, packed to 16 bits, is wgmma's A-fragment layout.
+// A consumer issues S' = Q·K_jᵀ and acc += P·V_{j+1} back to back and waits for
+// S' first. Its softmax of block j runs under the other consumers' products
+// (the turns), not under its own P·V_{j+1}: ptxas schedules the wait for P·V at
+// the top of the basic block that holds the softmax (seen in the SASS), and
+// putting a block boundary between them, which restores that overlap, measured
+// no faster (docs/perf-notes.md, v4.9). P stays in registers: the accumulator
+// layout of S, packed to 16 bits, is wgmma's A-fragment layout.
 // Key blocks that need masking (the causal diagonal, the ragged end of
 // seqlen_k) come first; blocks above the diagonal are never loaded.
 #pragma once

@@ -43,6 +43,7 @@ struct KernelParams {
   float scale;       // for lse, in natural-log units
   float scale_log2;  // c = scale·log2(e)
   int m_blocks;      // query tiles per (batch, q head)
+  int row_shift;     // tile m covers rows [m·kBlockM − row_shift, +kBlockM); see tile_row_shift
   int tiles;         // query tiles in all: m_blocks · batch · heads_q
   bool heads_fastest;  // tile order: see tile_at
 };
@@ -50,15 +51,17 @@ struct KernelParams {
 // A query tile and the key blocks it visits.
 struct Tile {
   int m_block, batch, head_q, head_kv;
+  int row0;      // its first query row, negative when the tile starts before row 0
   int n_blocks;  // key blocks [0, n_blocks) hold a key visible to some row of the tile
 };
 
 // How many key blocks hold a key visible to some query row in [row0, row0 + rows):
-// the last real row sees the most keys. 0 when no row is below seqlen_q.
+// the last real row sees the most keys. 0 when no row of them lies in
+// [0, seqlen_q).
 template <class Tr>
 __device__ __forceinline__ int visible_key_blocks(const KernelParams& p, int row0, int rows) {
   const int last_row = min(row0 + rows, p.sizes.seqlen_q) - 1;
-  if (last_row < row0) return 0;
+  if (last_row < max(row0, 0)) return 0;
   return (p.mask.key_end(last_row, p.sizes.seqlen_k) + Tr::kBlockN - 1) / Tr::kBlockN;
 }
 
@@ -83,8 +86,9 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
     if (p.mask.causal) m_block = p.m_blocks - 1 - m_block;
   }
   const int head_q = bh % s.heads_q;
-  return {m_block, bh / s.heads_q, head_q, head_q / s.group(),
-          visible_key_blocks<Tr>(p, m_block * Tr::kBlockM, Tr::kBlockM)};
+  const int row0 = m_block * Tr::kBlockM - p.row_shift;
+  return {m_block, bh / s.heads_q, head_q, head_q / s.group(), row0,
+          visible_key_blocks<Tr>(p, row0, Tr::kBlockM)};
 }
 
 template <class Tr>
@@ -170,7 +174,7 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel)
       tma_load(smem + Tr::kQOffset + panel * Tr::kBlockM * 128, &p.q, 64 * panel,
-               t.m_block * Tr::kBlockM, t.head_q, t.batch, &bar.q_full);
+               t.row0, t.head_q, t.batch, &bar.q_full);
     for (int n_block = t.n_blocks - 1; n_block >= 0; --n_block, ++ring.it) {
       const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full,
                             uint64_t* empty) {
@@ -318,18 +322,18 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
   }
   fence_shared_to_async();
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
-  if (storer) {
+  if (storer && t.row0 + 64 * warpgroup >= 0) {  // a warpgroup before row 0 has no rows
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel)
-      tma_store(&p.o, 64 * panel, t.m_block * Tr::kBlockM + 64 * warpgroup, t.head_q, t.batch,
+      tma_store(&p.o, 64 * panel, t.row0 + 64 * warpgroup, t.head_q, t.batch,
                 smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
     tma_store_commit();
   }
   if (p.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = t.m_block * Tr::kBlockM + at.row0 + 8 * half;
-      if (row < p.sizes.seqlen_q) {
+      const int row = t.row0 + at.row0 + 8 * half;
+      if (row >= 0 && row < p.sizes.seqlen_q) {
         const float l = row_sum[half];
         p.lse[(int64_t(t.batch) * p.sizes.heads_q + t.head_q) * p.sizes.seqlen_q + row] =
             l > 0.0f ? row_max[half] * p.scale + logf(l) : -INFINITY;
@@ -369,12 +373,13 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
 
   // The tile's first key blocks (in visiting order) may hold no key that a row
   // of this warpgroup sees: the causal diagonal above its rows, or all of them
-  // when its rows lie past seqlen_q (the ragged last tile). It skips their
+  // when its rows lie past seqlen_q (a ragged last tile) or before row 0 (a
+  // causal first tile shifted by row_shift). It skips their
   // products and softmax, but still takes its turns and releases their slots,
   // so every barrier counts the same arrivals. Every warp waits for each loaded
   // Q and releases it once: a parity wait that skipped a phase could pass on
   // the one before.
-  const int wg_row0 = t.m_block * Tr::kBlockM + 64 * warpgroup;
+  const int wg_row0 = t.row0 + 64 * warpgroup;
   const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
   if (t.n_blocks > 0) turns.start();
   for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
@@ -395,7 +400,7 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
   if (wg_blocks > 0) {
     // Blocks whose last key lies beyond seqlen_k or the causal limit of the
     // warpgroup's first row may hold keys some row must not see.
-    const int row_base = t.m_block * Tr::kBlockM;
+    const int row_base = t.row0;
     const int64_t first_row_limit = int64_t(wg_row0) + p.mask.causal_offset;
     const auto needs_mask = [&](int n_block) {
       const int64_t last_key = int64_t(n_block + 1) * Tr::kBlockN - 1;

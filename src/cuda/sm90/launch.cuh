@@ -58,6 +58,18 @@ inline int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool hea
   return std::min<int64_t>(blocks, grid.dims.x);
 }
 
+// Where a causal seqlen_q is not a multiple of kBlockM, one tile is partly
+// empty. Tiles shifted back by whole warpgroups (64 rows) leave that room
+// before row 0 instead of after seqlen_q: the partial tile is then the first,
+// which sees the fewest keys, instead of the last, which sees the most and
+// would run them with idle warpgroups. The number of tiles stays the same.
+template <class Tr>
+int tile_row_shift(const AttnParams& p) {
+  if (!p.mask.causal) return 0;
+  const int room = (Tr::kBlockM - p.sizes.seqlen_q % Tr::kBlockM) % Tr::kBlockM;
+  return 64 * (room / 64);
+}
+
 template <typename T, class Tr>
 void launch(const AttnParams& p) {
   const Sizes& s = p.sizes;
@@ -74,6 +86,7 @@ void launch(const AttnParams& p) {
   kp.scale = p.softmax.scale;
   kp.scale_log2 = p.softmax.scale * float(M_LOG2E);
   kp.m_blocks = grid.m_blocks;
+  kp.row_shift = tile_row_shift<Tr>(p);
   kp.tiles = int(grid.dims.x);
   kp.heads_fastest = heads_fastest(p, grid);
   const int blocks = Tr::kPersistent ? persistent_blocks(p, grid, kp.heads_fastest) : kp.tiles;

@@ -93,7 +93,7 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
 
 template <class Tr>
 struct Barriers {
-  uint64_t q_full, q_empty;
+  uint64_t q_full[Tr::kQStages], q_empty[Tr::kQStages];
   uint64_t k_full[Tr::kStages], k_empty[Tr::kStages];
   uint64_t v_full[Tr::kStages], v_empty[Tr::kStages];
 };
@@ -110,13 +110,17 @@ constexpr int kTurnBarrier = 4;
 // its turn, issues, and hands the turn to the next (0 → 1 → ... → 0), so the
 // tensor cores serve them in rotation and each one's softmax runs under the
 // others' products (ping-pong for two). The last warpgroup hands warpgroup 0
-// the first turn; all take n_blocks + 1 turns, and the last does not hand over
-// after its last, so every barrier sees as many arrivals as waits.
+// the first turn; all take n_blocks + 1 turns per tile, and the last does not
+// hand over after its last, so every barrier sees as many arrivals as waits.
+// Between two tiles of a persistent block that both take turns the chain runs
+// on instead: the last warpgroup's last turn of one tile hands warpgroup 0 the
+// first of the next (`chained`), so the next tile's first products are issued
+// while this one's last warpgroup still finishes.
 template <int kConsumers>
 struct TensorCoreTurns {
   int warpgroup;
-  __device__ __forceinline__ void start() const {
-    if (warpgroup == kConsumers - 1) hand_over();
+  __device__ __forceinline__ void start(bool chained) const {
+    if (warpgroup == kConsumers - 1 && !chained) hand_over();
   }
   __device__ __forceinline__ void wait() const {
     named_barrier_sync(kTurnBarrier + warpgroup, 256);
@@ -124,9 +128,19 @@ struct TensorCoreTurns {
   __device__ __forceinline__ void hand_over() const {
     named_barrier_arrive(kTurnBarrier + (warpgroup + 1) % kConsumers, 256);
   }
-  __device__ __forceinline__ void finish() const {
-    if (warpgroup != kConsumers - 1) hand_over();
+  __device__ __forceinline__ void finish(bool chain_on) const {
+    if (warpgroup != kConsumers - 1 || chain_on) hand_over();
   }
+};
+
+// Which Q buffer the n-th loaded Q uses, and the parities that mark it filled
+// and free, as RingPosition for K and V.
+template <class Tr>
+struct QPosition {
+  int loads;
+  __device__ __forceinline__ int stage() const { return loads % Tr::kQStages; }
+  __device__ __forceinline__ uint32_t filled_parity() const { return (loads / Tr::kQStages) & 1; }
+  __device__ __forceinline__ uint32_t free_parity() const { return filled_parity() ^ 1; }
 };
 
 // Which slot of the K/V ring the it-th key block of the block's run uses, and
@@ -145,13 +159,16 @@ struct RingPosition {
 // alternating directions. Tiles come heaviest first (causal), so a block that
 // takes a run's heaviest tile takes the next run's lightest; the launch makes
 // gridDim.x a multiple of the per-head tile count where tiles repeat per head.
+// f(index, next): the tile, and the block's next tile (-1 when none).
 template <class F>
 __device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
   const int blocks = int(gridDim.x);
-  for (int round = 0; round * blocks < p.tiles; ++round) {
-    const int in_round = (round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-    const int index = round * blocks + in_round;
-    if (index < p.tiles) f(index);
+  const auto index_in = [&](int round) {
+    return round * blocks + ((round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x));
+  };
+  for (int round = 0; index_in(round) < p.tiles; ++round) {
+    const int next = index_in(round + 1);
+    f(index_in(round), next < p.tiles ? next : -1);
   }
 }
 
@@ -161,20 +178,21 @@ __device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
 // while this one finishes.
 template <class Tr>
 __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar) {
-  int q_loads = 0;
+  QPosition<Tr> q{0};
   RingPosition<Tr> ring{0};
-  for_each_tile(p, [&](int index) {
+  for_each_tile(p, [&](int index, int) {
     const Tile t = tile_at<Tr>(p, index);
     if (t.n_blocks == 0) return;  // no Q, no keys: the consumers write 0 and -inf
-    // Free once every consumer warp is done with the previous Q (a fresh
+    // Free once every consumer warp is done with the Q it held before (a fresh
     // barrier counts as free).
-    wait_barrier(&bar.q_empty, (q_loads & 1) ^ 1);
-    ++q_loads;
-    expect_bytes(&bar.q_full, Tr::kQBytes);
+    const int qs = q.stage();
+    wait_barrier(&bar.q_empty[qs], q.free_parity());
+    ++q.loads;
+    expect_bytes(&bar.q_full[qs], Tr::kQBytes);
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel)
-      tma_load(smem + Tr::kQOffset + panel * Tr::kBlockM * 128, &p.q, 64 * panel,
-               t.row0, t.head_q, t.batch, &bar.q_full);
+      tma_load(smem + Tr::kQOffset + qs * Tr::kQBytes + panel * Tr::kBlockM * 128, &p.q,
+               64 * panel, t.row0, t.head_q, t.batch, &bar.q_full[qs]);
     for (int n_block = t.n_blocks - 1; n_block >= 0; --n_block, ++ring.it) {
       const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full,
                             uint64_t* empty) {
@@ -343,17 +361,22 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
 }
 
 // A consumer warpgroup on one tile: its 64 query rows. The tile's key blocks
-// occupy the ring from position `ring`; its Q is the q_loads-th loaded.
+// occupy the ring from position `ring`; its Q is at `q`. `chained`: the previous
+// tile handed this one its first turn; `chain_on`: this tile hands the next its
+// first (TensorCoreTurns).
 template <typename T, class Tr>
 __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& t, uint8_t* smem,
                                              Barriers<Tr>& bar, int warpgroup,
-                                             RingPosition<Tr> ring, int q_loads) {
+                                             RingPosition<Tr> ring, QPosition<Tr> q, bool chained,
+                                             bool chain_on) {
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
   const float c = p.scale_log2;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint64_t q_desc = smem_descriptor(base + Tr::kQOffset + 64 * warpgroup * 128, 16, 1024);
+  const int qs = q.stage();
+  const uint64_t q_desc = smem_descriptor(
+      base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
   const auto k_desc = [&](int stage) {
     return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKVBytes, 16, 1024);
   };
@@ -364,7 +387,6 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
     if (lane == 0) arrive(barrier);
   };
   const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
-  const uint32_t q_parity = q_loads & 1;
   float acc[Tr::kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
@@ -381,7 +403,7 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
   // the one before.
   const int wg_row0 = t.row0 + 64 * warpgroup;
   const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
-  if (t.n_blocks > 0) turns.start();
+  if (t.n_blocks > 0) turns.start(chained);
   for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
     wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
     release(&bar.k_empty[ring.stage()]);
@@ -392,9 +414,9 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
   }
   if (t.n_blocks > 0 && wg_blocks == 0) {
     turns.wait();  // the turn that would have issued the last P·V
-    turns.finish();
-    wait_barrier(&bar.q_full, q_parity);
-    release(&bar.q_empty);
+    turns.finish(chain_on);
+    wait_barrier(&bar.q_full[qs], q.filled_parity());
+    release(&bar.q_empty[qs]);
   }
 
   if (wg_blocks > 0) {
@@ -410,7 +432,7 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
     uint32_t probs[Tr::kBlockN / 16][4];
     float alpha[2];
 
-    wait_barrier(&bar.q_full, q_parity);
+    wait_barrier(&bar.q_full[qs], q.filled_parity());
     wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
     turns.wait();
     wgmma_fence();
@@ -444,12 +466,12 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
       rescale<Tr>(acc, alpha);
       pack_probabilities<T, Tr>(s, probs);
     }
-    release(&bar.q_empty);  // every Q·Kᵀ of the tile has completed
+    release(&bar.q_empty[qs]);  // every Q·Kᵀ of the tile has completed
     wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
     turns.wait();
     wgmma_fence();
     issue_values<T, Tr>(acc, probs, v_desc(ring.stage()));
-    turns.finish();
+    turns.finish(chain_on);
     wgmma_wait<0>();
     fence_registers(acc);
     release(&bar.v_empty[ring.stage()]);
@@ -462,12 +484,18 @@ template <typename T, class Tr>
 __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
                                          int warpgroup) {
   RingPosition<Tr> ring{0};
-  int q_loads = 0;
-  for_each_tile(p, [&](int index) {
+  QPosition<Tr> q{0};
+  bool chained = false;
+  for_each_tile(p, [&](int index, int next) {
     const Tile t = tile_at<Tr>(p, index);
-    consume_tile<T, Tr>(p, t, smem, bar, warpgroup, ring, q_loads);
+    // Chain the turns into the next tile where both take turns.
+    bool chain_on = false;
+    if constexpr (Tr::kPersistent)
+      chain_on = t.n_blocks > 0 && next >= 0 && tile_at<Tr>(p, next).n_blocks > 0;
+    consume_tile<T, Tr>(p, t, smem, bar, warpgroup, ring, q, chained, chain_on);
     ring.it += t.n_blocks;
-    q_loads += t.n_blocks > 0;
+    q.loads += t.n_blocks > 0;
+    chained = chain_on;
   });
   if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the buffer outlives the last stores
 }
@@ -484,8 +512,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
 
   if (threadIdx.x == 0) {
-    ::cuda::ptx::mbarrier_init(&bar.q_full, 1);
-    ::cuda::ptx::mbarrier_init(&bar.q_empty, Tr::kConsumers * kConsumerWarpsPerWarpgroup);
+    for (int stage = 0; stage < Tr::kQStages; ++stage) {
+      ::cuda::ptx::mbarrier_init(&bar.q_full[stage], 1);
+      ::cuda::ptx::mbarrier_init(&bar.q_empty[stage], Tr::kConsumers * kConsumerWarpsPerWarpgroup);
+    }
     for (int stage = 0; stage < Tr::kStages; ++stage) {
       ::cuda::ptx::mbarrier_init(&bar.k_full[stage], 1);
       ::cuda::ptx::mbarrier_init(&bar.v_full[stage], 1);

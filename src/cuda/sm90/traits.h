@@ -13,10 +13,12 @@ struct Traits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;    // K/V ring depth
   static constexpr int kConsumers = kConsumers_;
-  // Persistent: a block per SM walks the query tiles, and the output is staged
-  // in its own buffer, so the next tile's Q loads while this tile finishes.
+  // Persistent: a block per SM walks the query tiles, with two Q buffers and
+  // the output staged in its own buffer, so the next tile's Q loads while this
+  // tile runs and its first products follow this tile's last without a gap.
   // Otherwise a block per tile, its output staged in Q's buffer.
   static constexpr bool kPersistent = kPersistent_;
+  static constexpr int kQStages = kPersistent ? 2 : 1;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels
@@ -29,14 +31,14 @@ struct Traits {
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
-  // Byte offsets from the 1024-aligned base: Q, the output staging (Q's own
-  // buffer unless persistent), the K ring, the V ring, then the mbarriers.
+  // Byte offsets from the 1024-aligned base: the Q buffers, the output staging
+  // (Q's buffer unless persistent), the K ring, the V ring, then the mbarriers.
   static constexpr uint32_t kQOffset = 0;
-  static constexpr uint32_t kOOffset = kPersistent ? kQBytes : kQOffset;
-  static constexpr uint32_t kKOffset = kPersistent ? 2 * kQBytes : kQBytes;
+  static constexpr uint32_t kOOffset = kPersistent ? kQStages * kQBytes : kQOffset;
+  static constexpr uint32_t kKOffset = kPersistent ? (kQStages + 1) * kQBytes : kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  static constexpr uint32_t kBarrierBytes = 8 * (2 + 4 * kStages);
+  static constexpr uint32_t kBarrierBytes = 8 * (2 * kQStages + 4 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");

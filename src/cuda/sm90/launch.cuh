@@ -32,17 +32,18 @@ inline bool heads_fastest(const AttnParams& p, const TileGrid& grid) {
 }
 
 // Whether a problem runs on the persistent tiles (d 64 and 128): where a
-// tile's key blocks are few, the next tile's Q and first key blocks loading
+// tile's key blocks are few, the next tile's Q and first products running
 // under this one's end outweigh the smaller key block (128 against 176 at
-// d 128). On the H100 at d 128, A/B in one process: +17%/+27%
-// (non-causal/causal) at 512 keys, +8%/+18% at 1024, +2%/+9% at 2048,
-// −1%/+2% at 4096, −4%/−2% at 8192; in the full suite non-causal 2048–4096
-// came out 3–5% behind, causal 5–11% ahead. At d 64 +4%/+9% at 512, within ±2%
-// from 1024 to 4096, −19% causal at 16384, where the static walk balances worse
-// than the hardware's block scheduler.
+// d 128). On the H100 at d 128, A/B in one process (v4.7): +17%/+27%
+// (non-causal/causal) at 512 keys, +8%/+18% at 1024, −1%/+2% at 4096,
+// −4%/−2% at 8192; at d 64 +4%/+9% at 512, −19% causal at 16384, where the
+// static walk balances worse than the hardware's block scheduler. With two Q
+// buffers and chained turns (v4.11), non-causal 2048 moved to the persistent
+// tiles too: +6% at d 128, +3–4% at d 64, and a tie at 4096 (interleaved
+// rounds, docs/perf-notes.md).
 inline bool use_persistent(const AttnParams& p) {
   constexpr int kMaxKeysCausal = 4096;
-  constexpr int kMaxKeys = 1024;
+  constexpr int kMaxKeys = 2048;
   return p.sizes.seqlen_k <= (p.mask.causal ? kMaxKeysCausal : kMaxKeys);
 }
 

@@ -143,10 +143,12 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 300, 40, 2, 1, 64}, DType::bf16, Mask::causal_bottom_right, false);
   add({2, 1, 700, 2, 2, 64}, DType::f16, Mask::none, false);
   add({1, 4097, 4097, 1, 1, 64}, DType::bf16, Mask::causal_top_left, false);
-  // Persistent blocks (d 64 and 128, up to 4096 keys causal, 1024 otherwise)
-  // walking several tiles each, some with no visible key; and d 128 past the
-  // persistent limit.
+  // Persistent blocks (d 64 and 128, up to 4096 keys causal, 2048 otherwise)
+  // walking several tiles each, their turns chained from tile to tile, some
+  // tiles with no visible key (the chain breaks there); causal tiles shifted
+  // before row 0; and d 128 past the persistent limit.
   add({2, 400, 400, 32, 8, 64}, DType::f16, Mask::causal_top_left, false);
+  add({2, 1000, 1000, 48, 16, 64}, DType::bf16, Mask::none, false);
   add({1, 700, 300, 40, 8, 128}, DType::bf16, Mask::causal_bottom_right, false);
   add({1, 900, 900, 40, 40, 128}, DType::f16, Mask::none, true);
   add({1, 300, 5000, 2, 1, 128}, DType::f16, Mask::none, false);

@@ -100,28 +100,38 @@ def sdpa_reasons(caught_warnings):
     return "; ".join(reasons[:3])
 
 
+def guarded(row, work):
+    """Runs work(); an exception becomes the row's status and note, and an out-of-memory
+    failure hands the memory back."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a row, the run goes on
+            row["status"], row["note"] = failure(exc, caught)
+    if row["status"] == "oom":
+        release_memory()
+
+
 def run_impl(point, impl, inputs, reference, rows):
     """The row of one implementation at one point, before timing. The first call is a
     warm-up (module loads, plans, workspaces); the second gives the peak extra memory, the
     accuracy and the estimate ("single_call_ms") that sizes the timed calls."""
     row = base_row(point, impl)
     causal = point.causal != "none"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            with impl.context():
-                impl.call(*inputs[0], causal)
-                out, estimate, row["peak_extra_bytes"] = timing.measured_call(
-                    lambda: impl.call(*inputs[0], causal))
-                row["rel_l2_err"] = accuracy.rel_l2_err(out, reference, rows)
-                if row["rel_l2_err"] is None:
-                    row["note"] = "output holds NaN or inf"
-                del out
-                row["single_call_ms"] = estimate
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a row, the run goes on
-            row["status"], row["note"] = failure(exc, caught)
-    if row["status"] == "oom":
-        release_memory()
+
+    def first_calls():
+        with impl.context():
+            impl.call(*inputs[0], causal)
+            out, estimate, row["peak_extra_bytes"] = timing.measured_call(
+                lambda: impl.call(*inputs[0], causal))
+            row["rel_l2_err"] = accuracy.rel_l2_err(out, reference, rows)
+            if row["rel_l2_err"] is None:
+                row["note"] = "output holds NaN or inf"
+            del out
+            row["single_call_ms"] = estimate
+
+    guarded(row, first_calls)
     return row
 
 
@@ -150,42 +160,32 @@ def time_in_rounds(point, timed, inputs, budget):
     each row's ms (the median of all its timed calls), spread, reps, host time and
     "round_medians_ms"."""
     causal = point.causal != "none"
-    plans = {impl.name: round_budget(budget, row["single_call_ms"]) for impl, row in timed}
-    by_name = {impl.name: (impl, row) for impl, row in timed}
-    times = {name: [] for name in by_name}
-    medians = {name: [] for name in by_name}
-    hosts = {name: [] for name in by_name}
-    queued = {name: [] for name in by_name}
-    for r, order in enumerate(round_orders(list(by_name), TIMING_ROUNDS, point.label())):
+    plans = {impl.name: (impl, row, *round_budget(budget, row["single_call_ms"]))
+             for impl, row in timed}
+    rounds_done = {name: [] for name in plans}  # per round: (times, host_ms, queued_ahead)
+    for r, order in enumerate(round_orders(list(plans), TIMING_ROUNDS, point.label())):
         for name in order:
-            impl, row = by_name[name]
-            rounds, share = plans[name]
+            impl, row, rounds, share = plans[name]
             if r >= rounds or row["status"] != "ok":
                 continue
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                try:
-                    with impl.context():
-                        t, host_ms, queued_ahead = timing.time_calls(
-                            lambda i: impl.call(*inputs[i], causal), len(inputs), share,
-                            row["single_call_ms"])
-                except Exception as exc:  # noqa: BLE001 - the row records it, the run goes on
-                    row["status"], row["note"] = failure(exc, caught)
-                    if row["status"] == "oom":
-                        release_memory()
-                    continue
-            times[name] += t
-            medians[name].append(statistics.median(t))
-            hosts[name].append(host_ms)
-            queued[name].append(queued_ahead)
-    for name, (impl, row) in by_name.items():
-        if row["status"] != "ok" or not times[name]:
+
+            def timed_round():
+                with impl.context():
+                    rounds_done[name].append(timing.time_calls(
+                        lambda i: impl.call(*inputs[i], causal), len(inputs), share,
+                        row["single_call_ms"]))
+
+            guarded(row, timed_round)
+    for name, (impl, row, _, _) in plans.items():
+        done = rounds_done[name]
+        if row["status"] != "ok" or not done:
             continue
-        host = [h for h in hosts[name] if h is not None]
-        ahead = [q for q in queued[name] if q is not None]
-        row.update(timing.summary(times[name], statistics.median(host) if host else None,
+        host = [h for _, h, _ in done if h is not None]
+        ahead = [q for _, _, q in done if q is not None]
+        row.update(timing.summary([t for times, _, _ in done for t in times],
+                                  statistics.median(host) if host else None,
                                   all(ahead) if ahead else None))
-        row["round_medians_ms"] = medians[name]
+        row["round_medians_ms"] = [statistics.median(times) for times, _, _ in done]
         row["tflops"] = point.flops() / (row["ms"] * 1e9)
 
 

@@ -133,24 +133,15 @@ struct TensorCoreTurns {
   }
 };
 
-// Which Q buffer the n-th loaded Q uses, and the parities that mark it filled
-// and free, as RingPosition for K and V.
-template <class Tr>
-struct QPosition {
-  int loads;
-  __device__ __forceinline__ int stage() const { return loads % Tr::kQStages; }
-  __device__ __forceinline__ uint32_t filled_parity() const { return (loads / Tr::kQStages) & 1; }
-  __device__ __forceinline__ uint32_t free_parity() const { return filled_parity() ^ 1; }
-};
-
-// Which slot of the K/V ring the it-th key block of the block's run uses, and
+// Which slot of a kSlots-deep ring the it-th load of the block's run uses, and
 // the phase parities that mark it filled (consumers wait) and free (the producer
-// waits; a fresh barrier counts as free).
-template <class Tr>
+// waits; a fresh barrier counts as free). The K/V ring counts key blocks
+// (Tr::kStages slots), the Q buffers count loaded Qs (Tr::kQStages).
+template <int kSlots>
 struct RingPosition {
   int it;
-  __device__ __forceinline__ int stage() const { return it % Tr::kStages; }
-  __device__ __forceinline__ uint32_t filled_parity() const { return (it / Tr::kStages) & 1; }
+  __device__ __forceinline__ int stage() const { return it % kSlots; }
+  __device__ __forceinline__ uint32_t filled_parity() const { return (it / kSlots) & 1; }
   __device__ __forceinline__ uint32_t free_parity() const { return filled_parity() ^ 1; }
 };
 
@@ -178,8 +169,8 @@ __device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
 // while this one finishes.
 template <class Tr>
 __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar) {
-  QPosition<Tr> q{0};
-  RingPosition<Tr> ring{0};
+  RingPosition<Tr::kQStages> q{0};
+  RingPosition<Tr::kStages> ring{0};
   for_each_tile(p, [&](int index, int) {
     const Tile t = tile_at<Tr>(p, index);
     if (t.n_blocks == 0) return;  // no Q, no keys: the consumers write 0 and -inf
@@ -187,7 +178,7 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
     // barrier counts as free).
     const int qs = q.stage();
     wait_barrier(&bar.q_empty[qs], q.free_parity());
-    ++q.loads;
+    ++q.it;
     expect_bytes(&bar.q_full[qs], Tr::kQBytes);
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel)
@@ -367,7 +358,8 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
 template <typename T, class Tr>
 __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& t, uint8_t* smem,
                                              Barriers<Tr>& bar, int warpgroup,
-                                             RingPosition<Tr> ring, QPosition<Tr> q, bool chained,
+                                             RingPosition<Tr::kStages> ring,
+                                             RingPosition<Tr::kQStages> q, bool chained,
                                              bool chain_on) {
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
@@ -446,7 +438,7 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
     pack_probabilities<T, Tr>(s, probs);
 
     for (int n_block = wg_blocks - 2; n_block >= 0; --n_block) {
-      const RingPosition<Tr> prev = ring;  // holds V of the block after n_block
+      const RingPosition<Tr::kStages> prev = ring;  // holds V of the block after n_block
       ++ring.it;
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       turns.wait();
@@ -483,8 +475,8 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
 template <typename T, class Tr>
 __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
                                          int warpgroup) {
-  RingPosition<Tr> ring{0};
-  QPosition<Tr> q{0};
+  RingPosition<Tr::kStages> ring{0};
+  RingPosition<Tr::kQStages> q{0};
   bool chained = false;
   for_each_tile(p, [&](int index, int next) {
     const Tile t = tile_at<Tr>(p, index);
@@ -494,7 +486,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       chain_on = t.n_blocks > 0 && next >= 0 && tile_at<Tr>(p, next).n_blocks > 0;
     consume_tile<T, Tr>(p, t, smem, bar, warpgroup, ring, q, chained, chain_on);
     ring.it += t.n_blocks;
-    q.loads += t.n_blocks > 0;
+    q.it += t.n_blocks > 0;
     chained = chain_on;
   });
   if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the buffer outlives the last stores

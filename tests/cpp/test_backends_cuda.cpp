@@ -152,6 +152,13 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 700, 300, 40, 8, 128}, DType::bf16, Mask::causal_bottom_right, false);
   add({1, 900, 900, 40, 40, 128}, DType::f16, Mask::none, true);
   add({1, 300, 5000, 2, 1, 128}, DType::f16, Mask::none, false);
+  // Persistent tiles in pairs (d 128 bucket, non-causal, an even number of
+  // tiles per head), each block loading half of every K and V block for both:
+  // the second half of the last block partly past seqlen_k, GQA, a padded
+  // head dim. Cases above pair too: 129 × 257 (that half wholly past the end),
+  // 1024 × 1100 (two rounds of tiles, turns chained), 900 × 900.
+  add({1, 200, 2000, 4, 1, 128}, DType::f16, Mask::none, true);
+  add({1, 500, 700, 3, 1, 96}, DType::bf16, Mask::none, false);
   return cases;
 }
 

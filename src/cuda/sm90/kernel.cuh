@@ -18,6 +18,8 @@
 // layout of S, packed to 16 bits, is wgmma's A-fragment layout.
 // Key blocks that need masking (the causal diagonal, the ragged end of
 // seqlen_k) come first; blocks above the diagonal are never loaded.
+// Persistent d-128 tiles may run in pairs, two blocks of a cluster sharing
+// each K and V load (Traits::kCluster).
 #pragma once
 
 #include <cuda.h>
@@ -98,9 +100,6 @@ struct Barriers {
   uint64_t v_full[Tr::kStages], v_empty[Tr::kStages];
 };
 
-// Consumer warps arrive once per stage release.
-constexpr int kConsumerWarpsPerWarpgroup = 4;
-
 // Named barriers: 1 to 3 gather one consumer warpgroup before its output
 // store; 4 to 6 are the consumers' turns on the tensor cores.
 constexpr int kEpilogueBarrier = 1;
@@ -166,9 +165,11 @@ __device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
 // The producer thread: for each tile, Q once its buffer is free, then K and V
 // of each visible key block, last to first, into the ring as its stages free
 // up. The ring runs on across tiles, so the next tile's first blocks load
-// while this one finishes.
+// while this one finishes. Paired, it loads its block's half of each K and V
+// block (keys [rank·kBoxRows, +kBoxRows) of it) into both blocks' rings.
 template <class Tr>
 __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar) {
+  const int half_row0 = Tr::kCluster == 1 ? 0 : int(cluster_rank()) * Tr::kBoxRows;
   RingPosition<Tr::kQStages> q{0};
   RingPosition<Tr::kStages> ring{0};
   for_each_tile(p, [&](int index, int) {
@@ -189,16 +190,30 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
                             uint64_t* empty) {
         wait_barrier(empty, ring.free_parity());
         expect_bytes(full, Tr::kKVBytes);
-        uint8_t* dst = smem + offset + ring.stage() * Tr::kKVBytes;
+        uint8_t* dst = smem + offset + ring.stage() * Tr::kKVBytes + half_row0 * 128;
+        const int row = n_block * Tr::kBlockN + half_row0;
 #pragma unroll
-        for (int panel = 0; panel < Tr::kPanels; ++panel)
-          tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, n_block * Tr::kBlockN,
-                   t.head_kv, t.batch, full);
+        for (int panel = 0; panel < Tr::kPanels; ++panel) {
+          if constexpr (Tr::kCluster == 1)
+            tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, row, t.head_kv, t.batch, full);
+          else
+            tma_load_multicast(dst + panel * Tr::kBlockN * 128, map, 64 * panel, row, t.head_kv,
+                               t.batch, full, (1u << Tr::kCluster) - 1);
+        }
       };
       load(&p.k, Tr::kKOffset, &bar.k_full[ring.stage()], &bar.k_empty[ring.stage()]);
       load(&p.v, Tr::kVOffset, &bar.v_full[ring.stage()], &bar.v_empty[ring.stage()]);
     }
   });
+  // Paired, the block may leave only once the other block's consumers have
+  // released every slot: their releases arrive on this block's barriers.
+  if constexpr (Tr::kCluster > 1) {
+#pragma unroll
+    for (int i = 0; i < Tr::kStages; ++i, ++ring.it) {
+      wait_barrier(&bar.k_empty[ring.stage()], ring.free_parity());
+      wait_barrier(&bar.v_empty[ring.stage()], ring.free_parity());
+    }
+  }
 }
 
 // S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ, issued, not waited for.
@@ -378,6 +393,13 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
   const auto release = [&](uint64_t* barrier) {
     if (lane == 0) arrive(barrier);
   };
+  // A K or V slot: paired, the other block's producer writes into it too.
+  const auto release_slot = [&](uint64_t* barrier) {
+    if (lane != 0) return;
+    if constexpr (Tr::kCluster == 1) arrive(barrier);
+    else
+      for (uint32_t rank = 0; rank < Tr::kCluster; ++rank) arrive_in_cluster(barrier, rank);
+  };
   const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
   float acc[Tr::kHeadDim / 2];
 #pragma unroll
@@ -398,11 +420,11 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
   if (t.n_blocks > 0) turns.start(chained);
   for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
     wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
-    release(&bar.k_empty[ring.stage()]);
+    release_slot(&bar.k_empty[ring.stage()]);
     turns.wait();
     turns.hand_over();
     wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
-    release(&bar.v_empty[ring.stage()]);
+    release_slot(&bar.v_empty[ring.stage()]);
   }
   if (t.n_blocks > 0 && wg_blocks == 0) {
     turns.wait();  // the turn that would have issued the last P·V
@@ -432,7 +454,7 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
     turns.hand_over();
     wgmma_wait<0>();
     fence_registers(s);
-    release(&bar.k_empty[ring.stage()]);
+    release_slot(&bar.k_empty[ring.stage()]);
     if (needs_mask(wg_blocks - 1)) mask_scores<Tr>(s, p, at, row_base, wg_blocks - 1);
     softmax_update<Tr>(s, row_max, row_sum, alpha, c);
     pack_probabilities<T, Tr>(s, probs);
@@ -449,12 +471,12 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
       turns.hand_over();
       wgmma_wait<1>();
       fence_registers(s);
-      release(&bar.k_empty[ring.stage()]);
+      release_slot(&bar.k_empty[ring.stage()]);
       if (needs_mask(n_block)) mask_scores<Tr>(s, p, at, row_base, n_block);
       softmax_update<Tr>(s, row_max, row_sum, alpha, c);
       wgmma_wait<0>();
       fence_registers(acc);
-      release(&bar.v_empty[prev.stage()]);
+      release_slot(&bar.v_empty[prev.stage()]);
       rescale<Tr>(acc, alpha);
       pack_probabilities<T, Tr>(s, probs);
     }
@@ -466,7 +488,7 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
     turns.finish(chain_on);
     wgmma_wait<0>();
     fence_registers(acc);
-    release(&bar.v_empty[ring.stage()]);
+    release_slot(&bar.v_empty[ring.stage()]);
   }
   epilogue<T, Tr>(p, t, smem, acc, row_max, row_sum, at, warpgroup, warp, lane);
 }
@@ -506,17 +528,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Tr::kQStages; ++stage) {
       ::cuda::ptx::mbarrier_init(&bar.q_full[stage], 1);
-      ::cuda::ptx::mbarrier_init(&bar.q_empty[stage], Tr::kConsumers * kConsumerWarpsPerWarpgroup);
+      ::cuda::ptx::mbarrier_init(&bar.q_empty[stage], Tr::kQReleases);
     }
     for (int stage = 0; stage < Tr::kStages; ++stage) {
       ::cuda::ptx::mbarrier_init(&bar.k_full[stage], 1);
       ::cuda::ptx::mbarrier_init(&bar.v_full[stage], 1);
-      ::cuda::ptx::mbarrier_init(&bar.k_empty[stage], Tr::kConsumers * kConsumerWarpsPerWarpgroup);
-      ::cuda::ptx::mbarrier_init(&bar.v_empty[stage], Tr::kConsumers * kConsumerWarpsPerWarpgroup);
+      ::cuda::ptx::mbarrier_init(&bar.k_empty[stage], Tr::kSlotReleases);
+      ::cuda::ptx::mbarrier_init(&bar.v_empty[stage], Tr::kSlotReleases);
     }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
-  __syncthreads();
+  // Paired, the other block's loads and releases reach these barriers.
+  if constexpr (Tr::kCluster == 1) __syncthreads();
+  else cluster_sync();
 
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();

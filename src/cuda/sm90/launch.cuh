@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
@@ -47,16 +49,70 @@ inline bool use_persistent(const AttnParams& p) {
   return p.sizes.seqlen_k <= (p.mask.causal ? kMaxKeysCausal : kMaxKeys);
 }
 
-// Blocks of a persistent launch: one per SM, at most one per tile; for causal
-// tiles in per-head runs (not heads_fastest), a multiple of the run length
-// where that idles at most an eighth of the SMs, so that every round of
-// for_each_tile holds whole runs and a block's heavy and light tiles pair up.
-inline int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fastest) {
+// Whether the tiles can run in pairs (Traits::kCluster): non-causal, where
+// every tile of a head visits all its key blocks, and an even number of tiles
+// per head, so that each pair holds two tiles of one head.
+template <class Tr>
+bool pairs_tiles(const AttnParams& p) {
+  const int m_blocks = (p.sizes.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  return !p.mask.causal && m_blocks % 2 == 0;
+}
+
+// A launch of `blocks` blocks of Tr's shape in clusters of Tr::kCluster
+// along x; `cluster` holds the cluster shape the config points to.
+template <class Tr>
+cudaLaunchConfig_t launch_config(int blocks, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+  cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = Tr::kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(Tr::kThreads);
+  config.dynamicSmemBytes = Tr::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = Tr::kCluster > 1 ? 1 : 0;
+  return config;
+}
+
+// How many blocks of `kernel` the GPU holds at once: one per SM, or, paired,
+// two per cluster that fits (two SMs of one GPC each), asked of the driver
+// once per device.
+template <class Tr, class Kernel>
+int resident_blocks(const AttnParams& p, Kernel kernel) {
   const int sms = multiprocessors(p.device_index);
-  int blocks = sms;
-  if (p.mask.causal && !heads_fastest && 8 * (sms % grid.m_blocks) <= sms)
-    blocks = sms - sms % grid.m_blocks;
-  return std::min<int64_t>(blocks, grid.dims.x);
+  if constexpr (Tr::kCluster == 1) {
+    return sms;
+  } else {
+    constexpr int kDevicesKept = 64;
+    static std::array<std::atomic<int>, kDevicesKept> kept{};
+    const bool keep = p.device_index < kDevicesKept;
+    if (keep && kept[p.device_index] > 0) return kept[p.device_index];
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t config = launch_config<Tr>(sms - sms % Tr::kCluster, nullptr, cluster);
+    int clusters = 0;
+    FLASHATTN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    const int blocks = std::max(clusters, 1) * Tr::kCluster;
+    if (keep) kept[p.device_index] = blocks;
+    return blocks;
+  }
+}
+
+// Blocks of a persistent launch: one per resident block, at most one per tile;
+// for causal tiles in per-head runs (not heads_fastest), a multiple of the run
+// length where that idles at most an eighth of the SMs, so that every round of
+// for_each_tile holds whole runs and a block's heavy and light tiles pair up.
+// Paired, an even number, so that every round hands out whole pairs.
+template <class Tr>
+int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fastest,
+                      int resident) {
+  int blocks = resident;
+  if (p.mask.causal && !heads_fastest && 8 * (resident % grid.m_blocks) <= resident)
+    blocks = resident - resident % grid.m_blocks;
+  blocks = int(std::min<int64_t>(blocks, grid.dims.x));
+  return blocks - blocks % Tr::kCluster;
 }
 
 // Where a causal seqlen_q is not a multiple of kBlockM, one tile is partly
@@ -78,8 +134,8 @@ void launch(const AttnParams& p) {
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   KernelParams kp;
   kp.q = make_tensor_map(p.q, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, Tr::kBlockM);
-  kp.k = make_tensor_map(p.k, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBlockN);
-  kp.v = make_tensor_map(p.v, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBlockN);
+  kp.k = make_tensor_map(p.k, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBoxRows);
+  kp.v = make_tensor_map(p.v, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBoxRows);
   kp.o = make_tensor_map(p.o, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, 64);
   kp.sizes = s;
   kp.mask = p.mask;
@@ -90,19 +146,31 @@ void launch(const AttnParams& p) {
   kp.row_shift = tile_row_shift<Tr>(p);
   kp.tiles = int(grid.dims.x);
   kp.heads_fastest = heads_fastest(p, grid);
-  const int blocks = Tr::kPersistent ? persistent_blocks(p, grid, kp.heads_fastest) : kp.tiles;
   const auto kernel = forward_kernel<T, Tr>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
-  kernel<<<blocks, Tr::kThreads, Tr::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(kp);
+  const int blocks =
+      Tr::kPersistent
+          ? persistent_blocks<Tr>(p, grid, kp.heads_fastest, resident_blocks<Tr>(p, kernel))
+          : kp.tiles;
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config =
+      launch_config<Tr>(blocks, static_cast<cudaStream_t>(p.stream), cluster);
+  FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, kp));
   check_launch("cuda_wgmma forward_kernel");
 }
 
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p) {
   using Persistent = typename PersistentTraitsFor<kHeadDim>::type;
+  using Paired = typename PairedTraitsFor<kHeadDim>::type;
   if constexpr (!std::is_void_v<Persistent>) {
-    if (use_persistent(p)) return launch<T, Persistent>(p);
+    if (use_persistent(p)) {
+      if constexpr (!std::is_void_v<Paired>) {
+        if (pairs_tiles<Paired>(p)) return launch<T, Paired>(p);
+      }
+      return launch<T, Persistent>(p);
+    }
   }
   launch<T, typename TraitsFor<kHeadDim>::type>(p);
 }

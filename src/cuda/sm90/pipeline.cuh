@@ -20,6 +20,27 @@ __device__ __forceinline__ void arrive(uint64_t* barrier) {
   ::cuda::ptx::mbarrier_arrive(barrier);
 }
 
+// Arrives on the barrier at the same shared-memory offset in block `cta_rank`
+// of this block's cluster (this block included). The release is the CTA's, as
+// for a local arrive: what it publishes is that this block's products have
+// finished reading a ring slot (they were waited for), which needs no fence;
+// cluster scope would put a fence over all of GPU memory before every arrive.
+__device__ __forceinline__ void arrive_in_cluster(uint64_t* barrier, uint32_t cta_rank) {
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(cta_rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() { return ::cuda::ptx::get_sreg_cluster_ctarank(); }
+
+// Every thread of every block of the cluster; orders shared-memory writes
+// (barrier initialisation) before the other blocks' later accesses.
+__device__ __forceinline__ void cluster_sync() {
+  ::cuda::ptx::barrier_cluster_arrive(::cuda::ptx::sem_release);
+  ::cuda::ptx::barrier_cluster_wait(::cuda::ptx::sem_acquire);
+}
+
 // The next phase of `barrier` completes when `bytes` have landed (and its one
 // expected arrival, this one, has happened).
 __device__ __forceinline__ void expect_bytes(uint64_t* barrier, uint32_t bytes) {
@@ -34,6 +55,17 @@ __device__ __forceinline__ void tma_load(void* smem_dst, const void* tensor_map,
   const int32_t coords[4] = {col, row, head, batch};
   ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, smem_dst,
                                     tensor_map, coords, barrier);
+}
+
+// The same box into the same shared-memory offset of every block in
+// `cta_mask` (bit i: cluster rank i); each block's barrier at `barrier`'s
+// offset counts the bytes that land in that block.
+__device__ __forceinline__ void tma_load_multicast(void* smem_dst, const void* tensor_map, int col,
+                                                   int row, int head, int batch, uint64_t* barrier,
+                                                   uint16_t cta_mask) {
+  const int32_t coords[4] = {col, row, head, batch};
+  ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, smem_dst,
+                                    tensor_map, coords, barrier, cta_mask);
 }
 
 // One box from shared memory to the tensor; elements out of range are dropped.

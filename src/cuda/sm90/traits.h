@@ -7,7 +7,8 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_, bool kPersistent_ = false>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_, bool kPersistent_ = false,
+          int kCluster_ = 1>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to a multiple of 64
   static constexpr int kBlockN = kBlockN_;
@@ -19,6 +20,17 @@ struct Traits {
   // Otherwise a block per tile, its output staged in Q's buffer.
   static constexpr bool kPersistent = kPersistent_;
   static constexpr int kQStages = kPersistent ? 2 : 1;
+  // Paired (kCluster = 2): the two blocks of a cluster run neighbouring query
+  // tiles of one head, which visit the same key blocks; each block's producer
+  // loads half of every K and V block (kBoxRows keys) and the TMA multicast
+  // writes it into both blocks' rings, so K and V cross from L2 once per two
+  // tiles. A ring slot is then free once the consumers of both blocks have
+  // released it.
+  static constexpr int kCluster = kCluster_;
+  static constexpr int kBoxRows = kBlockN / kCluster;
+  // Arrivals that free a Q buffer (every consumer warp) and a K or V slot.
+  static constexpr int kQReleases = 4 * kConsumers;
+  static constexpr int kSlotReleases = kCluster * kQReleases;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels
@@ -44,6 +56,8 @@ struct Traits {
   static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "wgmma N (the P·V width) is at most 256");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the Q·Kᵀ wgmma N");
+  static_assert(kCluster == 1 || kCluster == 2, "tiles run alone or in pairs");
+  static_assert(kBoxRows % 8 == 0, "a half block starts on a 1024-byte swizzle period");
   static_assert(kSmemBytes <= 232448, "beyond the 227 KB a Hopper block may opt into");
 };
 
@@ -70,5 +84,15 @@ template <> struct TraitsFor<256> { using type = Traits<256, 80, 2, 2>; };
 
 template <> struct PersistentTraitsFor<64> { using type = Traits<64, 128, 2, 3, true>; };
 template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2, true>; };
+
+// Persistent tiles in pairs (kCluster) where they can: at d 128, +0–5% at
+// 1024 and 2048 keys on the H100. At d 64 they lose (−2 to −4% at 1024 keys),
+// and so do per-tile blocks in pairs at d 128 and 256 (−3 to −8% from 4096
+// keys; docs/perf-notes.md, v4.12).
+template <int kHeadDim>
+struct PairedTraitsFor {
+  using type = void;
+};
+template <> struct PairedTraitsFor<128> { using type = Traits<128, 128, 2, 2, true, 2>; };
 
 }  // namespace flashattn::cuda::sm90

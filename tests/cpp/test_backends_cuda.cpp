@@ -144,8 +144,8 @@ std::vector<harness::Case> wgmma_cases() {
   add({2, 1, 700, 2, 2, 64}, DType::f16, Mask::none, false);
   add({1, 4097, 4097, 1, 1, 64}, DType::bf16, Mask::causal_top_left, false);
   // Persistent blocks (d 64 and 128, up to 4096 keys causal, 2048 otherwise)
-  // walking several tiles each, their turns chained from tile to tile, some
-  // tiles with no visible key (the chain breaks there); causal tiles shifted
+  // walking several tiles each, one tile's last P·V issued with the next one's
+  // first Q·Kᵀ, some tiles with no visible key; causal tiles shifted
   // before row 0; and d 128 past the persistent limit.
   add({2, 400, 400, 32, 8, 64}, DType::f16, Mask::causal_top_left, false);
   add({2, 1000, 1000, 48, 16, 64}, DType::bf16, Mask::none, false);
@@ -156,7 +156,7 @@ std::vector<harness::Case> wgmma_cases() {
   // tiles per head), each block loading half of every K and V block for both:
   // the second half of the last block partly past seqlen_k, GQA, a padded
   // head dim. Cases above pair too: 129 × 257 (that half wholly past the end),
-  // 1024 × 1100 (two rounds of tiles, turns chained), 900 × 900.
+  // 1024 × 1100 (two rounds of tiles), 900 × 900.
   add({1, 200, 2000, 4, 1, 128}, DType::f16, Mask::none, true);
   add({1, 500, 700, 3, 1, 96}, DType::bf16, Mask::none, false);
   return cases;

@@ -109,17 +109,14 @@ constexpr int kTurnBarrier = 4;
 // its turn, issues, and hands the turn to the next (0 → 1 → ... → 0), so the
 // tensor cores serve them in rotation and each one's softmax runs under the
 // others' products (ping-pong for two). The last warpgroup hands warpgroup 0
-// the first turn; all take n_blocks + 1 turns per tile, and the last does not
-// hand over after its last, so every barrier sees as many arrivals as waits.
-// Between two tiles of a persistent block that both take turns the chain runs
-// on instead: the last warpgroup's last turn of one tile hands warpgroup 0 the
-// first of the next (`chained`), so the next tile's first products are issued
-// while this one's last warpgroup still finishes.
+// the first turn; every warpgroup takes one turn per key block of the block's
+// tiles and one more at the end, and the last does not hand over after its
+// last, so every barrier sees as many arrivals as waits.
 template <int kConsumers>
 struct TensorCoreTurns {
   int warpgroup;
-  __device__ __forceinline__ void start(bool chained) const {
-    if (warpgroup == kConsumers - 1 && !chained) hand_over();
+  __device__ __forceinline__ void start() const {
+    if (warpgroup == kConsumers - 1) hand_over();
   }
   __device__ __forceinline__ void wait() const {
     named_barrier_sync(kTurnBarrier + warpgroup, 256);
@@ -127,8 +124,8 @@ struct TensorCoreTurns {
   __device__ __forceinline__ void hand_over() const {
     named_barrier_arrive(kTurnBarrier + (warpgroup + 1) % kConsumers, 256);
   }
-  __device__ __forceinline__ void finish(bool chain_on) const {
-    if (warpgroup != kConsumers - 1 || chain_on) hand_over();
+  __device__ __forceinline__ void finish() const {
+    if (warpgroup != kConsumers - 1) hand_over();
   }
 };
 
@@ -149,16 +146,14 @@ struct RingPosition {
 // alternating directions. Tiles come heaviest first (causal), so a block that
 // takes a run's heaviest tile takes the next run's lightest; the launch makes
 // gridDim.x a multiple of the per-head tile count where tiles repeat per head.
-// f(index, next): the tile, and the block's next tile (-1 when none).
 template <class F>
 __device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
   const int blocks = int(gridDim.x);
-  const auto index_in = [&](int round) {
-    return round * blocks + ((round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x));
-  };
-  for (int round = 0; index_in(round) < p.tiles; ++round) {
-    const int next = index_in(round + 1);
-    f(index_in(round), next < p.tiles ? next : -1);
+  for (int round = 0;; ++round) {
+    const int index =
+        round * blocks + ((round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x));
+    if (index >= p.tiles) return;
+    f(index);
   }
 }
 
@@ -172,7 +167,7 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
   const int half_row0 = Tr::kCluster == 1 ? 0 : int(cluster_rank()) * Tr::kBoxRows;
   RingPosition<Tr::kQStages> q{0};
   RingPosition<Tr::kStages> ring{0};
-  for_each_tile(p, [&](int index, int) {
+  for_each_tile(p, [&](int index) {
     const Tile t = tile_at<Tr>(p, index);
     if (t.n_blocks == 0) return;  // no Q, no keys: the consumers write 0 and -inf
     // Free once every consumer warp is done with the Q it held before (a fresh
@@ -216,7 +211,7 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
   }
 }
 
-// S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ, issued, not waited for.
+// S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ, issued; the caller commits.
 template <typename T, class Tr>
 __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64_t q_desc,
                                              uint64_t k_desc) {
@@ -226,10 +221,9 @@ __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64
     Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (kk / 4) * Tr::kBlockM * 128 + step),
                               advance(k_desc, (kk / 4) * Tr::kBlockN * 128 + step), kk > 0);
   }
-  wgmma_commit();
 }
 
-// acc[64 × kHeadDim] += P·V(stage), issued, not waited for.
+// acc[64 × kHeadDim] += P·V(stage), issued; the caller commits.
 template <typename T, class Tr>
 __device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
                                              const uint32_t (&p)[Tr::kBlockN / 16][4],
@@ -237,7 +231,6 @@ __device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
     Wgmma<T, Tr::kHeadDim>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
-  wgmma_commit();
 }
 
 // A thread's place in the accumulator layout of m64nN: element i of its
@@ -313,14 +306,16 @@ __device__ __forceinline__ void rescale(float (&acc)[Tr::kHeadDim / 2], const fl
 
 // out = acc / l through the output staging buffer (this warpgroup's 64 rows of
 // it) and TMA stores, which drop rows past seqlen_q and columns past head_dim;
-// lse per row. Rows with no visible key (l = 0) get 0 and -inf. The stores are
-// left in flight: the next tile's epilogue (or the block's end) waits for them
-// to have read the buffer.
+// lse per row. Rows with no visible key (l = 0) get 0 and -inf; `empty`: no
+// row of the warpgroup saw a key, and acc (another tile's) is not read. The
+// stores are left in flight: the next epilogue (or the block's end) waits for
+// them to have read the buffer.
 template <typename T, class Tr>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
-                                         float (&acc)[Tr::kHeadDim / 2], const float (&row_max)[2],
-                                         float (&row_sum)[2], const FragmentCoord& at,
-                                         int warpgroup, int warp, int lane) {
+                                         const float (&acc)[Tr::kHeadDim / 2],
+                                         const float (&row_max)[2], float (&row_sum)[2],
+                                         bool empty, const FragmentCoord& at, int warpgroup,
+                                         int warp, int lane) {
   float inv[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -340,7 +335,9 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      r[q] = pack_pair<T>(acc[8 * jj + 2 * q] * inv[q % 2], acc[8 * jj + 2 * q + 1] * inv[q % 2]);
+      r[q] = empty ? 0u
+                   : pack_pair<T>(acc[8 * jj + 2 * q] * inv[q % 2],
+                                  acc[8 * jj + 2 * q + 1] * inv[q % 2]);
     stmatrix_x4(so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM), r[0], r[1],
                 r[2], r[3]);
   }
@@ -366,24 +363,29 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
   }
 }
 
-// A consumer warpgroup on one tile: its 64 query rows. The tile's key blocks
-// occupy the ring from position `ring`; its Q is at `q`. `chained`: the previous
-// tile handed this one its first turn; `chain_on`: this tile hands the next its
-// first (TensorCoreTurns).
+// A consumer warpgroup: its 64 rows of each of the block's tiles. In the turn
+// of each key block it issues that block's S = Q·Kᵀ together with the P·V of
+// the block before. A tile's last P·V is owed to the next turn, the next
+// tile's first: the next tile's first scores run with it, and that block's
+// softmax and then the finished tile's epilogue run under the other
+// warpgroups' products, with no drain between tiles (docs/perf-notes.md,
+// v4.13). The last P·V of all takes one more turn at the end.
+//
+// A tile's first key blocks (in visiting order) may hold no key that a row of
+// this warpgroup sees: the causal diagonal above its rows, or all of them when
+// its rows lie past seqlen_q (a ragged last tile) or before row 0 (a causal
+// first tile shifted by row_shift). It computes nothing there, but still takes
+// their turns and releases their slots, so every barrier counts the same
+// arrivals. Every warp waits for each loaded Q and releases it once: a parity
+// wait that skipped a phase could pass on the one before.
 template <typename T, class Tr>
-__device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& t, uint8_t* smem,
-                                             Barriers<Tr>& bar, int warpgroup,
-                                             RingPosition<Tr::kStages> ring,
-                                             RingPosition<Tr::kQStages> q, bool chained,
-                                             bool chain_on) {
+__device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
+                                         int warpgroup) {
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
   const float c = p.scale_log2;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int qs = q.stage();
-  const uint64_t q_desc = smem_descriptor(
-      base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
   const auto k_desc = [&](int stage) {
     return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKVBytes, 16, 1024);
   };
@@ -401,116 +403,154 @@ __device__ __forceinline__ void consume_tile(const KernelParams& p, const Tile& 
       for (uint32_t rank = 0; rank < Tr::kCluster; ++rank) arrive_in_cluster(barrier, rank);
   };
   const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
+
   float acc[Tr::kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
+  float row_max[2], row_sum[2];
+  float s[Tr::kBlockN / 2];
+  uint32_t probs[Tr::kBlockN / 16][4];
+  float alpha[2];
+  // The owed P·V: probs times V of ring position `owed`, the last of tile
+  // `owed_tile`, whose row statistics are still in row_max and row_sum.
+  bool pv_owed = false;
+  RingPosition<Tr::kStages> owed{0};
+  int owed_tile = 0;
+  const auto issue_owed = [&] {
+    wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
+    issue_values<T, Tr>(acc, probs, v_desc(owed.stage()));
+  };
+  // Once the owed P·V is done: its V slot freed, its tile written with its
+  // final row statistics.
+  const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2]) {
+    release_slot(&bar.v_empty[owed.stage()]);
+    epilogue<T, Tr>(p, tile_at<Tr>(p, owed_tile), smem, acc, tile_max, tile_sum, false, at,
+                    warpgroup, warp, lane);
+#pragma unroll
+    for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
+    pv_owed = false;
+  };
 
-  // The tile's first key blocks (in visiting order) may hold no key that a row
-  // of this warpgroup sees: the causal diagonal above its rows, or all of them
-  // when its rows lie past seqlen_q (a ragged last tile) or before row 0 (a
-  // causal first tile shifted by row_shift). It skips their
-  // products and softmax, but still takes its turns and releases their slots,
-  // so every barrier counts the same arrivals. Every warp waits for each loaded
-  // Q and releases it once: a parity wait that skipped a phase could pass on
-  // the one before.
-  const int wg_row0 = t.row0 + 64 * warpgroup;
-  const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
-  if (t.n_blocks > 0) turns.start(chained);
-  for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
-    wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
-    release_slot(&bar.k_empty[ring.stage()]);
-    turns.wait();
-    turns.hand_over();
-    wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
-    release_slot(&bar.v_empty[ring.stage()]);
-  }
-  if (t.n_blocks > 0 && wg_blocks == 0) {
-    turns.wait();  // the turn that would have issued the last P·V
-    turns.finish(chain_on);
-    wait_barrier(&bar.q_full[qs], q.filled_parity());
-    release(&bar.q_empty[qs]);
-  }
+  RingPosition<Tr::kStages> ring{0};
+  RingPosition<Tr::kQStages> q{0};
+  turns.start();
+  for_each_tile(p, [&](int index) {
+    const Tile t = tile_at<Tr>(p, index);
+    const int qs = q.stage();
+    const int wg_row0 = t.row0 + 64 * warpgroup;
+    const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
+    for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
+      wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+      release_slot(&bar.k_empty[ring.stage()]);
+      const auto skip_values = [&] {
+        wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
+        release_slot(&bar.v_empty[ring.stage()]);
+      };
+      turns.wait();
+      if (pv_owed) {  // issued and waited for under one condition (see the end)
+        wgmma_fence();
+        issue_owed();
+        wgmma_commit();
+        turns.hand_over();
+        skip_values();  // before the epilogue: the producer refills the slot
+        wgmma_wait<0>();
+        fence_registers(acc);
+        retire_owed(row_max, row_sum);
+      } else {
+        turns.hand_over();
+        skip_values();
+      }
+    }
+    if (wg_blocks == 0) {  // no row of the warpgroup sees a key: 0 and -inf
+      if (t.n_blocks > 0) {
+        wait_barrier(&bar.q_full[qs], q.filled_parity());
+        release(&bar.q_empty[qs]);
+      }
+      float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
+      epilogue<T, Tr>(p, t, smem, acc, no_max, no_sum, true, at, warpgroup, warp, lane);
+    } else {
+      // Blocks whose last key lies beyond seqlen_k or the causal limit of the
+      // warpgroup's first row may hold keys some row must not see.
+      const int64_t first_row_limit = int64_t(wg_row0) + p.mask.causal_offset;
+      const auto needs_mask = [&](int n_block) {
+        const int64_t last_key = int64_t(n_block + 1) * Tr::kBlockN - 1;
+        return last_key >= p.sizes.seqlen_k || (p.mask.causal && last_key > first_row_limit);
+      };
+      const uint64_t q_desc = smem_descriptor(
+          base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
 
-  if (wg_blocks > 0) {
-    // Blocks whose last key lies beyond seqlen_k or the causal limit of the
-    // warpgroup's first row may hold keys some row must not see.
-    const int row_base = t.row0;
-    const int64_t first_row_limit = int64_t(wg_row0) + p.mask.causal_offset;
-    const auto needs_mask = [&](int n_block) {
-      const int64_t last_key = int64_t(n_block + 1) * Tr::kBlockN - 1;
-      return last_key >= p.sizes.seqlen_k || (p.mask.causal && last_key > first_row_limit);
-    };
-    float s[Tr::kBlockN / 2];
-    uint32_t probs[Tr::kBlockN / 16][4];
-    float alpha[2];
-
-    wait_barrier(&bar.q_full[qs], q.filled_parity());
-    wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
-    turns.wait();
-    wgmma_fence();
-    issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
-    turns.hand_over();
-    wgmma_wait<0>();
-    fence_registers(s);
-    release_slot(&bar.k_empty[ring.stage()]);
-    if (needs_mask(wg_blocks - 1)) mask_scores<Tr>(s, p, at, row_base, wg_blocks - 1);
-    softmax_update<Tr>(s, row_max, row_sum, alpha, c);
-    pack_probabilities<T, Tr>(s, probs);
-
-    for (int n_block = wg_blocks - 2; n_block >= 0; --n_block) {
-      const RingPosition<Tr::kStages> prev = ring;  // holds V of the block after n_block
-      ++ring.it;
+      // The first block, with the previous tile's last P·V if owed (the
+      // second commit group, empty if not).
+      wait_barrier(&bar.q_full[qs], q.filled_parity());
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       turns.wait();
       wgmma_fence();
       issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
-      wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
-      issue_values<T, Tr>(acc, probs, v_desc(prev.stage()));
+      wgmma_commit();
+      if (pv_owed) issue_owed();
+      wgmma_commit();
       turns.hand_over();
       wgmma_wait<1>();
       fence_registers(s);
       release_slot(&bar.k_empty[ring.stage()]);
-      if (needs_mask(n_block)) mask_scores<Tr>(s, p, at, row_base, n_block);
+      float done_max[2], done_sum[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        done_max[half] = row_max[half], done_sum[half] = row_sum[half];
+        row_max[half] = -INFINITY, row_sum[half] = 0.0f;
+      }
+      if (needs_mask(wg_blocks - 1)) mask_scores<Tr>(s, p, at, t.row0, wg_blocks - 1);
       softmax_update<Tr>(s, row_max, row_sum, alpha, c);
       wgmma_wait<0>();
       fence_registers(acc);
-      release_slot(&bar.v_empty[prev.stage()]);
-      rescale<Tr>(acc, alpha);
+      if (pv_owed) retire_owed(done_max, done_sum);
       pack_probabilities<T, Tr>(s, probs);
+
+      for (int n_block = wg_blocks - 2; n_block >= 0; --n_block) {
+        const RingPosition<Tr::kStages> prev = ring;  // holds V of the block after n_block
+        ++ring.it;
+        wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+        turns.wait();
+        wgmma_fence();
+        issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
+        wgmma_commit();
+        wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
+        issue_values<T, Tr>(acc, probs, v_desc(prev.stage()));
+        wgmma_commit();
+        turns.hand_over();
+        wgmma_wait<1>();
+        fence_registers(s);
+        release_slot(&bar.k_empty[ring.stage()]);
+        if (needs_mask(n_block)) mask_scores<Tr>(s, p, at, t.row0, n_block);
+        softmax_update<Tr>(s, row_max, row_sum, alpha, c);
+        wgmma_wait<0>();
+        fence_registers(acc);
+        release_slot(&bar.v_empty[prev.stage()]);
+        rescale<Tr>(acc, alpha);
+        pack_probabilities<T, Tr>(s, probs);
+      }
+      release(&bar.q_empty[qs]);  // every Q·Kᵀ of the tile has completed
+      pv_owed = true;
+      owed = ring;
+      owed_tile = index;
+      ++ring.it;
     }
-    release(&bar.q_empty[qs]);  // every Q·Kᵀ of the tile has completed
-    wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
-    turns.wait();
+    q.it += t.n_blocks > 0;
+  });
+  // The last P·V: its issue and its wait under one condition (split between
+  // two, ptxas serialised every wgmma of the kernel).
+  turns.wait();
+  if (pv_owed) {
     wgmma_fence();
-    issue_values<T, Tr>(acc, probs, v_desc(ring.stage()));
-    turns.finish(chain_on);
+    issue_owed();
+    wgmma_commit();
+    turns.finish();
     wgmma_wait<0>();
     fence_registers(acc);
-    release_slot(&bar.v_empty[ring.stage()]);
+    retire_owed(row_max, row_sum);
+  } else {
+    turns.finish();
   }
-  epilogue<T, Tr>(p, t, smem, acc, row_max, row_sum, at, warpgroup, warp, lane);
-}
-
-// A consumer warpgroup: its 64 rows of each of the block's tiles.
-template <typename T, class Tr>
-__device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
-                                         int warpgroup) {
-  RingPosition<Tr::kStages> ring{0};
-  RingPosition<Tr::kQStages> q{0};
-  bool chained = false;
-  for_each_tile(p, [&](int index, int next) {
-    const Tile t = tile_at<Tr>(p, index);
-    // Chain the turns into the next tile where both take turns.
-    bool chain_on = false;
-    if constexpr (Tr::kPersistent)
-      chain_on = t.n_blocks > 0 && next >= 0 && tile_at<Tr>(p, next).n_blocks > 0;
-    consume_tile<T, Tr>(p, t, smem, bar, warpgroup, ring, q, chained, chain_on);
-    ring.it += t.n_blocks;
-    q.it += t.n_blocks > 0;
-    chained = chain_on;
-  });
   if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the buffer outlives the last stores
 }
 

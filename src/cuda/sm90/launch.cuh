@@ -104,7 +104,13 @@ int resident_blocks(const AttnParams& p, Kernel kernel) {
 // for causal tiles in per-head runs (not heads_fastest), a multiple of the run
 // length where that idles at most an eighth of the SMs, so that every round of
 // for_each_tile holds whole runs and a block's heavy and light tiles pair up.
-// Paired, an even number, so that every round hands out whole pairs.
+// Non-causal, where each head's last tile is partial (and so cheaper), never
+// a multiple of the tiles per head: for_each_tile would then hand every
+// partial tile to the same few blocks, round after round, and the others'
+// full tiles would set the time (d 64 at 1024 keys on 132 SMs: 24 full tiles
+// for some blocks where the average is 21.5). Paired, an even number, so that
+// every round hands out whole pairs (a pair's two tiles run in step, so a
+// partial one costs what its full partner does).
 template <class Tr>
 int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fastest,
                       int resident) {
@@ -112,6 +118,10 @@ int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fast
   if (p.mask.causal && !heads_fastest && 8 * (resident % grid.m_blocks) <= resident)
     blocks = resident - resident % grid.m_blocks;
   blocks = int(std::min<int64_t>(blocks, grid.dims.x));
+  const bool partial_last_tile = p.sizes.seqlen_q % Tr::kBlockM != 0;
+  if (Tr::kCluster == 1 && !p.mask.causal && partial_last_tile && blocks < grid.dims.x &&
+      blocks % grid.m_blocks == 0)
+    blocks -= 1;
   return blocks - blocks % Tr::kCluster;
 }
 

@@ -102,7 +102,15 @@ template <typename Tile, int kThreads, typename T>
 __device__ __forceinline__ void load_tile(char* base, const T* src, int64_t row_stride, int rows,
                                           int cols, bool vec16) {
   const auto* elems = reinterpret_cast<const uint16_t*>(src);
-  if (vec16) {
+  if (vec16 && rows >= Tile::kRowCount && cols >= 8 * Tile::kChunks) {
+    // The whole tile exists: no per-chunk bounds. Computed for every chunk of
+    // every K and V tile they were 15% of cuda_mma's instructions (ncu, d 128,
+    // 512 keys: 85 M warp instructions before, 72 M after).
+    for_each_chunk<Tile, kThreads>(base, elems, row_stride, rows, cols,
+                                   [](char* dst, const uint16_t* from, int) {
+                                     cp_async_16(dst, from, true);
+                                   });
+  } else if (vec16) {
     for_each_chunk<Tile, kThreads>(base, elems, row_stride, rows, cols,
                                    [&](char* dst, const uint16_t* from, int n) {
                                      cp_async_16_partial(dst, n > 0 ? from : elems, 2 * n);

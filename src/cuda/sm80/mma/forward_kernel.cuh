@@ -256,11 +256,13 @@ __device__ __forceinline__ void load_keys(const AttnParams& p, const BlockInfo& 
   cp_async_commit();
 }
 
-// Starts loading rows [key0, key0 + kBlockN) of this block's V column slice.
+// Starts loading rows [key0, key0 + kBlockN) of this block's V column slice,
+// with per-chunk bounds even where the tile is whole: without them the sm_80
+// kernels of head dim 128 spill 4 bytes (K's loads go without, v3.5).
 template <typename Shape>
 __device__ __forceinline__ void load_values(const AttnParams& p, const BlockInfo& info,
                                             char* v_tile, int key0) {
-  load_tile<typename Shape::VTile, Shape::kThreads>(v_tile, info.v + key0 * p.v.row_stride,
+  load_tile<typename Shape::VTile, Shape::kThreads, false>(v_tile, info.v + key0 * p.v.row_stride,
                                                     p.v.row_stride, p.sizes.seqlen_k - key0,
                                                     p.sizes.head_dim - info.col0, info.vec16);
   cp_async_commit();

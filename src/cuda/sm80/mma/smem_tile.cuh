@@ -98,11 +98,13 @@ __device__ __forceinline__ void for_each_chunk(char* base, const uint16_t* src, 
 // c < cols and zeros elsewhere. vec16: src and row_stride are 16-byte aligned,
 // so whole chunks go by cp.async (landed after cp_async_wait and a barrier);
 // otherwise elements are copied one by one, finished on return.
-template <typename Tile, int kThreads, typename T>
+// kWholeWithoutBounds: where the whole tile exists, copy it without per-chunk
+// bounds (see the caller for where not).
+template <typename Tile, int kThreads, bool kWholeWithoutBounds = true, typename T>
 __device__ __forceinline__ void load_tile(char* base, const T* src, int64_t row_stride, int rows,
                                           int cols, bool vec16) {
   const auto* elems = reinterpret_cast<const uint16_t*>(src);
-  if (vec16 && rows >= Tile::kRowCount && cols >= 8 * Tile::kChunks) {
+  if (kWholeWithoutBounds && vec16 && rows >= Tile::kRowCount && cols >= 8 * Tile::kChunks) {
     // The whole tile exists: no per-chunk bounds. Computed for every chunk of
     // every K and V tile they were 15% of cuda_mma's instructions (ncu, d 128,
     // 512 keys: 85 M warp instructions before, 72 M after).

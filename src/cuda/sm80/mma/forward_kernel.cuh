@@ -256,15 +256,22 @@ __device__ __forceinline__ void load_keys(const AttnParams& p, const BlockInfo& 
   cp_async_commit();
 }
 
-// Starts loading rows [key0, key0 + kBlockN) of this block's V column slice,
-// with per-chunk bounds even where the tile is whole: without them the sm_80
-// kernels of head dim 128 spill 4 bytes (K's loads go without, v3.5).
+// V tiles, like K tiles, load without per-chunk bounds where whole (v3.5), but
+// not in the sm_80 build: there the head-dim-128 kernels, already at 255
+// registers, spill 4 bytes without them.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kWholeValuesWithoutBounds = false;
+#else
+constexpr bool kWholeValuesWithoutBounds = true;
+#endif
+
+// Starts loading rows [key0, key0 + kBlockN) of this block's V column slice.
 template <typename Shape>
 __device__ __forceinline__ void load_values(const AttnParams& p, const BlockInfo& info,
                                             char* v_tile, int key0) {
-  load_tile<typename Shape::VTile, Shape::kThreads, false>(v_tile, info.v + key0 * p.v.row_stride,
-                                                    p.v.row_stride, p.sizes.seqlen_k - key0,
-                                                    p.sizes.head_dim - info.col0, info.vec16);
+  load_tile<typename Shape::VTile, Shape::kThreads, kWholeValuesWithoutBounds>(
+      v_tile, info.v + key0 * p.v.row_stride, p.v.row_stride, p.sizes.seqlen_k - key0,
+      p.sizes.head_dim - info.col0, info.vec16);
   cp_async_commit();
 }
 

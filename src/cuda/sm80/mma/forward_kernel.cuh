@@ -332,6 +332,16 @@ __device__ __forceinline__ void store_output(const AttnParams& p, const BlockInf
   auto* o = static_cast<uint16_t*>(p.o.data) + info.b * p.o.batch_stride +
             info.hq * p.o.head_stride + info.row0 * p.o.row_stride + info.col0;
   const int cols = min(Shape::kDV, s.head_dim - info.col0);
+  if (info.vec16 && info.rows == Shape::kBlockM && cols == Shape::kDV) {
+    // The whole tile exists: 16-byte stores without per-chunk bounds. The loop
+    // below spends about 40 instructions on each chunk's bounds and addresses.
+    for_each_warp_chunk<QTile, Shape::kWarpRows, kOT>(
+        tc.lane, tc.warp_row0, [&](uint32_t offset, int r, int chunk) {
+          *reinterpret_cast<uint4*>(o + r * p.o.row_stride + 8 * chunk) =
+              *reinterpret_cast<const uint4*>(q_tile + offset);
+        });
+    return;
+  }
 #pragma unroll
   for (int e = tc.lane; e < Shape::kWarpRows * kOT; e += 32) {
     const int r = tc.warp_row0 + e / kOT, c0 = 8 * (e % kOT);

@@ -94,6 +94,31 @@ __device__ __forceinline__ void for_each_chunk(char* base, const uint16_t* src, 
   }
 }
 
+// Calls visit(offset, r, chunk) for each 16-byte chunk of columns [0, 8·kChunks)
+// of rows [row0, row0 + kWarpRows) of the tile, spread over a warp's 32 lanes:
+// offset is the chunk's byte offset in the tile, r its row. Panel by panel a lane
+// keeps one chunk column and steps through rows 32 / width apart. Eight rows on,
+// a row's swizzle repeats, so the rows a lane visits alternate between two base
+// offsets (one when the step is 8) plus constants: no swizzle arithmetic per chunk.
+template <typename Tile, int kWarpRows, int kChunks, typename Visit>
+__device__ __forceinline__ void for_each_warp_chunk(int lane, int row0, Visit&& visit) {
+  static_assert(kChunks % 8 == 0 || kChunks == Tile::kChunks,
+                "whole 64-column panels, or all of the tile");
+  constexpr int kPanels = (kChunks + 7) / 8;
+#pragma unroll
+  for (int panel = 0; panel < kPanels; ++panel) {
+    const int width = panel < Tile::kFullPanels ? 8 : 4;  // chunks per row in this panel
+    const int row_step = 32 / width, row_bytes = 16 * width;
+    const int chunk = panel * 8 + lane % width;
+    const int r = row0 + lane / width;
+    const uint32_t even = Tile::offset(r, chunk);
+    const uint32_t odd = Tile::offset(r + row_step, chunk) - uint32_t(row_step * row_bytes);
+#pragma unroll
+    for (int i = 0; i < kWarpRows * width / 32; ++i)
+      visit((i % 2 ? odd : even) + uint32_t(i * row_step * row_bytes), r + i * row_step, chunk);
+  }
+}
+
 // Starts filling the tile at `base` with src[r·row_stride + c] for r < rows,
 // c < cols and zeros elsewhere. vec16: src and row_stride are 16-byte aligned,
 // so whole chunks go by cp.async (landed after cp_async_wait and a barrier);

@@ -65,33 +65,50 @@ struct SmemTile {
   }
 };
 
-// Calls copy(dst, src, n) for each 16-byte chunk of the tile this thread fills:
-// dst its place in shared memory, src its first element in global memory and n
-// how many of its 8 elements exist (0 for chunks past rows or cols).
-// Panel by panel, a thread always copies the same chunk column, of rows a
-// multiple of 8 apart: its swizzled shared offsets then differ by constants and
-// its global addresses by a fixed stride.
+// Calls copy(dst, src, n) for the 16-byte chunks of kPanels panels of the tile,
+// from panel kFirst on, each kWidth chunks wide (8, or 4 for a trailing 32-column
+// panel), that this thread fills: dst its place in shared memory, src its first
+// element in global memory and n how many of its 8 elements exist (0 for chunks
+// past rows or cols). The thread copies chunk column tid % kWidth of every panel,
+// in rows tid / kWidth + i·kThreads / kWidth (a multiple of 8 apart, so that the
+// swizzle repeats): one source pointer per row, the panels at constant offsets
+// from it, and shared offsets that differ by constants.
+template <typename Tile, int kThreads, int kFirst, int kPanels, int kWidth, typename Copy>
+__device__ __forceinline__ void for_each_panel_chunk(char* base, const uint16_t* src,
+                                                     int64_t row_stride, int rows, int cols,
+                                                     int tid, Copy&& copy) {
+  constexpr int kRowStep = kThreads / kWidth;
+  static_assert(kRowStep % 8 == 0 && Tile::kRowCount % kRowStep == 0);
+  const int c = tid % kWidth, r0 = tid / kWidth;
+  const uint16_t* from = src + r0 * row_stride + 8 * (8 * kFirst + c);
+  opaque(from);
+  char* to = base + Tile::offset(r0, 8 * kFirst + c);
+#pragma unroll
+  for (int i = 0; i < Tile::kRowCount / kRowStep; ++i) {
+    const uint16_t* row = from + i * kRowStep * row_stride;
+    const bool row_exists = r0 + i * kRowStep < rows;
+#pragma unroll
+    for (int panel = 0; panel < kPanels; ++panel) {
+      const int c0 = 8 * (8 * (kFirst + panel) + c);
+      copy(to + panel * Tile::kRowCount * 128 + i * kThreads * 16, row + 64 * panel,
+           row_exists ? min(max(cols - c0, 0), 8) : 0);
+    }
+  }
+}
+
+// Calls copy(dst, src, n) as above for each chunk of the tile this thread fills:
+// the 64-column panels, then the trailing 32-column one if any.
 template <typename Tile, int kThreads, typename Copy>
 __device__ __forceinline__ void for_each_chunk(char* base, const uint16_t* src, int64_t row_stride,
                                                int rows, int cols, Copy&& copy) {
   opaque(src), opaque(row_stride);
   const int tid = thread_index();
-  constexpr int kPanels = (Tile::kChunks + 7) / 8;
-#pragma unroll
-  for (int panel = 0; panel < kPanels; ++panel) {
-    const int width = panel < Tile::kFullPanels ? 8 : 4;  // chunks per row in this panel
-    const int chunk = panel * 8 + tid % width;
-    const int r0 = tid / width, row_step = kThreads / width;
-    const int c0 = 8 * chunk;
-    const int valid_cols = min(max(cols - c0, 0), 8);
-    const uint16_t* from = src + r0 * row_stride + c0;
-    opaque(from);
-    char* to = base + Tile::offset(r0, chunk);
-#pragma unroll
-    for (int i = 0; i < Tile::kRowCount * width / kThreads; ++i)
-      copy(to + i * kThreads * 16, from + i * row_step * row_stride,
-           r0 + i * row_step < rows ? valid_cols : 0);
-  }
+  if constexpr (Tile::kFullPanels > 0)
+    for_each_panel_chunk<Tile, kThreads, 0, Tile::kFullPanels, 8>(base, src, row_stride, rows,
+                                                                  cols, tid, copy);
+  if constexpr (Tile::kChunks % 8 != 0)
+    for_each_panel_chunk<Tile, kThreads, Tile::kFullPanels, 1, 4>(base, src, row_stride, rows,
+                                                                  cols, tid, copy);
 }
 
 // Calls visit(offset, r, chunk) for each 16-byte chunk of columns [0, 8·kChunks)

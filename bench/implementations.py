@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+from flashattn import _library, _torch_op
 
 FLASHATTN = "flashattn"
 ALTERNATIVE = "alternative"
@@ -47,6 +48,29 @@ def flashattn_impl(backend):
     return Impl(backend, FLASHATTN, call, slow=backend in SLOW_BACKENDS)
 
 
+def build_impl(backend, build, path):
+    """`backend` of another build of the library (the file at `path`), named backend@build.
+    Counted among the alternatives, so that the report's ratios are this build's speed-up
+    over that one."""
+    lib = _library.load(path)
+
+    def call(q, k, v, causal):
+        out, _ = _torch_op.run(q, k, v, causal, "top_left", None, backend, False, lib=lib)
+        return out.transpose(1, 2)
+    return Impl(f"{backend}@{build}", ALTERNATIVE, call, slow=backend in SLOW_BACKENDS)
+
+
+def parse_builds(spec):
+    """{name: path} from "NAME=PATH[,NAME=PATH...]"; raises SystemExit on a malformed one."""
+    builds = {}
+    for item in filter(None, (spec or "").split(",")):
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path or "@" in name:
+            raise SystemExit(f"--builds: {item!r} is not NAME=PATH (NAME without '@')")
+        builds[name] = path
+    return builds
+
+
 def sdpa_impl(name, backend):
     def call(q, k, v, causal):
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
@@ -69,8 +93,12 @@ def standard_attention(q, k, v, causal):
     return torch.matmul(torch.softmax(s, dim=-1), v)
 
 
-def all_impls():
+def all_impls(builds=None):
+    """Every implementation; `builds` ({name: library path}) adds each flashattn backend of
+    each of those builds."""
     impls = [flashattn_impl(b) for b in flashattn_backends()]
+    impls += [build_impl(b, name, path) for name, path in (builds or {}).items()
+              for b in flashattn_backends()]
     impls += [sdpa_impl(name, backend) for name, backend in SDPA_BACKENDS.items()]
     impls.append(Impl("standard_cublas", ALTERNATIVE, standard_attention))
     return impls

@@ -176,3 +176,27 @@ def test_standard_attention_and_math_sdpa_match_the_reference_rows(causal):
             assert out.shape == (2, 3, 50, 16)
             assert accuracy.rel_l2_err(out, reference, rows) < 1e-5
     assert math.isclose(accuracy.rel_l2_err(torch.zeros(1, 3, 50, 16), reference, rows), 1.0)
+
+
+def test_builds_parse_as_name_path_pairs():
+    implementations = pytest.importorskip("implementations")  # imports torch
+    assert implementations.parse_builds("base=/a/lib.so,new=b.so") == {"base": "/a/lib.so",
+                                                                       "new": "b.so"}
+    assert implementations.parse_builds(None) == {}
+    for bad in ("base", "=x.so", "a@b=x.so", "base="):
+        with pytest.raises(SystemExit, match="NAME=PATH"):
+            implementations.parse_builds(bad)
+
+
+def test_another_build_runs_beside_this_one_among_the_alternatives():
+    torch = pytest.importorskip("torch")
+    implementations = pytest.importorskip("implementations")
+    import accuracy
+    from flashattn import _library
+    impl = implementations.build_impl("cpu", "same", _library.library_path())
+    assert (impl.name, impl.family) == ("cpu@same", implementations.ALTERNATIVE)
+    q, k, v = (torch.randn(1, 40, 2, 8) for _ in range(3))
+    rows = accuracy.sample_rows(40, "cpu", count=8)
+    out = impl.call(q, k, v, True)
+    assert out.shape == (1, 2, 40, 8)
+    assert accuracy.rel_l2_err(out, accuracy.reference_rows(q, k, v, True, rows), rows) < 1e-5

@@ -32,10 +32,9 @@ def library_path():
         f"point {ENV_VAR} at a CMake build's libflashattn.so")
 
 
-@functools.lru_cache(maxsize=None)
-def library():
-    """The loaded library, its functions declared."""
-    path = library_path()
+def load(path):
+    """The library at `path`, loaded and its functions declared. Two different files load as
+    two libraries, so builds can be compared in one process (bench/run --builds)."""
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as e:
@@ -44,17 +43,25 @@ def library():
     return lib
 
 
-def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend="auto", stream=None):
+@functools.lru_cache(maxsize=None)
+def library():
+    """The library this package uses (see library_path), loaded on first call."""
+    return load(library_path())
+
+
+def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend="auto", stream=None,
+            lib=None):
     """flashattn_forward on _abi.view() tuples.
 
     lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None; scale None
-    means 1/sqrt(head_dim); stream is a cudaStream_t address or None (the default stream).
-    Raises the _errors exception for a non-zero status, with the library's message.
+    means 1/sqrt(head_dim); stream is a cudaStream_t address or None (the default stream);
+    lib is a load() result, by default library(). Raises the _errors exception for a non-zero
+    status, with the library's message.
     """
     params = _abi.pack_params(q, k, v, out, lse or 0, scale is not None,
                               0.0 if scale is None else scale, _abi.MASKS[mask],
                               _abi.BACKENDS[backend], stream or 0)
-    lib = library()
+    lib = lib or library()
     status = lib.flashattn_forward(params)
     if status != _abi.OK:
         raise _errors.from_status(status, lib.flashattn_last_error().decode())

@@ -70,11 +70,13 @@ def current_stream(device_index):
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False):
+def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False,
+        lib=None):
     """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention.
 
     heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
-    out is then a view of (batch, seqlen, heads, head_dim) contiguous memory.
+    out is then a view of (batch, seqlen, heads, head_dim) contiguous memory. lib: a
+    _library.load() result to call instead of the package's library.
     """
     mask, backend = check(q, k, v, causal, causal_alignment, backend)
     # The inputs stay referenced until the call returns; on CUDA, a copy freed after that
@@ -90,7 +92,7 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
            else None)
     _library.forward(qv, kv, vv, out_view, lse=lse.data_ptr() if with_lse else None,
                      scale=scale, mask=mask, backend=backend,
-                     stream=current_stream(qv[-1]) if q.is_cuda else None)
+                     stream=current_stream(qv[-1]) if q.is_cuda else None, lib=lib)
     return out, lse
 
 

@@ -13,8 +13,11 @@ struct TileGrid {
   dim3 dims;
 };
 
+// Query tiles of block_m rows per (batch, q head), the last one possibly partial.
+inline int query_tiles(const Sizes& s, int block_m) { return (s.seqlen_q + block_m - 1) / block_m; }
+
 inline TileGrid make_tile_grid(const Sizes& s, int block_m, int slice_cols, const char* backend) {
-  const int m_blocks = (s.seqlen_q + block_m - 1) / block_m;
+  const int m_blocks = query_tiles(s, block_m);
   const int64_t blocks = int64_t(m_blocks) * s.batch * s.heads_q;
   const int64_t slices = (s.head_dim + slice_cols - 1) / slice_cols;
   if (blocks > 0x7FFFFFFF || slices > 65535)

@@ -54,8 +54,7 @@ inline bool use_persistent(const AttnParams& p) {
 // per head, so that each pair holds two tiles of one head.
 template <class Tr>
 bool pairs_tiles(const AttnParams& p) {
-  const int m_blocks = (p.sizes.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-  return !p.mask.causal && m_blocks % 2 == 0;
+  return !p.mask.causal && query_tiles(p.sizes, Tr::kBlockM) % 2 == 0;
 }
 
 // A launch of `blocks` blocks of Tr's shape in clusters of Tr::kCluster

@@ -265,6 +265,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       }
     }
     // Unscale (query row · key), mask, and the warp's row maxima over its keys.
+    // The warp's V scales for this chunk replace the last chunk's, which all its
+    // lanes read in that chunk's P·V: no barrier lies between, so the lanes wait
+    // for each other here (compute-sanitizer's racecheck flags it otherwise).
+    __syncwarp();
 #pragma unroll
     for (int i = 0; i < kScalesPerLane; ++i)
       if (lane + 32 * i < Shape::kVUnits) sm.v_unscale[w][lane + 32 * i] = v_unscale[i];

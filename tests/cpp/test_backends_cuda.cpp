@@ -99,6 +99,10 @@ std::vector<harness::Case> cuda_cases() {
   add({1, 130, 200, 2, 2, 192}, DType::bf16, Mask::causal_bottom_right, true);
   add({2, 200, 129, 2, 1, 256}, DType::f16, Mask::causal_top_left, false);
   add({1, 100, 150, 2, 2, 512}, DType::bf16, Mask::none, false);
+  // Whole unmasked tiles after a ragged first block, in the one-slice-per-warp
+  // shapes' inner loop (d 192, 256).
+  add({1, 200, 333, 2, 1, 192}, DType::bf16, Mask::none, false);
+  add({2, 150, 333, 2, 2, 256}, DType::f16, Mask::none, false);
   add({1, 70, 90, 2, 2, 40}, DType::bf16, Mask::causal_bottom_right, false);
   add({1, 90, 70, 3, 1, 72}, DType::f16, Mask::causal_bottom_right, false);
   add({1, 65, 129, 2, 2, 136}, DType::f16, Mask::none, true);

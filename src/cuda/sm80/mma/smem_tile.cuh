@@ -136,17 +136,23 @@ __device__ __forceinline__ void for_each_warp_chunk(int lane, int row0, Visit&& 
   }
 }
 
+// Which copy load_tile issues. kChecked: without per-chunk bounds where the whole
+// tile exists (decided at run time, per tile), with them elsewhere. kWhole: the
+// caller knows the whole tile exists and rows are 16-byte aligned. kBounded: with
+// per-chunk bounds always.
+enum class TileExtent { kChecked, kWhole, kBounded };
+
 // Starts filling the tile at `base` with src[r·row_stride + c] for r < rows,
 // c < cols and zeros elsewhere. vec16: src and row_stride are 16-byte aligned,
 // so whole chunks go by cp.async (landed after cp_async_wait and a barrier);
 // otherwise elements are copied one by one, finished on return.
-// kWholeWithoutBounds: where the whole tile exists, copy it without per-chunk
-// bounds (see the caller for where not).
-template <typename Tile, int kThreads, bool kWholeWithoutBounds = true, typename T>
+template <typename Tile, int kThreads, TileExtent kExtent = TileExtent::kChecked, typename T>
 __device__ __forceinline__ void load_tile(char* base, const T* src, int64_t row_stride, int rows,
                                           int cols, bool vec16) {
   const auto* elems = reinterpret_cast<const uint16_t*>(src);
-  if (kWholeWithoutBounds && vec16 && rows >= Tile::kRowCount && cols >= 8 * Tile::kChunks) {
+  if (kExtent == TileExtent::kWhole ||
+      (kExtent == TileExtent::kChecked && vec16 && rows >= Tile::kRowCount &&
+       cols >= 8 * Tile::kChunks)) {
     // The whole tile exists: no per-chunk bounds. Computed for every chunk of
     // every K and V tile they were 15% of cuda_mma's instructions (ncu, d 128,
     // 512 keys: 85 M warp instructions before, 72 M after).

@@ -49,7 +49,7 @@ struct TileShape {
   static constexpr int kSmemBytes = QTile::kBytes + KTile::kBytes + VTile::kBytes;
   static constexpr bool kRowSumsShared = kMTiles > 1;  // see RowSums
   // Whether the unmasked blocks with whole tiles run in a loop of their own,
-  // free of the per-block checks (perf-notes v3.7: +1.5 to 2.5% at head dim 256).
+  // free of the per-block checks (perf-notes v3.7: +1.0 to 2.6% at head dim 256).
   // Not with two m16 slices per warp: those kernels already use 255 registers,
   // and the second loop body spills.
   static constexpr bool kInnerLoop = kMTiles == 1;
@@ -436,10 +436,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   };
   int n = n_blocks - 1;
   if constexpr (Shape::kInnerLoop) {
-    // Blocks below the first row's key_end need no mask, and where all columns
-    // exist their tiles are whole: they run in a loop of their own.
-    const bool all_columns =
-        vec16 && s.head_dim >= Shape::kD && s.head_dim - info.col0 >= Shape::kDV;
+    // Blocks below the first row's key_end need no mask, and where head_dim
+    // fills the bucket (so every column slice is whole too) their tiles are
+    // whole: they run in a loop of their own.
+    const bool all_columns = vec16 && s.head_dim == Shape::kD;
     const int inner_blocks = all_columns ? min(n_blocks, info.key_end_first / kBlockN) : 0;
     for (; n >= inner_blocks; --n) attend_block(n, std::false_type{});
     for (; n >= 0; --n) attend_block(n, std::true_type{});

@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-import report  # noqa: E402
+from result_rows import (FLASHATTN, by_point, exercise_shape, family_of,  # noqa: E402
+                         impl_order, run_label, status_mark, timed)
 
 MIB = 2**20
 PALETTE = ["#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#17becf",
@@ -25,8 +26,8 @@ def styles(results):
     """A colour per implementation, the same in every figure; flashattn's drawn solid and
     thick, the alternatives dashed."""
     out = {}
-    for i, impl in enumerate(report.impl_order(results, results["rows"])):
-        ours = report.family_of(results, impl) == report.FLASHATTN
+    for i, impl in enumerate(impl_order(results, results["rows"])):
+        ours = family_of(results, impl) == FLASHATTN
         out[impl] = dict(color=PALETTE[i % len(PALETTE)], linestyle="-" if ours else "--",
                          linewidth=2.2 if ours else 1.4, marker="o" if ours else "s",
                          markersize=4)
@@ -67,7 +68,7 @@ def paper_figure(results, dtype, path):
             ax = axes[i][j]
             series = defaultdict(list)
             for r in rows:
-                if r["causal"] == mask and r["head_dim"] == d and report.timed(r):
+                if r["causal"] == mask and r["head_dim"] == d and timed(r):
                     series[r["impl"]].append((r["seqlen_q"], r["tflops"]))
             for impl in style:
                 if series.get(impl):
@@ -100,23 +101,23 @@ def exercise_figure(results, path):
     rows = [r for r in results["rows"] if r["grid"] == "exercise"]
     masks = [m for m in ("none", "top_left") if any(r["causal"] == m for r in rows)]
     style = styles(results)
-    impls = [n for n in style if any(report.timed(r) for r in rows if r["impl"] == n)]
+    impls = [n for n in style if any(timed(r) for r in rows if r["impl"] == n)]
     absent = [n for n in style if n not in impls and any(r["impl"] == n for r in rows)]
     fig, axes = plt.subplots(len(masks), 1, squeeze=False, figsize=(14, 3.6 * len(masks) + 0.8))
     width = 0.8 / len(impls)
     for ax, mask in zip(axes[:, 0], masks):
-        points = [(key, impl_rows) for key, impl_rows in report.by_point(rows, "exercise").items()
+        points = [(key, impl_rows) for key, impl_rows in by_point(rows, "exercise").items()
                   if key[6] == mask]
         for x, (key, impl_rows) in enumerate(points):
             for k, impl in enumerate(impls):
                 r = impl_rows.get(impl)
                 xpos = x - 0.4 + (k + 0.5) * width
-                if report.timed(r):
+                if timed(r):
                     ax.bar(xpos, r["ms"], width, color=style[impl]["color"])
                 elif r is not None:
-                    ax.text(xpos, 0.0, report.status_mark(r), rotation=90, fontsize=6,
+                    ax.text(xpos, 0.0, status_mark(r), rotation=90, fontsize=6,
                             ha="center", va="bottom", transform=ax.get_xaxis_transform())
-        labels = ["{}\nd{}".format(*report.exercise_shape(next(iter(ir.values())))[:2])
+        labels = ["{}\nd{}".format(*exercise_shape(next(iter(ir.values())))[:2])
                   for _, ir in points]
         ax.set_xticks(range(len(points)))
         ax.set_xticklabels(labels)
@@ -198,3 +199,43 @@ def write_all(results, stem):
         memory_figure(results, path)
         names["memory"] = path.name
     return names
+
+
+def history_figure(drawn, series, path):
+    """The headline ratios over the runs (report.history_series: the runs drawn and, per
+    series, (run index, [geometric mean, min, max, ...], interleaved)): a panel per series,
+    the geometric mean with its min-max range, hollow markers for runs timed in a fixed order
+    (before interleaved rounds; the order alone moved single points by up to 12%)."""
+    keys = [k for k, points in series.items() if points]
+    panels = max(len(keys), 1)
+    fig, axes = plt.subplots(panels, 1, squeeze=False, sharex=True,
+                             figsize=(max(8.0, 0.42 * len(drawn) + 2), 2.6 * panels + 1.4))
+    for ax, key in zip(axes[:, 0], keys):
+        xs = [i for i, _, _ in series[key]]
+        geo = [e[0] for _, e, _ in series[key]]
+        ax.vlines(xs, [e[1] for _, e, _ in series[key]], [e[2] for _, e, _ in series[key]],
+                  color="#1f77b4", alpha=0.35, linewidth=4)
+        ax.plot(xs, geo, color="#1f77b4", linewidth=1.2)
+        for x, e, interleaved in series[key]:
+            ax.plot(x, e[0], marker="o", markersize=6, color="#1f77b4",
+                    markerfacecolor="#1f77b4" if interleaved else "white")
+        last_x, last = series[key][-1][0], series[key][-1][1][0]
+        ax.annotate(f"{last:.4g}×", (last_x, last), textcoords="offset points", xytext=(6, 4),
+                    fontsize=8)
+        ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
+        lows, highs = [e[1] for _, e, _ in series[key]], [e[2] for _, e, _ in series[key]]
+        if max(highs) / min(lows) > 4:  # orders of magnitude: a log axis
+            ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}×"))
+        ax.grid(True, alpha=0.25)
+        ax.set_title(f"{key}: geometric mean, bar from min to max over the points "
+                     "(hollow: timed in a fixed order)", fontsize=9)
+        ax.set_ylabel("their time / ours")
+    axes[-1][0].set_xticks(range(len(drawn)))
+    axes[-1][0].set_xticklabels([f"{run_label(line)} {(line['date'] or '')[5:10]}"
+                                 for line in drawn], fontsize=7, rotation=90)
+    axes[-1][0].set_xlabel("run (commit, date), oldest first; whole-grid runs only")
+    fig.suptitle("Headline speed ratios over the benchmark runs (above 1: flashattn faster)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

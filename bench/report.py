@@ -4,32 +4,29 @@
 Writes RESULTS.md beside the JSON (the tables, each flashattn backend's speed ratio against
 the best alternative at every point, accuracy, what did not run) and, with matplotlib,
 RESULTS-paper-<dtype>.png, RESULTS-exercise.png and RESULTS-memory.png. Needs no GPU.
+
+The runs over time: bench/run appends one line per run to bench/results/history.jsonl
+(history_line: date, commit, device, grids, rounds, timing, ceilings, and "ratios", each
+"OURS/ALT GRID" as [geometric mean, min, max, points, points ≥ 1] of alternative time over
+ours). `bench/report.py --history bench/results/history.jsonl` prints the headline ratios by
+run and, with matplotlib, draws them (history.png); `--rebuild-history FILE` rewrites the
+file from every results JSON that git has recorded.
 """
 import argparse
 import json
 import math
+import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-FLASHATTN = "flashattn"
+from result_rows import (FLASHATTN, best_alternative, by_point, exercise_shape,  # noqa: F401
+                         family_of, geomean, impl_order, run_label, sig,
+                         status_mark, timed)
+
 MIB = 2**20
 
 
 # ---- reading rows -------------------------------------------------------------------------
-
-def point_key(row):
-    return (row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
-            row["head_dim"], row["causal"])
-
-
-def by_point(rows, grid):
-    """{point key: {impl: row}} for one grid, in the order the run measured the points."""
-    points = defaultdict(dict)
-    for row in rows:
-        if row["grid"] == grid:
-            points[point_key(row)][row["impl"]] = row
-    return points
-
 
 ROW_KEY = ("impl", "grid", "dtype", "batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv",
            "head_dim", "causal")
@@ -57,47 +54,7 @@ def merge_rounds(rows):
     return merged
 
 
-def timed(row):
-    return row is not None and row["status"] == "ok" and row["ms"] is not None
-
-
-def best_alternative(impl_rows):
-    """The fastest measured non-flashattn row at one point, or None."""
-    alternatives = [r for r in impl_rows.values() if r["family"] != FLASHATTN and timed(r)]
-    return min(alternatives, key=lambda r: r["ms"], default=None)
-
-
-def impl_order(results, rows):
-    """flashattn backends first, then the alternatives, as the run listed them."""
-    present = {r["impl"] for r in rows}
-    names = [n for n in results.get("impls", {}) if n in present]
-    names += sorted(present - set(names))
-    return ([n for n in names if family_of(results, n) == FLASHATTN] +
-            [n for n in names if family_of(results, n) != FLASHATTN])
-
-
-def family_of(results, impl):
-    return results.get("impls", {}).get(impl, FLASHATTN if impl.startswith("cuda_") else "")
-
-
 # ---- formatting ---------------------------------------------------------------------------
-
-def sig(x, digits=3):
-    """x to `digits` significant digits, with an exponent only below 0.001."""
-    if x == 0:
-        return "0"
-    if abs(x) < 1e-3:
-        return f"{x:.{digits - 1}e}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-    return f"{x:.{decimals}f}"
-
-
-def status_mark(row):
-    if row is None:
-        return ""
-    return {"unsupported": "n/a", "oom": "OOM", "skipped": "skip", "error": "error"}.get(
-        row["status"], "")
-
 
 def cell(row, value):
     return sig(value(row)) if timed(row) else status_mark(row)
@@ -146,13 +103,6 @@ def speed_table(results, grid, dtype, shape_cells, shape_header, value, unit):
 def paper_shape(row):
     return [str(row["head_dim"]), "causal" if row["causal"] != "none" else "",
             str(row["seqlen_q"]), f"{row['batch']}×{row['heads_q']}"]
-
-
-def exercise_shape(row):
-    n, d_model, h = row.get("exercise") or (row["seqlen_q"], row["heads_q"] * row["head_dim"],
-                                            row["heads_q"])
-    return [f"({n}, {d_model}, {h})", str(row["head_dim"]),
-            "causal" if row["causal"] != "none" else ""]
 
 
 def memory_table(results):
@@ -304,10 +254,6 @@ def markdown(results, json_name, plot_names=None):
     return "\n".join(parts)
 
 
-def geomean(values):
-    return math.exp(sum(map(math.log, values)) / len(values))
-
-
 # Student's t, 97.5th percentile, by degrees of freedom (two-sided 95%).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
          9: 2.262, 10: 2.228}
@@ -381,18 +327,230 @@ def headline(results):
     return "\n".join(lines)
 
 
+# ---- history: one line per run -----------------------------------------------------------
+
+HISTORY = "history.jsonl"
+# What --history draws unless told otherwise: the ratios the perf notes and README track.
+HISTORY_SERIES = ("cuda_mma/flash paper", "cuda_wgmma/cudnn paper N>=1024",
+                  "flashattn/best exercise")
+
+
+def four(x):
+    return float(f"{x:.4g}")
+
+
+def ratio_entry(pairs):
+    """[geometric mean, min, max, points, points at or above 1] of alt ms / our ms."""
+    rs = [alt / ours for alt, ours in pairs]
+    return [four(geomean(rs)), four(min(rs)), four(max(rs)), len(rs), sum(r >= 1 for r in rs)]
+
+
+def run_ratios(results):
+    """The speed ratios of one bench/run file, keyed "OURS/ALT GRID" over all the points
+    both ran, and "OURS/ALT paper N>=1024" over the paper points from 1024 keys. OURS is
+    each flashattn backend, or "flashattn" for the fastest of them at each point; ALT is each
+    alternative, or "best" for the fastest. Also each real pair's prediction interval from
+    the rounds where every point has several (see round_range)."""
+    pairs, rounds = defaultdict(list), defaultdict(list)
+    for grid in ("paper", "exercise"):
+        for key, impl_rows in by_point(results["rows"], grid).items():
+            ours = {n: r for n, r in impl_rows.items() if r["family"] == FLASHATTN and timed(r)}
+            alts = {n: r for n, r in impl_rows.items() if r["family"] != FLASHATTN and timed(r)}
+            if not ours or not alts:
+                continue
+            ours[FLASHATTN] = min(ours.values(), key=lambda r: r["ms"])
+            alts["best"] = min(alts.values(), key=lambda r: r["ms"])
+            scopes = [grid] + (["paper N>=1024"] if grid == "paper" and key[3] >= 1024 else [])
+            for o_name, o in ours.items():
+                for a_name, a in alts.items():
+                    real = o_name != FLASHATTN and a_name != "best"
+                    for scope in scopes:
+                        label = f"{o_name}/{a_name} {scope}"
+                        pairs[label].append((a["ms"], o["ms"]))
+                        several = min(len(o.get("round_ms", [])), len(a.get("round_ms", [])))
+                        if real and several > 1:
+                            rounds[label].append(list(zip(a["round_ms"], o["round_ms"])))
+    ratios = {label: ratio_entry(p) for label, p in pairs.items()}
+    intervals = {}
+    for label, points in rounds.items():
+        spread = round_range(points) if len(points) == len(pairs[label]) else None
+        if spread:
+            intervals[label] = [four(spread[0]), four(spread[1])]
+    return ratios, intervals
+
+
+def cli_ratios(rows):
+    """`flashattn bench` tables (the CLI, and the GPU check's run of it): each backend's
+    speed-up over standard attention, "IMPL/standard cli"."""
+    pairs = defaultdict(list)
+    for r in rows:
+        if r.get("speedup_vs_standard"):
+            pairs[f"{r['impl']}/standard cli"].append((r["speedup_vs_standard"], 1.0))
+    return {label: ratio_entry(p) for label, p in pairs.items()}
+
+
+def iso_date(date):
+    return date[:-1] + "+00:00" if date and date.endswith("Z") else date
+
+
+def history_line(results, file=None, git=None):
+    """One run as one history line: when, what, on what, and its headline ratios (entries
+    [geometric mean, min, max, points, points ≥ 1]; see run_ratios). `git`: where the
+    run's file can be read again, COMMIT:PATH for `git show`."""
+    line = {"date": iso_date(results.get("date")), "commit": results.get("commit"),
+            "device": results.get("device")}
+    rows = results.get("rows") or results.get("bench_rows") or []
+    if "bench_rows" in results or "tests" in results:
+        line["kind"] = "gpu-check"
+    elif rows and "grid" in rows[0]:
+        line["kind"] = "bench/run"
+    else:
+        line["kind"] = "flashattn bench"
+    if file:
+        line["file"] = file
+    if git:
+        line["git"] = git
+    if line["kind"] == "bench/run":
+        settings = results.get("settings", {})
+        line["mode"] = results.get("mode", "full")
+        grids = [g for g in ("exercise", "memory", "paper") if any(r["grid"] == g for r in rows)]
+        line["grids"] = {g: len(by_point(rows, g)) for g in grids}
+        line["rounds"] = settings.get("rounds", 1)
+        line["timing"] = "interleaved" if settings.get("timing_rounds") else "fixed order"
+        line["impls"] = impl_order(results, rows)
+        c = results.get("ceilings", {})
+        line["ceilings"] = {k: four(c[k]) for k in ("bf16_matmul_tflops", "f32_matmul_tflops",
+                                                     "copy_tb_per_s") if c.get(k)}
+        line["ratios"], intervals = run_ratios(results)
+        if intervals:
+            line["rounds_interval"] = intervals
+    else:
+        shapes = {tuple(r.get(k) for k in ROW_KEY[2:]) for r in rows}
+        line["grids"] = {"cli": len(shapes)}
+        line["rounds"] = 1
+        line["impls"] = sorted({r["impl"] for r in rows})
+        line["ratios"] = cli_ratios(rows)
+        if line["kind"] == "gpu-check":
+            tests = [results.get("tests") or {}, results.get("python_tests") or {}]
+            line["tests"] = {"passed": sum(t.get("passed", 0) for t in tests),
+                             "failed": sum(t.get("failed", 0) for t in tests)}
+            line["sanitizer_errors"] = sum((results.get("sanitizer_errors") or {}).values())
+    return line
+
+
+def append_history(results, file, path):
+    """Adds `results` to the history file at `path` (bench/run calls this after a run)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(history_line(results, file)) + "\n")
+
+
+def read_history(path):
+    return [json.loads(text) for text in Path(path).read_text().splitlines() if text.strip()]
+
+
+def history_from_git(folder):
+    """A history line for every version of every JSON file that git has recorded in
+    `folder`, oldest run first: the history of a folder whose old files were deleted."""
+    log = subprocess.run(["git", "log", "--reverse", "--diff-filter=AM", "--format=%x00%h",
+                          "--name-only", "--", "."], cwd=folder, capture_output=True,
+                         text=True, check=True).stdout
+    lines = []
+    for entry in log.split("\0")[1:]:
+        commit, *paths = entry.split()
+        for path in (p for p in paths if p.endswith(".json")):
+            text = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=folder,
+                                  capture_output=True, text=True, check=True).stdout
+            try:
+                results = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(results, dict):
+                lines.append(history_line(results, Path(path).name, f"{commit}:{path}"))
+    return sorted(lines, key=lambda line: line["date"] or "")
+
+
+def history_series(lines, keys=HISTORY_SERIES):
+    """What the history plot draws: for each series key, its entry in every bench/run line
+    that covers the whole grid (as many points as the widest run with that key: A/B runs
+    and runs of a few points are left out). Returns the runs drawn, oldest first, and per key
+    a list of (run index, entry, interleaved timing)."""
+    runs = [line for line in lines if line.get("kind") == "bench/run"]
+    widest = {k: max((line["ratios"][k][3] for line in runs if k in line["ratios"]), default=0)
+              for k in keys}
+    drawn = [line for line in runs
+             if any(line["ratios"].get(k, [0] * 4)[3] == widest[k] > 0 for k in keys)]
+    series = {k: [(i, line["ratios"][k], line.get("timing") == "interleaved")
+                  for i, line in enumerate(drawn)
+                  if line["ratios"].get(k, [0] * 4)[3] == widest[k] > 0]
+              for k in keys}
+    return drawn, series
+
+
+def history_text(drawn, series):
+    """The plot's data as a table: geometric means (min-max) by run."""
+    keys = list(series)
+    width = max([len(k) for k in keys] + [18])
+    lines = [f"{'run':<34}" + "".join(f"  {k:>{width}}" for k in keys)]
+    by_run = {k: {i: entry for i, entry, _ in points} for k, points in series.items()}
+    for i, line in enumerate(drawn):
+        cells = []
+        for k in keys:
+            e = by_run[k].get(i)
+            cells.append(f"{sig(e[0], 4)}× ({sig(e[1], 3)}-{sig(e[2], 3)})" if e else "")
+        label = f"{(line['date'] or '')[:16]} {run_label(line)}"
+        lines.append(f"{label:<34}" + "".join(f"  {c:>{width}}" for c in cells))
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("results", type=Path, help="a JSON file written by bench/run")
+    p.add_argument("results", type=Path, nargs="?", help="a JSON file written by bench/run")
     p.add_argument("--no-plots", action="store_true", help="write the Markdown only")
+    p.add_argument("--history", type=Path, metavar="HISTORY.jsonl",
+                   help="print the headline ratios over the runs of this history file and "
+                        "plot them (HISTORY.png beside it, or --plot-out)")
+    p.add_argument("--series", action="append", metavar="KEY",
+                   help="a ratio key of the history lines to draw, e.g. 'cuda_mma/flash "
+                        f"paper' (repeatable; default: {', '.join(HISTORY_SERIES)})")
+    p.add_argument("--plot-out", type=Path, help="where --history writes its PNG")
+    p.add_argument("--rebuild-history", type=Path, metavar="HISTORY.jsonl",
+                   help="rewrite this history file from every version of every results JSON "
+                        "that git has recorded in its folder")
     args = p.parse_args()
-    results = json.loads(args.results.read_text())
+    if args.rebuild_history:
+        lines = history_from_git(args.rebuild_history.resolve().parent)
+        args.rebuild_history.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        print(f"wrote {args.rebuild_history}: {len(lines)} runs")
+    if args.history:
+        drawn, series = history_series(read_history(args.history),
+                                       tuple(args.series or HISTORY_SERIES))
+        print(history_text(drawn, series))
+        out = args.plot_out or args.history.with_suffix(".png")
+        try:
+            import plots
+        except ImportError as e:
+            print(f"no plot ({e})")
+        else:
+            plots.history_figure(drawn, series, out)
+            print(f"wrote {out}")
+    if args.results:
+        write_report(args.results, args.no_plots)
+    elif not (args.history or args.rebuild_history):
+        p.error("give a results JSON, --history or --rebuild-history")
+
+
+def write_report(json_path, no_plots=False):
+    results = json.loads(json_path.read_text())
     plot_names = {}
-    if not args.no_plots:
-        import plots
-        plot_names = plots.write_all(results, args.results.with_suffix(""))
-    md_path = args.results.with_suffix(".md")
-    md_path.write_text(markdown(results, args.results.name, plot_names))
+    if not no_plots:
+        try:
+            import plots
+        except ImportError as e:
+            print(f"no plots ({e}): the Markdown only")
+        else:
+            plot_names = plots.write_all(results, json_path.with_suffix(""))
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(markdown(results, json_path.name, plot_names))
     print(f"wrote {md_path}" + "".join(f", {name}" for name in plot_names.values()))
 
 

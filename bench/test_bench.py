@@ -200,3 +200,58 @@ def test_another_build_runs_beside_this_one_among_the_alternatives():
     out = impl.call(q, k, v, True)
     assert out.shape == (1, 2, 40, 8)
     assert accuracy.rel_l2_err(out, accuracy.reference_rows(q, k, v, True, rows), rows) < 1e-5
+
+
+def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
+    results = synthetic_results(grid.full_suite())
+    line = report.history_line(results, "gpu-2026-11-22.json")
+    assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
+        "bench/run", "abc1234", "full", 1)
+    assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72}
+    assert line["timing"] == "fixed order"
+    # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
+    assert line["ratios"]["cuda_tiled/flash paper"] == [0.04, 0.04, 0.04, 72, 0]
+    assert line["ratios"]["cuda_tiled/cudnn paper N>=1024"][3] == 60
+    # fp32: flash and cudnn decline; the best alternative is efficient (150) where it runs.
+    geo, lo, hi, points, at_least_1 = line["ratios"]["flashattn/best exercise"]
+    assert points == 16 and lo <= geo <= hi
+    path = tmp_path / "history.jsonl"
+    report.append_history(results, "a.json", path)
+    report.append_history(results, "b.json", path)
+    assert [x["file"] for x in report.read_history(path)] == ["a.json", "b.json"]
+
+
+def test_history_series_keeps_whole_grid_runs_and_cli_lines_parse():
+    full = report.history_line(synthetic_results(grid.full_suite()), "h-abc1234.json")
+    quick = report.history_line(synthetic_results(grid.quick_suite(), mode="quick"),
+                                "h-abc1234-quick.json")
+    cli = report.history_line({"device": "cpu", "commit": "c0ffee0",
+                               "date": "2026-11-22T06:27:59Z",
+                               "rows": [{"impl": "cpu", "dtype": "f32", "batch": 1,
+                                         "seqlen_q": 8, "speedup_vs_standard": 0.5}]})
+    assert (cli["kind"], cli["date"]) == ("flashattn bench", "2026-11-22T06:27:59+00:00")
+    assert cli["ratios"] == {"cpu/standard cli": [0.5, 0.5, 0.5, 1, 0]}
+    drawn, series = report.history_series([cli, quick, full], ("cuda_tiled/flash paper",))
+    assert drawn == [full]  # the quick run covers a few paper points only
+    assert series["cuda_tiled/flash paper"] == [
+        (0, full["ratios"]["cuda_tiled/flash paper"], False)]
+    assert report.run_label(quick) == "abc1234-quick"
+    assert "abc1234" in report.history_text(drawn, series)
+
+
+def test_plots_do_not_import_report():
+    source = (Path(__file__).resolve().parent / "plots.py").read_text()
+    assert "import report" not in source
+
+
+def test_history_cli_prints_and_plots(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "history.jsonl"
+    for commit in ("abc1234", "def5678"):
+        results = dict(synthetic_results(grid.full_suite()), commit=commit)
+        report.append_history(results, f"gpu-{commit}.json", path)
+    monkeypatch.setattr(sys, "argv", ["report.py", "--history", str(path)])
+    report.main()  # without matplotlib: the table and a note, no failure
+    out = capsys.readouterr().out
+    assert "def5678" in out and "cuda_wgmma/cudnn paper N>=1024" in out
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "history.png").stat().st_size > 0

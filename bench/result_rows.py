@@ -1,0 +1,79 @@
+"""Reading the rows of one bench/run JSON (and the lines of the run history): what the
+tables (report.py) and the figures (plots.py) both need. It imports neither of them, and
+plots.py does not import report.py, so the two no longer import each other."""
+import math
+from collections import defaultdict
+
+FLASHATTN = "flashattn"
+
+
+def point_key(row):
+    return (row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
+            row["head_dim"], row["causal"])
+
+
+def by_point(rows, grid):
+    """{point key: {impl: row}} for one grid, in the order the run measured the points."""
+    points = defaultdict(dict)
+    for row in rows:
+        if row["grid"] == grid:
+            points[point_key(row)][row["impl"]] = row
+    return points
+
+
+def timed(row):
+    return row is not None and row["status"] == "ok" and row["ms"] is not None
+
+
+def best_alternative(impl_rows):
+    """The fastest measured non-flashattn row at one point, or None."""
+    alternatives = [r for r in impl_rows.values() if r["family"] != FLASHATTN and timed(r)]
+    return min(alternatives, key=lambda r: r["ms"], default=None)
+
+
+def impl_order(results, rows):
+    """flashattn backends first, then the alternatives, as the run listed them."""
+    present = {r["impl"] for r in rows}
+    names = [n for n in results.get("impls", {}) if n in present]
+    names += sorted(present - set(names))
+    return ([n for n in names if family_of(results, n) == FLASHATTN] +
+            [n for n in names if family_of(results, n) != FLASHATTN])
+
+
+def family_of(results, impl):
+    return results.get("impls", {}).get(impl, FLASHATTN if impl.startswith("cuda_") else "")
+
+
+def sig(x, digits=3):
+    """x to `digits` significant digits, with an exponent only below 0.001."""
+    if x == 0:
+        return "0"
+    if abs(x) < 1e-3:
+        return f"{x:.{digits - 1}e}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
+
+
+def status_mark(row):
+    if row is None:
+        return ""
+    return {"unsupported": "n/a", "oom": "OOM", "skipped": "skip", "error": "error"}.get(
+        row["status"], "")
+
+
+def exercise_shape(row):
+    n, d_model, h = row.get("exercise") or (row["seqlen_q"], row["heads_q"] * row["head_dim"],
+                                            row["heads_q"])
+    return [f"({n}, {d_model}, {h})", str(row["head_dim"]),
+            "causal" if row["causal"] != "none" else ""]
+
+
+def geomean(values):
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def run_label(line):
+    """A history line's short name: its commit, with what its file name adds after the
+    commit (3abd1ad-rounds3)."""
+    stem, commit = (line.get("file") or "").removesuffix(".json"), line.get("commit") or "?"
+    return stem[stem.index(commit):] if commit in stem else commit

@@ -2,7 +2,15 @@
  *
  * Every function returns FLASHATTN_OK or an error code; flashattn_last_error()
  * then gives the message (thread-local, valid until the next call on the thread).
- * Nothing is written to out or lse when an argument is rejected. */
+ * Nothing is written to out or lse when an argument is rejected.
+ *
+ * Compatibility: a binary built against this header keeps working with later
+ * libraries. The layout of flashattn_params and flashattn_tensor is frozen; a
+ * capability that needs new fields comes as a new struct whose first field is
+ * its size in bytes (struct_size, set by the caller to sizeof the struct it was
+ * built with), and the library reads or writes only the fields that size covers,
+ * so such structs grow at the end without breaking older binaries.
+ * flashattn_backend_info is the first of them. Enum values are never reused. */
 #ifndef FLASHATTN_H_
 #define FLASHATTN_H_
 
@@ -41,7 +49,8 @@ typedef enum {
   FLASHATTN_BACKEND_CUDA_F16X3 = 8
 } flashattn_backend;
 
-/* A (batch, seqlen, heads, head_dim) view; strides in elements. */
+/* A (batch, seqlen, heads, head_dim) view; strides in elements. batch and seqlen
+ * may be 0 (data may then be NULL); heads and head_dim must be >= 1. */
 typedef struct {
   void* data;
   int32_t dtype;        /* flashattn_dtype */
@@ -54,12 +63,31 @@ typedef struct {
 typedef struct {
   flashattn_tensor q, k, v, out;
   float* lse;         /* optional: float32 (batch, heads_q, seqlen_q), or NULL */
-  int32_t has_scale;  /* 0: scale = 1/sqrt(head_dim) */
+  int32_t has_scale;  /* 0: scale = 1/sqrt(head_dim); else scale, any finite value */
   float scale;
   int32_t mask;       /* flashattn_mask */
   int32_t backend;    /* flashattn_backend */
   void* stream;       /* cudaStream_t, or NULL for the default stream */
 } flashattn_params;
+
+/* One backend, from the library's table (the same one flashattn::backends(), the
+ * CLI and Python read). */
+typedef struct {
+  uint32_t struct_size;       /* the caller sets sizeof(flashattn_backend_info) */
+  int32_t backend;            /* flashattn_backend value */
+  const char* name;           /* "cuda_mma", ...: static storage */
+  int32_t device;             /* flashattn_device its tensors live on */
+  uint32_t dtypes;            /* bit (1 << flashattn_dtype) for each dtype it takes */
+  int32_t max_head_dim;       /* 0: any head_dim */
+  int32_t compute_capability; /* 0: any GPU of 8.0 or newer; else only this one (major*10+minor) */
+  const char* summary;        /* how it computes, in one line: static storage */
+} flashattn_backend_info;
+
+/* Number of backends (FLASHATTN_BACKEND_AUTO excluded); index them 0 .. count-1. */
+int32_t flashattn_backend_count(void);
+
+/* Fills *info (its first info->struct_size bytes) with backend `index`. */
+flashattn_status flashattn_get_backend_info(int32_t index, flashattn_backend_info* info);
 
 /* Fills a contiguous view of data. */
 flashattn_tensor flashattn_contiguous(void* data, flashattn_dtype dtype, int64_t batch,

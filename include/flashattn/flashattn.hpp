@@ -28,6 +28,7 @@ struct Device {
 };
 
 // A strided 4-d view: shape and strides are (batch, seqlen, heads, head_dim).
+// batch and seqlen may be 0 (data may then be null); heads and head_dim >= 1.
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::f32;
@@ -42,29 +43,47 @@ TensorView contiguous_view(void* data, DType dtype, int64_t batch, int64_t seqle
 
 // Which keys a query row may see. With off = 0 (top-left, PyTorch's is_causal) or
 // off = seqlen_k - seqlen_q (bottom-right, FlashAttention >= 2.1), key j is visible
-// to query i iff j <= i + off. Bottom-right rows with i + off < 0 see no key: their
-// output is 0 and their lse is -inf.
+// to query i iff j <= i + off. A row that sees no key (bottom-right rows with
+// i + off < 0; every row when seqlen_k is 0) gets output 0 and lse -inf. Any
+// other row follows standard attention's arithmetic, non-finite values included:
+// a NaN score, or an infinite one, makes its row NaN (docs/guide.md).
 enum class Mask { none, causal_top_left, causal_bottom_right };
 
+// The backends; backends() describes each (device, dtypes, head_dim limit) from
+// the library's one table, which the C ABI, the CLI and Python also read.
 enum class Backend {
-  automatic,  // chosen from the device, dtype and GPU architecture
-  reference,  // CPU, float64, materialised scores: the test oracle
-  cpu,        // CPU, tiled online softmax, multi-threaded
-  cuda_naive, // one thread per query row
-  cuda_tiled, // FlashAttention-1 style shared-memory tiles, any head_dim
-  cuda_tf32x3,  // fp32 only: tensor cores at fp32 accuracy (3×TF32 split), sm_80+
-  cuda_mma,     // f16/bf16 only, head_dim <= 512: tensor cores (mma.sync), sm_80+
-  cuda_wgmma,   // f16/bf16 only, head_dim <= 256, Hopper (sm_90) only: TMA, wgmma, warp specialisation
-  cuda_f16x3,   // fp32 only, head_dim <= 1024: fp32 accuracy from 3 fp16 mma.sync per product
-                // on a scaled hi/lo split, sm_80+
+  automatic,  // chosen from the device, dtype, shape and GPU architecture
+  reference,
+  cpu,
+  cuda_naive,
+  cuda_tiled,
+  cuda_tf32x3,
+  cuda_mma,
+  cuda_wgmma,
+  cuda_f16x3,
 };
+
+struct BackendInfo {
+  Backend backend;
+  std::string_view name;     // as to_string() and backend_from_string() spell it
+  DeviceKind device;         // where its tensors live
+  uint32_t dtypes;           // bit (1 << int(DType)) for each dtype it takes
+  int max_head_dim;          // 0: any head_dim
+  int compute_capability;    // 0: any GPU flashattn runs on (8.0 or newer); else only this one
+  std::string_view summary;  // how it computes, in one line
+  bool takes(DType dtype) const { return (dtypes >> int(dtype)) & 1u; }
+};
+
+// Every backend of the library (automatic excluded), in enum order; those this
+// build or machine cannot run are listed too (available_backends() says which run).
+const std::vector<BackendInfo>& backends();
 
 struct Params {
   TensorView q, k, v, out;
   // Optional log-sum-exp of the scaled scores per row: float32, contiguous
   // (batch, heads_q, seqlen_q), on the same device as out. Natural log.
   float* lse = nullptr;
-  std::optional<float> scale;  // default 1/sqrt(head_dim)
+  std::optional<float> scale;  // any finite value; default 1/sqrt(head_dim)
   Mask mask = Mask::none;
   void* stream = nullptr;  // cudaStream_t for CUDA tensors; nullptr is the default stream
   Backend backend = Backend::automatic;
@@ -95,17 +114,21 @@ void forward(const Params& params);
 // The backend `forward` would run for these params (after validation).
 Backend select_backend(const Params& params);
 
+// The float64 reference on a sample of query rows of host tensors, for checking
+// problems too large to compute whole: outputs laid out (batch, rows.size(),
+// heads_q, head_dim) and, if lse is given, lse (batch, heads_q, rows.size()).
+// params is checked as by forward(); params.out is not written.
+std::vector<double> reference_rows(const Params& params, const std::vector<int>& rows,
+                                   std::vector<double>* lse = nullptr);
+
 std::string_view to_string(Backend backend);
 std::string_view to_string(DType dtype);
 std::optional<Backend> backend_from_string(std::string_view name);
 std::optional<DType> dtype_from_string(std::string_view name);
 size_t dtype_size(DType dtype);
 
-// Whether `backend` takes tensors of `dtype` and this head_dim (cuda_tf32x3 is
-// fp32 only; cuda_f16x3 is fp32 only, with head_dim <= 1024; cuda_mma is f16/bf16
-// only, with head_dim <= 512; cuda_wgmma is
-// f16/bf16 only, with head_dim <= 256, and needs a Hopper GPU and TMA-describable
-// strides besides).
+// Whether `backend` takes tensors of `dtype` and this head_dim (backends()'
+// table; device, GPU architecture and stride rules are checked by forward()).
 bool backend_supports(Backend backend, DType dtype, int head_dim = 1);
 
 // Backends compiled into this build that can run on tensors of `device`.

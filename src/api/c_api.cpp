@@ -1,8 +1,11 @@
 // The C ABI: converts flashattn_params to Params and every exception to a code.
+#include <algorithm>
+#include <cstring>
 #include <new>
 #include <string>
 
-#include "api/fail.h"
+#include "api/registry.h"
+#include "core/error.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/flashattn.hpp"
 
@@ -40,11 +43,31 @@ flashattn::Params to_params(const flashattn_params& c) {
   require(c.mask >= FLASHATTN_MASK_NONE && c.mask <= FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT,
           "mask: ", c.mask, " is not a flashattn_mask value");
   p.mask = static_cast<flashattn::Mask>(c.mask);
-  require(c.backend >= FLASHATTN_BACKEND_AUTO && c.backend <= FLASHATTN_BACKEND_CUDA_F16X3,
+  require(c.backend == FLASHATTN_BACKEND_AUTO ||
+              flashattn::find_backend(static_cast<flashattn::Backend>(c.backend)) != nullptr,
           "backend: ", c.backend, " is not a flashattn_backend value");
   p.backend = static_cast<flashattn::Backend>(c.backend);
   p.stream = c.stream;
   return p;
+}
+
+// Runs body, turning every exception into a status and flashattn_last_error()'s message.
+template <typename Body>
+flashattn_status guarded(Body&& body) {
+  g_last_error.clear();
+  try {
+    body();
+    return FLASHATTN_OK;
+  } catch (const flashattn::Error& e) {
+    g_last_error = e.what();
+    return static_cast<flashattn_status>(e.status());
+  } catch (const std::bad_alloc&) {
+    g_last_error = "out of host memory";
+    return FLASHATTN_ERR_INTERNAL;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return FLASHATTN_ERR_INTERNAL;
+  }
 }
 
 }  // namespace
@@ -79,24 +102,35 @@ flashattn_params flashattn_default_params(flashattn_tensor q, flashattn_tensor k
 }
 
 flashattn_status flashattn_forward(const flashattn_params* params) {
-  g_last_error.clear();
-  try {
-    if (params == nullptr) {
-      g_last_error = "params: pointer is null";
-      return FLASHATTN_ERR_INVALID_ARGUMENT;
-    }
+  return guarded([&] {
+    flashattn::require(params != nullptr, "params: pointer is null");
     flashattn::forward(to_params(*params));
-    return FLASHATTN_OK;
-  } catch (const flashattn::Error& e) {
-    g_last_error = e.what();
-    return static_cast<flashattn_status>(e.status());
-  } catch (const std::bad_alloc&) {
-    g_last_error = "out of host memory";
-    return FLASHATTN_ERR_INTERNAL;
-  } catch (const std::exception& e) {
-    g_last_error = e.what();
-    return FLASHATTN_ERR_INTERNAL;
-  }
+  });
+}
+
+int32_t flashattn_backend_count(void) { return int32_t(flashattn::backends().size()); }
+
+flashattn_status flashattn_get_backend_info(int32_t index, flashattn_backend_info* info) {
+  return guarded([&] {
+    using flashattn::require;
+    require(info != nullptr, "info: pointer is null");
+    const auto& all = flashattn::backends();
+    require(index >= 0 && size_t(index) < all.size(), "index: is ", index, ", must be in [0, ",
+            all.size(), ")");
+    require(info->struct_size >= sizeof(uint32_t), "info: struct_size is ", info->struct_size,
+            ", must be sizeof(flashattn_backend_info)");
+    const flashattn::BackendInfo& b = all[size_t(index)];
+    flashattn_backend_info full{};
+    full.struct_size = info->struct_size;
+    full.backend = int32_t(b.backend);
+    full.name = b.name.data();
+    full.device = b.device == flashattn::DeviceKind::cuda ? FLASHATTN_CUDA : FLASHATTN_CPU;
+    full.dtypes = b.dtypes;
+    full.max_head_dim = b.max_head_dim;
+    full.compute_capability = b.compute_capability;
+    full.summary = b.summary.data();
+    std::memcpy(info, &full, std::min<size_t>(info->struct_size, sizeof full));
+  });
 }
 
 const char* flashattn_last_error(void) { return g_last_error.c_str(); }

@@ -1,57 +1,22 @@
-// forward(): validation, backend choice, launch.
+// forward(): validation, backend choice (the registry), launch; and the public
+// helpers around them.
 #include <algorithm>
-#include <array>
-#include <cmath>
 
-#include "api/fail.h"
+#include "api/registry.h"
 #include "api/validate.h"
+#include "core/error.h"
 #include "cpu/backends.h"
 #include "cuda/backends.h"
 
 namespace flashattn {
 namespace {
 
-enum class Dtypes { all, f32_only, half_only };
-
-struct BackendInfo {
-  Backend backend;
-  std::string_view name;
-  DeviceKind device;
-  Dtypes dtypes;
-  int max_head_dim;  // 0: any
-  int capability;    // 0: any GPU of kMinCapability or newer; else only this one
-};
-
-constexpr std::array<BackendInfo, 8> kBackends = {{
-    {Backend::reference, "reference", DeviceKind::cpu, Dtypes::all, 0, 0},
-    {Backend::cpu, "cpu", DeviceKind::cpu, Dtypes::all, 0, 0},
-    {Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, Dtypes::all, 0, 0},
-    {Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, Dtypes::all, 0, 0},
-    {Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, Dtypes::f32_only, 0, 0},
-    {Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, Dtypes::f32_only, cuda::kF16x3MaxHeadDim,
-     0},
-    {Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, Dtypes::half_only, cuda::kMmaMaxHeadDim, 0},
-    {Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, Dtypes::half_only, cuda::kWgmmaMaxHeadDim,
-     90},
-}};
-
-bool takes(const BackendInfo& info, DType dtype) {
-  switch (info.dtypes) {
-    case Dtypes::all: return true;
-    case Dtypes::f32_only: return dtype == DType::f32;
-    case Dtypes::half_only: return dtype != DType::f32;
-  }
-  return false;
-}
-
-const BackendInfo* find(Backend b) {
-  for (const auto& info : kBackends)
-    if (info.backend == b) return &info;
-  return nullptr;
-}
-
 // The lowest compute capability our CUDA kernels are built for.
 constexpr int kMinCapability = 80;
+
+bool has_elements(const TensorView& t) {
+  return t.shape[0] > 0 && t.shape[1] > 0 && t.shape[2] > 0 && t.shape[3] > 0;
+}
 
 void check_cuda_device(const Params& p) {
   const int index = p.q.device.index;
@@ -63,19 +28,41 @@ void check_cuda_device(const Params& p) {
   if (cc < kMinCapability)
     fail(Status::unsupported, "q: cuda device ", index, " has compute capability ", cc / 10, ".",
          cc % 10, "; flashattn's CUDA kernels need 8.0 or newer");
-  cuda::require_device_pointer(p.q.data, index, "q");
-  cuda::require_device_pointer(p.k.data, index, "k");
-  cuda::require_device_pointer(p.v.data, index, "v");
-  cuda::require_device_pointer(p.out.data, index, "out");
-  if (p.lse) cuda::require_device_pointer(p.lse, index, "lse");
+  // A tensor without elements is never read or written; its pointer may be anything.
+  const struct {
+    const TensorView& t;
+    const char* name;
+  } tensors[] = {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.out, "out"}};
+  for (const auto& [t, name] : tensors)
+    if (has_elements(t)) cuda::require_device_pointer(t.data, index, name);
+  if (p.lse && has_elements(p.q)) cuda::require_device_pointer(p.lse, index, "lse");
+}
+
+struct Plan {
+  const BackendEntry* backend;
+  DeviceKind device;
+  AttnParams attn;
+};
+
+// Validates everything (arguments, device, backend) before any work.
+Plan plan(const Params& p) {
+  const AttnParams attn = make_attn_params(p);
+  const DeviceKind device = p.q.device.kind;
+  if (device == DeviceKind::cuda) check_cuda_device(p);
+  const Backend backend =
+      p.backend == Backend::automatic ? automatic_backend(attn, device) : p.backend;
+  const std::string why = unsupported(backend, attn, device);
+  if (!why.empty())
+    fail(find_backend(backend) == nullptr ? Status::invalid_argument : Status::unsupported, why);
+  return {find_backend(backend), device, attn};
 }
 
 }  // namespace
 
 std::string_view to_string(Backend backend) {
   if (backend == Backend::automatic) return "auto";
-  const BackendInfo* info = find(backend);
-  return info ? info->name : "unknown";
+  const BackendEntry* entry = find_backend(backend);
+  return entry ? entry->info.name : "unknown";
 }
 
 std::string_view to_string(DType dtype) {
@@ -89,7 +76,7 @@ std::string_view to_string(DType dtype) {
 
 std::optional<Backend> backend_from_string(std::string_view name) {
   if (name == "auto") return Backend::automatic;
-  for (const auto& info : kBackends)
+  for (const BackendInfo& info : backends())
     if (info.name == name) return info.backend;
   return std::nullopt;
 }
@@ -122,96 +109,40 @@ int cuda_device_count() { return cuda::device_count(); }
 
 bool backend_supports(Backend backend, DType dtype, int head_dim) {
   if (backend == Backend::automatic) return true;
-  const BackendInfo* info = find(backend);
-  return info != nullptr && takes(*info, dtype) &&
-         (info->max_head_dim == 0 || head_dim <= info->max_head_dim);
+  const BackendEntry* entry = find_backend(backend);
+  return entry != nullptr && entry->info.takes(dtype) &&
+         (entry->info.max_head_dim == 0 || head_dim <= entry->info.max_head_dim);
 }
 
 std::vector<Backend> available_backends(DeviceKind device) {
   std::vector<Backend> out;
   if (device == DeviceKind::cuda && cuda::device_count() == 0) return out;
-  for (const auto& info : kBackends)
+  for (const BackendInfo& info : backends())
     if (info.device == device &&
-        (info.capability == 0 || cuda::compute_capability(0) == info.capability))
+        (info.compute_capability == 0 || cuda::compute_capability(0) == info.compute_capability))
       out.push_back(info.backend);
   return out;
 }
 
-namespace {
-
-struct Plan {
-  Backend backend;
-  AttnParams attn;
-};
-
-// Validates everything (arguments, device, backend) before any work.
-Plan plan(const Params& p) {
-  require(p.mask == Mask::none || p.mask == Mask::causal_top_left ||
-              p.mask == Mask::causal_bottom_right,
-          "mask: is not one of none, causal_top_left, causal_bottom_right");
-  Plan out{p.backend, make_attn_params(p)};
-  const DeviceKind device = p.q.device.kind;
-  if (device == DeviceKind::cuda) check_cuda_device(p);
-  if (p.backend == Backend::automatic) {
-    // On the GPU, fp32 problems small enough to be all latency on cuda_tiled's
-    // one-pass path (cuda::tiny_fits), larger ones on tensor cores: the scaled
-    // fp16 split where it pays (cuda::f16x3_preferred), else the 3×TF32 split;
-    // 16-bit through wgmma on Hopper where its head_dim and stride rules hold,
-    // else mma.sync up to its head_dim limit, the tiled kernel beyond it.
-    if (device == DeviceKind::cpu) out.backend = Backend::cpu;
-    else if (p.q.dtype == DType::f32)
-      out.backend = cuda::tiny_fits(out.attn)               ? Backend::cuda_tiled
-                    : cuda::f16x3_preferred(out.attn.sizes) ? Backend::cuda_f16x3
-                                                            : Backend::cuda_tf32x3;
-    else if (backend_supports(Backend::cuda_wgmma, p.q.dtype, out.attn.sizes.head_dim) &&
-             cuda::wgmma_unsupported(out.attn).empty())
-      out.backend = Backend::cuda_wgmma;
-    else if (backend_supports(Backend::cuda_mma, p.q.dtype, out.attn.sizes.head_dim))
-      out.backend = Backend::cuda_mma;
-    else out.backend = Backend::cuda_tiled;
-    return out;
-  }
-  const BackendInfo* info = find(p.backend);
-  require(info != nullptr, "backend: is not a known backend");
-  if (info->device != device)
-    fail(Status::unsupported, "backend: ", info->name, " runs on ",
-         info->device == DeviceKind::cpu ? "cpu" : "cuda", " tensors, but q is on ",
-         device == DeviceKind::cpu ? "cpu" : "cuda");
-  if (!takes(*info, p.q.dtype))
-    fail(Status::unsupported, "backend: ", info->name, " takes ",
-         info->dtypes == Dtypes::f32_only ? "f32" : "f16 or bf16", " tensors only, but q is ",
-         to_string(p.q.dtype));
-  if (info->max_head_dim != 0 && out.attn.sizes.head_dim > info->max_head_dim)
-    fail(Status::unsupported, "q: head_dim ", out.attn.sizes.head_dim, " exceeds ", info->name,
-         "'s limit of ", info->max_head_dim, " (backend auto runs it on ",
-         info->dtypes == Dtypes::f32_only                ? "cuda_tf32x3"
-         : info->max_head_dim < cuda::kMmaMaxHeadDim ? "cuda_mma"
-                                                     : "cuda_tiled",
-         ")");
-  if (p.backend == Backend::cuda_wgmma) {
-    const std::string why = cuda::wgmma_unsupported(out.attn);
-    if (!why.empty()) fail(Status::unsupported, why, " (backend auto runs it on cuda_mma)");
-  }
-  return out;
-}
-
-}  // namespace
-
-Backend select_backend(const Params& p) { return plan(p).backend; }
+Backend select_backend(const Params& p) { return plan(p).backend->info.backend; }
 
 void forward(const Params& params) {
   const Plan pl = plan(params);
-  switch (pl.backend) {
-    case Backend::reference: cpu::reference_forward(pl.attn); break;
-    case Backend::cpu: cpu::flash_forward(pl.attn); break;
-    case Backend::cuda_naive: cuda::naive_forward(pl.attn); break;
-    case Backend::cuda_tiled: cuda::tiled_forward(pl.attn); break;
-    case Backend::cuda_tf32x3: cuda::tf32x3_forward(pl.attn); break;
-    case Backend::cuda_f16x3: cuda::f16x3_forward(pl.attn); break;
-    case Backend::cuda_mma: cuda::mma_forward(pl.attn); break;
-    case Backend::cuda_wgmma: cuda::wgmma_forward(pl.attn); break;
-    case Backend::automatic: fail(Status::internal, "backend: automatic was not resolved");
-  }
+  const Sizes& s = pl.attn.sizes;
+  if (s.batch == 0 || s.seqlen_q == 0) return;  // no row to write: nothing runs
+  if (pl.device == DeviceKind::cuda) cuda::run_forward(pl.backend->forward, pl.attn);
+  else pl.backend->forward(pl.attn);
+}
+
+std::vector<double> reference_rows(const Params& params, const std::vector<int>& rows,
+                                   std::vector<double>* lse) {
+  const AttnParams attn = make_attn_params(params);
+  require(params.q.device.kind == DeviceKind::cpu,
+          "q: reference_rows reads host tensors, but q is on cuda");
+  for (int r : rows)
+    require(r >= 0 && r < attn.sizes.seqlen_q, "rows: row ", r, " is outside [0, ",
+            attn.sizes.seqlen_q, ")");
+  return cpu::reference_rows(attn, rows, lse);
 }
 
 }  // namespace flashattn

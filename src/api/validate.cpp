@@ -4,7 +4,7 @@
 #include <climits>
 #include <cmath>
 
-#include "api/fail.h"
+#include "core/error.h"
 
 namespace flashattn {
 namespace {
@@ -16,15 +16,24 @@ struct Named {
   const TensorView& t;
 };
 
+bool has_elements(const TensorView& t) {
+  return t.shape[0] > 0 && t.shape[1] > 0 && t.shape[2] > 0 && t.shape[3] > 0;
+}
+
+// Batch and seqlen may be 0 (an empty problem); heads and head_dim may not: a
+// tensor of no heads or no columns has no attention to compute.
 void check_view(const Named& v) {
-  require(v.t.data != nullptr, v.name, ": data pointer is null");
   for (int d = 0; d < 4; ++d) {
-    require(v.t.shape[d] >= 1, v.name, ": ", kDims[d], " is ", v.t.shape[d], ", must be >= 1");
+    const int64_t least = d < 2 ? 0 : 1;
+    require(v.t.shape[d] >= least, v.name, ": ", kDims[d], " is ", v.t.shape[d], ", must be >= ",
+            least);
     require(v.t.shape[d] <= INT_MAX, v.name, ": ", kDims[d], " is ", v.t.shape[d],
             ", must be <= ", INT_MAX);
     require(v.t.stride[d] >= 0, v.name, ": ", kDims[d], " stride is ", v.t.stride[d],
             ", must be >= 0");
   }
+  require(v.t.data != nullptr || !has_elements(v.t), v.name,
+          ": data pointer is null, which only a tensor with no elements may have");
   require(v.t.stride[3] == 1 || v.t.shape[3] == 1, v.name, ": head_dim stride is ",
           v.t.stride[3], ", must be 1 (head_dim contiguous)");
   require(v.t.dtype == DType::f32 || v.t.dtype == DType::f16 || v.t.dtype == DType::bf16,
@@ -38,20 +47,42 @@ void require_dim(const Named& a, int dim, const Named& b, int b_dim) {
           ", must equal ", b.name, "'s ", kDims[b_dim], " (", b.t.shape[b_dim], ")");
 }
 
-// Half-open byte range [first, last) that a view can touch.
+// An output's elements must be distinct memory: along each dimension of more
+// than one element, the stride must step past everything the dimensions of
+// smaller stride span (so rows, heads and batches never land on each other; a
+// stride of 0 writes every index to one place).
+void require_no_self_overlap(const Named& v) {
+  if (!has_elements(v.t)) return;
+  int dims[4], n = 0;
+  for (int d = 0; d < 4; ++d)
+    if (v.t.shape[d] > 1) dims[n++] = d;
+  std::sort(dims, dims + n, [&](int a, int b) { return v.t.stride[a] < v.t.stride[b]; });
+  int64_t span = 0;  // elements the dimensions so far reach past their first
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    require(v.t.stride[d] > span, v.name, ": ", kDims[d], " stride is ", v.t.stride[d],
+            ", which makes elements overlap (an output's ", kDims[d],
+            " stride must step past the ", span + 1, " elements of the smaller dimensions)");
+    span += (v.t.shape[d] - 1) * v.t.stride[d];
+  }
+}
+
+// Half-open byte range [first, last) that a view can touch; empty for a view
+// without elements.
 struct ByteRange {
   uintptr_t first, last;
 };
 
 ByteRange byte_range(const Named& v) {
   const TensorView& t = v.t;
+  const auto base = reinterpret_cast<uintptr_t>(t.data);
+  if (!has_elements(t)) return {base, base};
   int64_t last_elem = 0, extent = 0, bytes = 0;
   for (int d = 0; d < 4; ++d) {
     require(!__builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &extent) &&
                 !__builtin_add_overflow(last_elem, extent, &last_elem),
             v.name, ": shape × strides overflow 64-bit offsets");
   }
-  const auto base = reinterpret_cast<uintptr_t>(t.data);
   require(!__builtin_mul_overflow(last_elem + 1, int64_t(dtype_size(t.dtype)), &bytes) &&
               base + uint64_t(bytes) >= base,
           v.name, ": shape × strides run past the end of the address space");
@@ -59,8 +90,6 @@ ByteRange byte_range(const Named& v) {
 }
 
 bool overlaps(ByteRange a, ByteRange b) { return a.first < b.last && b.first < a.last; }
-
-TensorRef to_ref(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
 
 }  // namespace
 
@@ -81,14 +110,16 @@ AttnParams make_attn_params(const Params& p) {
   for (int d = 0; d < 4; ++d) require_dim(out, d, q, d);
   require(p.q.shape[2] % p.k.shape[2] == 0, "q: heads (", p.q.shape[2],
           ") must be a multiple of k's heads (", p.k.shape[2], ")");
+  require(p.mask == Mask::none || p.mask == Mask::causal_top_left ||
+              p.mask == Mask::causal_bottom_right,
+          "mask: is not one of none, causal_top_left, causal_bottom_right");
 
+  require_no_self_overlap(out);
   const ByteRange out_bytes = byte_range(out);
   for (const Named& t : {q, k, v})
     require(!overlaps(out_bytes, byte_range(t)), "out: memory overlaps ", t.name);
 
-  AttnParams a;
-  a.sizes = {int(p.q.shape[0]), int(p.q.shape[1]), int(p.k.shape[1]),
-             int(p.q.shape[2]), int(p.k.shape[2]), int(p.q.shape[3])};
+  const AttnParams a = attn_params(p);
   if (p.lse != nullptr) {
     const auto first = reinterpret_cast<uintptr_t>(p.lse);
     const ByteRange lse_bytes{first, first + uintptr_t(a.sizes.batch) * a.sizes.heads_q *
@@ -96,22 +127,7 @@ AttnParams make_attn_params(const Params& p) {
     for (const Named& t : {q, k, v, out})
       require(!overlaps(lse_bytes, byte_range(t)), "lse: memory overlaps ", t.name);
   }
-
-  const float scale = p.scale.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
-  require(std::isfinite(scale) && scale > 0.0f, "scale: is ", scale,
-          ", must be finite and > 0");
-
-  a.q = to_ref(p.q);
-  a.k = to_ref(p.k);
-  a.v = to_ref(p.v);
-  a.o = to_ref(p.out);
-  a.mask.causal = p.mask != Mask::none;
-  a.mask.causal_offset =
-      p.mask == Mask::causal_bottom_right ? int64_t(a.sizes.seqlen_k) - a.sizes.seqlen_q : 0;
-  a.softmax = {scale, p.lse};
-  a.dtype = p.q.dtype;
-  a.device_index = p.q.device.index;
-  a.stream = p.stream;
+  require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
   return a;
 }
 

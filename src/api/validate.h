@@ -2,8 +2,8 @@
 // work starts.
 #pragma once
 
+#include "core/params.h"
 #include "flashattn/flashattn.hpp"
-#include "params.h"
 
 namespace flashattn {
 

@@ -1,5 +1,5 @@
-// Throwing helpers for argument checks: each message names the argument and the
-// rule it broke.
+// The error helpers of every layer: each message names the argument (or the
+// call) and the rule it broke; Error itself is the public flashattn::Error.
 #pragma once
 
 #include <sstream>

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace flashattn::cpu {
+namespace flashattn {
 
 inline int worker_count(int64_t items) {
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -41,4 +41,4 @@ void parallel_for(int64_t count, Body&& body) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace flashattn::cpu
+}  // namespace flashattn

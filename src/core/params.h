@@ -1,16 +1,15 @@
-// AttnParams: the one struct every backend consumes. Built by src/api/validate.cpp
-// from checked public arguments; backends trust it and never re-validate.
+// AttnParams: the one struct that flows from the API to every backend. Built by
+// src/api/validate.cpp from checked public arguments (attn_params() below is the
+// conversion itself, without the checks); backends trust it and never
+// re-validate. Fields come in sub-structs (tensors, sizes, mask, softmax), so a
+// new capability adds a sub-struct rather than loose fields.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "flashattn/flashattn.hpp"
-
-#ifdef __CUDACC__
-#define FLASHATTN_HOST_DEVICE __host__ __device__
-#else
-#define FLASHATTN_HOST_DEVICE
-#endif
 
 namespace flashattn {
 
@@ -33,32 +32,54 @@ struct Sizes {
   FLASHATTN_HOST_DEVICE int group() const { return heads_q / heads_kv; }  // query heads per kv head (GQA)
 };
 
-// Key j is visible to query i iff !causal or j <= i + causal_offset.
-struct MaskSpec {
+// The mask the caller asked for. core/mask.h resolves it, per sequence, into the
+// key range each query row sees.
+struct MaskRule {
   bool causal = false;
-  int64_t causal_offset = 0;  // 0 top-left, seqlen_k - seqlen_q bottom-right
-
-  // Keys [0, key_end(i)) are visible to query row i (0 when none is).
-  FLASHATTN_HOST_DEVICE int key_end(int64_t i, int seqlen_k) const {
-    if (!causal) return seqlen_k;
-    const int64_t end = i + causal_offset + 1;
-    return end <= 0 ? 0 : (end >= seqlen_k ? seqlen_k : int(end));
-  }
+  bool bottom_right = false;  // causal alignment: key j visible to row i iff j <= i + seqlen_k - seqlen_q
 };
 
-struct SoftmaxSpec {
-  float scale = 1.0f;     // multiplies Q·Kᵀ
-  float* lse = nullptr;   // optional, contiguous (batch, heads_q, seqlen_q)
+inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e)
+inline constexpr float kLn2 = 0.69314718055994531f;   // ln(2)
+
+struct SoftmaxParams {
+  float scale = 1.0f;          // multiplies Q·Kᵀ; any finite value
+  float scale_log2 = kLog2e;   // scale·log2(e): probabilities are 2^(s·scale_log2 − max)
+  float* lse = nullptr;        // optional, contiguous (batch, heads_q, seqlen_q), natural log
 };
 
 struct AttnParams {
   TensorRef q, k, v, o;
   Sizes sizes;
-  MaskSpec mask;
-  SoftmaxSpec softmax;
+  MaskRule mask;
+  SoftmaxParams softmax;
   DType dtype = DType::f32;  // q, k, v and out share it
   int device_index = 0;
   void* stream = nullptr;
 };
+
+inline TensorRef tensor_ref(const TensorView& t) {
+  return {t.data, t.stride[0], t.stride[1], t.stride[2]};
+}
+
+// The AttnParams of public Params, unchecked: validate.cpp checks first, tools
+// that hold params the library already accepted call it directly.
+inline AttnParams attn_params(const Params& p) {
+  AttnParams a;
+  a.sizes = {int(p.q.shape[0]), int(p.q.shape[1]), int(p.k.shape[1]),
+             int(p.q.shape[2]), int(p.k.shape[2]), int(p.q.shape[3])};
+  a.q = tensor_ref(p.q);
+  a.k = tensor_ref(p.k);
+  a.v = tensor_ref(p.v);
+  a.o = tensor_ref(p.out);
+  a.mask.causal = p.mask != Mask::none;
+  a.mask.bottom_right = p.mask == Mask::causal_bottom_right;
+  const float scale = p.scale.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
+  a.softmax = {scale, scale * kLog2e, p.lse};
+  a.dtype = p.q.dtype;
+  a.device_index = p.q.device.index;
+  a.stream = p.stream;
+  return a;
+}
 
 }  // namespace flashattn

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::cpu {
 

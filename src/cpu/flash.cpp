@@ -1,19 +1,24 @@
 // CPU flash attention. Each work item is one (batch, q head, query tile of kBlockM
-// rows); it walks the visible key tiles of kBlockN rows and keeps, per query row i
-// (fp32):
-//   m_i = max of the scaled scores seen so far,
-//   l_i = Σ exp(s_ij − m_i) over keys seen so far,
-//   acc_i = Σ exp(s_ij − m_i)·v_j over keys seen so far,
-// rescaling l_i and acc_i by exp(m_old − m_new) whenever m_i grows. Output is
-// acc_i / l_i; extra memory is a few tiles per thread, never seqlen_q × seqlen_k.
+// rows); it walks the key tiles of kBlockN rows that some row of the tile sees
+// (core/mask.h) and keeps, per query row i (fp32, on scaled scores
+// s_ij = scale·(q_i·k_j), so that any sign of scale works):
+//   m_i = max of the scores seen so far,
+//   l_i = Σ 2^((s_ij − m_i)·log2 e) over keys seen so far,
+//   acc_i = Σ 2^((s_ij − m_i)·log2 e)·v_j over keys seen so far,
+// rescaling l_i and acc_i whenever m_i grows (core/softmax.h, OnlineRow). The
+// exponent is one fused multiply-add of s_ij, so a rounding error in m_i·log2 e
+// is common to the whole row and cancels in acc_i / l_i. Output is acc_i / l_i;
+// extra memory is a few tiles per thread, never seqlen_q × seqlen_k.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
-#include "common/half.h"
+#include "core/half.h"
+#include "core/mask.h"
+#include "core/parallel.h"
+#include "core/softmax.h"
+#include "core/variant.h"
 #include "cpu/backends.h"
-#include "cpu/parallel.h"
 
 namespace flashattn::cpu {
 namespace {
@@ -22,15 +27,15 @@ namespace {
 // 32-row tile's arithmetic).
 constexpr int kBlockM = 32;
 constexpr int kBlockN = 64;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Per-thread tiles, allocated once per call. K is kept transposed (head_dim ×
 // kBlockN) so that a row of scores is a sum of contiguous axpys, which vectorise.
 struct Workspace {
-  std::vector<float> q, k_t, v, s, acc, m, l;
+  std::vector<float> q, k_t, v, s, acc;
+  std::vector<OnlineRow> rows;
   Workspace(int d)
       : q(size_t(kBlockM) * d), k_t(size_t(d) * kBlockN), v(size_t(kBlockN) * d),
-        s(size_t(kBlockM) * kBlockN), acc(size_t(kBlockM) * d), m(kBlockM), l(kBlockM) {}
+        s(size_t(kBlockM) * kBlockN), acc(size_t(kBlockM) * d), rows(kBlockM) {}
 };
 
 // Copies rows [row0, row0 + rows) of one head of t into dst as fp32, head_dim apart.
@@ -63,76 +68,81 @@ void load_tile_transposed(const AttnParams& p, const TensorRef& t, int b, int h,
   }
 }
 
-// exp(x) for x <= 0 (x = −inf gives 0), in plain arithmetic so a loop of it
-// vectorises: x·log2(e) = n + f with n an integer and |f| <= 1/2, then
-// exp(x) = 2^n · e^(f·ln 2), the second factor by its Taylor series to degree 7
-// (remainder below 6e-9 relative, under fp32 rounding).
-inline float exp_nonpositive(float x) {
-  const float t = std::max(x * 1.44269504088896341f, -126.0f);
+// 2^x for x <= 0 (−inf gives 0, NaN gives NaN), in plain arithmetic so a loop of
+// it vectorises: x = n + f with n an integer and |f| <= 1/2, then
+// 2^x = 2^n · e^(f·ln 2), the second factor by its Taylor series to degree 7
+// (remainder below 6e-9 relative, under fp32 rounding). Below 2^-126 it gives 0.
+inline float exp2_nonpositive(float x) {
+  const float t = fmaxf(x, -127.0f);  // NaN-blind: the arithmetic below stays finite
   // Round to nearest by adding and subtracting 1.5·2^23 (exact for |t| < 2^22),
   // which vectorises where nearbyint would be a library call.
   constexpr float kRound = 12582912.0f;
   const float n = (t + kRound) - kRound;
-  const float y = (t - n) * 0.69314718055994531f;
+  const float y = (t - n) * kLn2;
   float e = 1.0f / 5040;
   for (float k : {720.0f, 120.0f, 24.0f, 6.0f, 2.0f, 1.0f, 1.0f}) e = e * y + 1.0f / k;
   const float two_n = bits_float(uint32_t(int32_t(n) + 127) << 23);
-  return t > -126.0f ? e * two_n : 0.0f;
+  return x >= -126.0f ? e * two_n : (x < -126.0f ? 0.0f : x);
 }
 
-// Folds key tile [n0, n0 + cols) into the running (m, l, acc) of query rows
+// Folds key tile [n0, n0 + cols) into the running state of query rows
 // [m0, m0 + rows).
-void update_tile(const AttnParams& p, Workspace& w, int m0, int rows, int n0, int cols) {
+void update_tile(const AttnParams& p, const RowMask& mask, Workspace& w, int m0, int rows, int n0,
+                 int cols) {
   const int d = p.sizes.head_dim;
   const float scale = p.softmax.scale;
   for (int r = 0; r < rows; ++r) {
     float* s = &w.s[size_t(r) * kBlockN];
-    const int key_end = p.mask.key_end(m0 + r, p.sizes.seqlen_k);
+    const int key_begin = mask.key_begin(m0 + r), key_end = mask.key_end(m0 + r);
     std::fill(s, s + kBlockN, 0.0f);
     for (int e = 0; e < d; ++e) {
-      const float q = w.q[size_t(r) * d + e] * scale;
+      const float q = w.q[size_t(r) * d + e];
       const float* k_t = &w.k_t[size_t(e) * kBlockN];
 #pragma omp simd
-      for (int c = 0; c < kBlockN; ++c) s[c] += q * k_t[c];
+      for (int j = 0; j < kBlockN; ++j) s[j] += q * k_t[j];
     }
-    float tile_max = kNegInf;
-    for (int c = 0; c < cols; ++c) {
-      if (n0 + c >= key_end) s[c] = kNegInf;
-      tile_max = std::max(tile_max, s[c]);
+    float tile_max = -INFINITY;
+    for (int j = 0; j < cols; ++j) {
+      s[j] = IdentityScore{}(s[j], m0 + r, n0 + j) * scale;
+      if (n0 + j < key_begin || n0 + j >= key_end) s[j] = -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
     }
-    const float m_new = std::max(w.m[r], tile_max);
-    if (m_new == kNegInf) continue;  // nothing visible yet: keep m = −inf, l = 0, acc = 0
-    const float alpha = std::exp(w.m[r] - m_new);  // exp(−inf) = 0 on the first visible tile
+    OnlineRow& row = w.rows[r];
+    const float alpha = row.raise_max(tile_max, kLog2e);
+    const float neg_max_c = row.neg_max_c(kLog2e);
     float* acc = &w.acc[size_t(r) * d];
-    for (int c = 0; c < d; ++c) acc[c] *= alpha;
+    for (int e = 0; e < d; ++e) acc[e] *= alpha;
     float row_sum = 0.0f;
 #pragma omp simd reduction(+ : row_sum)
-    for (int c = 0; c < cols; ++c) {
-      s[c] = exp_nonpositive(s[c] - m_new);
-      row_sum += s[c];
+    for (int j = 0; j < cols; ++j) {
+      s[j] = exp2_nonpositive(fmaf(s[j], kLog2e, neg_max_c));
+      row_sum += s[j];
     }
-    for (int c = 0; c < cols; ++c) {
-      const float pc = s[c];
-      const float* v = &w.v[size_t(c) * d];
+    // Keys the row does not see take no part, not even as 0·v (a NaN in v stays
+    // out of rows that do not see it).
+    const int j_begin = std::clamp(key_begin - n0, 0, cols);
+    const int j_end = std::clamp(key_end - n0, j_begin, cols);
+    for (int j = j_begin; j < j_end; ++j) {
+      const float pj = s[j];
+      const float* v = &w.v[size_t(j) * d];
 #pragma omp simd
-      for (int e = 0; e < d; ++e) acc[e] += pc * v[e];
+      for (int e = 0; e < d; ++e) acc[e] += pj * v[e];
     }
-    w.l[r] = w.l[r] * alpha + row_sum;
-    w.m[r] = m_new;
+    row.l += row_sum;
   }
 }
 
-void write_tile(const AttnParams& p, const Workspace& w, int b, int hq, int m0, int rows) {
+void write_tile(const AttnParams& p, const RowMask& mask, const Workspace& w, int b, int hq,
+                int m0, int rows) {
   const Sizes& s = p.sizes;
   for (int r = 0; r < rows; ++r) {
-    const float inv_l = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
+    const OnlineRow& state = w.rows[r];
+    const FinishedRow<float> row = finish_row(state.m, state.l, mask.empty(m0 + r));
     const int64_t base =
         b * p.o.batch_stride + int64_t(m0 + r) * p.o.row_stride + hq * p.o.head_stride;
     for (int c = 0; c < s.head_dim; ++c)
-      store_float(p.o.data, p.dtype, base + c, w.acc[size_t(r) * s.head_dim + c] * inv_l);
-    if (p.softmax.lse)
-      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + m0 + r] =
-          w.l[r] > 0.0f ? w.m[r] + std::log(w.l[r]) : kNegInf;
+      store_float(p.o.data, p.dtype, base + c, row.out(w.acc[size_t(r) * s.head_dim + c]));
+    if (p.softmax.lse) p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + m0 + r] = row.lse;
   }
 }
 
@@ -152,19 +162,20 @@ void flash_forward(const AttnParams& p) {
     const int b = int(item / m_blocks / s.heads_q);
     const int hk = hq / s.group();
     const int m0 = m_block * kBlockM, rows = std::min(kBlockM, s.seqlen_q - m0);
+    const RowMask mask = row_mask(p, b);
     load_tile(p, p.q, b, hq, m0, rows, w.q.data());
     std::fill(w.acc.begin(), w.acc.end(), 0.0f);
-    std::fill(w.m.begin(), w.m.end(), kNegInf);
-    std::fill(w.l.begin(), w.l.end(), 0.0f);
-    // Keys past the last row's diagonal are invisible to the whole tile.
-    const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
-    for (int n0 = 0; n0 < n_end; n0 += kBlockN) {
-      const int cols = std::min(kBlockN, n_end - n0);
+    std::fill(w.rows.begin(), w.rows.end(), OnlineRow{});
+    // Keys past the last row's range, or before the first row's, are seen by no
+    // row of the tile.
+    const int key_hi = mask.key_end(m0 + rows - 1);
+    for (int n0 = mask.key_blocks(m0, rows, kBlockN).begin * kBlockN; n0 < key_hi; n0 += kBlockN) {
+      const int cols = std::min(kBlockN, key_hi - n0);
       load_tile_transposed(p, p.k, b, hk, n0, cols, w.k_t.data());
       load_tile(p, p.v, b, hk, n0, cols, w.v.data());
-      update_tile(p, w, m0, rows, n0, cols);
+      update_tile(p, mask, w, m0, rows, n0, cols);
     }
-    write_tile(p, w, b, hq, m0, rows);
+    write_tile(p, mask, w, b, hq, m0, rows);
   });
 }
 

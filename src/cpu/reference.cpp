@@ -1,15 +1,22 @@
-// Reference attention: for each query row i, every score s_j = scale·(q_i·k_j) is
-// computed in float64 and kept (the materialised row), then
+// Reference attention: for each query row i, every score s_j = scale·(q_i·k_j)
+// of a key the row sees (core/mask.h) is computed in float64 and kept (the
+// materialised row), then
 //   m = max_j s_j,  l = Σ_j exp(s_j − m),  o_i = Σ_j exp(s_j − m)·v_j / l,
-//   lse_i = m + ln l.
-// Masked scores are −inf; a row with no visible key gets o_i = 0, lse_i = −inf.
+//   lse_i = m + ln l,
+// in plain IEEE arithmetic: a NaN score makes m NaN, an infinite m makes
+// s_j − m NaN, and either makes the row NaN, as standard attention does. Keys
+// the row does not see take no part (not even a NaN of theirs); a row that
+// sees no key gets o_i = 0, lse_i = −inf (core/softmax.h, finish_row).
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "common/half.h"
+#include "core/half.h"
+#include "core/mask.h"
+#include "core/parallel.h"
+#include "core/softmax.h"
+#include "core/variant.h"
 #include "cpu/backends.h"
-#include "cpu/parallel.h"
 
 namespace flashattn::cpu {
 namespace {
@@ -37,27 +44,25 @@ double attend_row(const AttnParams& p, int b, int hq, int i, const std::vector<d
   const int64_t q_base = b * p.q.batch_stride + i * p.q.row_stride + hq * p.q.head_stride;
   for (int c = 0; c < d; ++c) q[c] = load_float(p.q.data, p.dtype, q_base + c);
 
-  const int key_end = p.mask.key_end(i, s.seqlen_k);
+  const RowMask mask = row_mask(p, b);
+  const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   double m = kNegInf;
-  for (int j = 0; j < s.seqlen_k; ++j) {
-    const bool visible = j < key_end;
+  for (int j = key_begin; j < key_end; ++j) {
     double dot = 0.0;
-    if (visible)
-      for (int c = 0; c < d; ++c) dot += q[c] * k[size_t(j) * d + c];
-    scores[j] = visible ? dot * double(p.softmax.scale) : kNegInf;
-    m = std::max(m, scores[j]);
+    for (int c = 0; c < d; ++c) dot += q[c] * k[size_t(j) * d + c];
+    scores[j] = IdentityScore{}(dot, i, j) * double(p.softmax.scale);
+    m = std::isnan(scores[j]) || std::isnan(m) ? NAN : std::max(m, scores[j]);
   }
-  for (int c = 0; c < d; ++c) o[c] = 0.0;
-  if (m == kNegInf) return kNegInf;
   double l = 0.0;
-  for (int j = 0; j < s.seqlen_k; ++j) {
-    if (scores[j] == kNegInf) continue;
+  for (int c = 0; c < d; ++c) o[c] = 0.0;
+  for (int j = key_begin; j < key_end; ++j) {
     const double pj = std::exp(scores[j] - m);
     l += pj;
     for (int c = 0; c < d; ++c) o[c] += pj * v[size_t(j) * d + c];
   }
-  for (int c = 0; c < d; ++c) o[c] /= l;
-  return m + std::log(l);
+  const FinishedRow<double> row = finish_row(m, l, mask.empty(i));
+  for (int c = 0; c < d; ++c) o[c] = row.out(o[c]);
+  return row.lse;
 }
 
 // Runs attend_row for rows[r] of every (batch, q head); emit(b, hq, r, o, lse).

@@ -1,8 +1,8 @@
 // Device queries for the host API.
 #include <vector>
 
-#include "api/fail.h"
-#include "cuda/backends.h"
+#include "core/error.h"
+#include "cuda/device.h"
 #include "cuda/common/check.h"
 
 namespace flashattn::cuda {

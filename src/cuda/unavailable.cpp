@@ -1,9 +1,16 @@
 // The CUDA backends in a build without CUDA: no devices, and every kernel entry
 // point reports that this build cannot run it.
-#include "api/fail.h"
+#include "core/error.h"
 #include "cuda/backends.h"
 
 namespace flashattn::cuda {
+namespace {
+
+[[noreturn]] void not_built(const char* backend) {
+  fail(Status::unsupported, "backend: ", backend, " is not built (no CUDA support)");
+}
+
+}  // namespace
 
 int device_count() { return 0; }
 
@@ -15,32 +22,19 @@ void require_device_pointer(const void*, int, const char*) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 
-void naive_forward(const AttnParams&) {
-  fail(Status::unsupported, "backend: cuda_naive is not built (no CUDA support)");
-}
-
-void tiled_forward(const AttnParams&) {
-  fail(Status::unsupported, "backend: cuda_tiled is not built (no CUDA support)");
-}
-
-void tf32x3_forward(const AttnParams&) {
-  fail(Status::unsupported, "backend: cuda_tf32x3 is not built (no CUDA support)");
-}
-
-void f16x3_forward(const AttnParams&) {
-  fail(Status::unsupported, "backend: cuda_f16x3 is not built (no CUDA support)");
-}
-
-void mma_forward(const AttnParams&) {
-  fail(Status::unsupported, "backend: cuda_mma is not built (no CUDA support)");
-}
+void naive_forward(const AttnParams&) { not_built("cuda_naive"); }
+void tiled_forward(const AttnParams&) { not_built("cuda_tiled"); }
+void tf32x3_forward(const AttnParams&) { not_built("cuda_tf32x3"); }
+void f16x3_forward(const AttnParams&) { not_built("cuda_f16x3"); }
+void mma_forward(const AttnParams&) { not_built("cuda_mma"); }
+void wgmma_forward(const AttnParams&) { not_built("cuda_wgmma"); }
 
 std::string wgmma_unsupported(const AttnParams&) {
   return "backend: cuda_wgmma is not built (no CUDA support)";
 }
 
-void wgmma_forward(const AttnParams&) {
-  fail(Status::unsupported, "backend: cuda_wgmma is not built (no CUDA support)");
+void run_forward(void (*)(const AttnParams&), const AttnParams&) {
+  fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 
 }  // namespace flashattn::cuda

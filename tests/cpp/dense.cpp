@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "common/half.h"
+#include "core/half.h"
 #include "device_memory.h"
 
 namespace flashattn::test {
@@ -53,12 +53,29 @@ float DenseResult::lse_at(int b, int h, int i) const {
 }
 
 DeviceKind device_of(Backend backend) {
-  return backend == Backend::cuda_naive || backend == Backend::cuda_tiled ||
-                 backend == Backend::cuda_tf32x3 || backend == Backend::cuda_f16x3 ||
-                 backend == Backend::cuda_mma ||
-                 backend == Backend::cuda_wgmma
-             ? DeviceKind::cuda
-             : DeviceKind::cpu;
+  for (const BackendInfo& info : backends())
+    if (info.backend == backend) return info.device;
+  return DeviceKind::cpu;
+}
+
+std::vector<std::tuple<Backend, DType>> backend_dtypes() {
+  std::vector<std::tuple<Backend, DType>> out;
+  for (const BackendInfo& info : backends())
+    for (DType d : {DType::f32, DType::f16, DType::bf16})
+      if (info.takes(d)) out.emplace_back(info.backend, d);
+  return out;
+}
+
+std::string skip_reason(Backend backend) {
+  if (device_of(backend) != DeviceKind::cuda) return {};
+  if (cuda_device_count() == 0)
+    return "no CUDA device: " + std::string(to_string(backend)) +
+           " needs a GPU, and cuda_device_count() is 0 (no GPU or driver, or a build without "
+           "CUDA)";
+  const std::vector<Backend> here = available_backends(DeviceKind::cuda);
+  if (std::find(here.begin(), here.end(), backend) == here.end())
+    return std::string(to_string(backend)) + " does not run on this GPU (compute capability)";
+  return {};
 }
 
 float round_to(DType dtype, float x) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -36,8 +38,15 @@ struct DenseResult {
   float lse_at(int b, int h, int i) const;
 };
 
-// The device a backend runs on (reference and cpu: the CPU).
+// The device a backend runs on (the registry's, flashattn::backends()).
 DeviceKind device_of(Backend backend);
+
+// Every backend with every dtype it takes, from the registry.
+std::vector<std::tuple<Backend, DType>> backend_dtypes();
+
+// Why `backend` cannot run here (no GPU, or not this GPU's architecture), or
+// empty: a test of it skips with this reason.
+std::string skip_reason(Backend backend);
 
 // The value `x` becomes when stored in `dtype`.
 float round_to(DType dtype, float x);

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/half.h"
+#include "core/half.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/flashattn.hpp"
 #include "seed.h"
@@ -185,13 +185,13 @@ const std::vector<CError> kErrors = {
      [](flashattn_params& p) { p.out.data = p.k.data; },
      FLASHATTN_ERR_INVALID_ARGUMENT,
      {"out: memory overlaps k"}},
-    {"scale_zero",
+    {"scale_inf",
      [](flashattn_params& p) {
        p.has_scale = 1;
-       p.scale = 0.0f;
+       p.scale = INFINITY;
      },
      FLASHATTN_ERR_INVALID_ARGUMENT,
-     {"scale: is 0"}},
+     {"scale: is inf", "must be finite"}},
     {"scale_nan",
      [](flashattn_params& p) {
        p.has_scale = 1;

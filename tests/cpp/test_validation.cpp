@@ -65,18 +65,22 @@ std::vector<Rule> rules() {
     r.push_back({name + "_data_null",
                  [t](Params& p, Buffers&) { view(p, t).data = nullptr; },
                  invalid,
-                 {name + ": data pointer is null"}});
-    for (int d = 0; d < 4; ++d) {
+                 {name + ": data pointer is null", "only a tensor with no elements"}});
+    // batch and seqlen may be 0 (EmptyProblems below); heads and head_dim may not.
+    for (int d = 2; d < 4; ++d) {
       const std::string dim = kDims[d];
       r.push_back({name + "_" + dim + "_zero",
                    [t, d](Params& p, Buffers&) { view(p, t).shape[d] = 0; },
                    invalid,
                    {name + ": " + dim + " is 0", "must be >= 1"}});
     }
-    r.push_back({name + "_seqlen_negative",
-                 [t](Params& p, Buffers&) { view(p, t).shape[1] = -3; },
-                 invalid,
-                 {name + ": seqlen is -3", "must be >= 1"}});
+    for (int d = 0; d < 2; ++d) {
+      const std::string dim = kDims[d];
+      r.push_back({name + "_" + dim + "_negative",
+                   [t, d](Params& p, Buffers&) { view(p, t).shape[d] = -3; },
+                   invalid,
+                   {name + ": " + dim + " is -3", "must be >= 0"}});
+    }
     for (int d = 0; d < 3; ++d) {
       const std::string dim = kDims[d];
       r.push_back({name + "_" + dim + "_stride_negative",
@@ -146,18 +150,37 @@ std::vector<Rule> rules() {
                [](Params& p, Buffers&) { p.k.shape[2] = p.v.shape[2] = 3; },
                invalid,
                {"q: heads (4) must be a multiple of k's heads (3)"}});
+  // Any finite scale is valid (AnyFiniteScale below); only non-finite ones are not.
   const std::pair<const char*, float> bad_scales[] = {
       {"nan", std::numeric_limits<float>::quiet_NaN()},
       {"inf", std::numeric_limits<float>::infinity()},
-      {"minus_inf", -std::numeric_limits<float>::infinity()},
-      {"zero", 0.0f},
-      {"minus_zero", -0.0f},
-      {"minus_one", -1.0f}};
+      {"minus_inf", -std::numeric_limits<float>::infinity()}};
   for (const auto& [label, scale] : bad_scales)
     r.push_back({std::string("scale_") + label,
                  [scale](Params& p, Buffers&) { p.scale = scale; },
                  invalid,
-                 {"scale: is", "must be finite and > 0"}});
+                 {"scale: is", "must be finite"}});
+  // An output whose rows, heads or batches land on each other: every element of
+  // out must be its own memory (inputs may repeat: KeysAndValuesBroadcastOverBatch).
+  r.push_back({"out_seqlen_stride_zero",
+               [](Params& p, Buffers&) { p.out.stride[1] = 0; },
+               invalid,
+               {"out: seqlen stride is 0", "overlap"}});
+  r.push_back({"out_batch_stride_zero",
+               [](Params& p, Buffers&) { p.out.stride[0] = 0; },
+               invalid,
+               {"out: batch stride is 0", "overlap"}});
+  r.push_back({"out_heads_overlap_half_a_head",
+               [](Params& p, Buffers&) { p.out.stride[2] = 4; },
+               invalid,
+               {"out: heads stride is 4", "overlap"}});
+  r.push_back({"out_rows_overlap_heads",
+               [](Params& p, Buffers&) {
+                 p.out.stride[1] = 8;   // row i + 1 starts where head 1 of row i does
+                 p.out.stride[2] = 16;  // and heads step over only two rows of three
+               },
+               invalid,
+               {"out: heads stride is 16", "overlap"}});
   // Overlaps: out with any input (whole or by one element), lse with anything.
   r.push_back({"out_is_q",
                [](Params& p, Buffers& b) { p.out.data = b.q.data(); },
@@ -252,7 +275,7 @@ TEST(ValidationAccepts, DefaultParamsAreRejectedNotCrashed) {
     forward(Params{});
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::invalid_argument);
-    EXPECT_THAT(e.what(), HasSubstr("q: data pointer is null"));
+    EXPECT_THAT(e.what(), HasSubstr("q: heads is 0, must be >= 1"));
   }
 }
 

@@ -14,8 +14,9 @@
 #include <limits>
 #include <vector>
 
-#include "common/half.h"
-#include "cpu/parallel.h"
+#include "core/half.h"
+#include "core/mask.h"
+#include "core/parallel.h"
 
 namespace flashattn::baselines {
 namespace {
@@ -72,7 +73,7 @@ void weighted_sum_row(const float* prob, const float* v, int d, int key_end, flo
 template <typename Body>
 void for_row_blocks(int seqlen_q, Body&& body) {
   const int64_t blocks = (seqlen_q + kRowsPerItem - 1) / kRowsPerItem;
-  cpu::parallel_for(blocks, [&](int64_t block, int) {
+  parallel_for(blocks, [&](int64_t block, int) {
     const int first = int(block) * kRowsPerItem;
     body(first, std::min(seqlen_q, first + kRowsPerItem));
   });
@@ -91,24 +92,25 @@ void standard_cpu_forward(const AttnParams& p) {
   std::vector<float> scores(size_t(s.seqlen_q) * ld);
   for (int b = 0; b < s.batch; ++b)
     for (int hk = 0; hk < s.heads_kv; ++hk) {
+      const RowMask mask = row_mask(p, b);
       const std::vector<float> k = load_head(p, p.k, b, hk, s.seqlen_k);
       const std::vector<float> v = load_head(p, p.v, b, hk, s.seqlen_k);
       for (int hq = hk * s.group(); hq < (hk + 1) * s.group(); ++hq) {
         const std::vector<float> q = load_head(p, p.q, b, hq, s.seqlen_q);
         for_row_blocks(s.seqlen_q, [&](int first, int end) {
           for (int i = first; i < end; ++i)
-            score_row(&q[size_t(i) * d], k.data(), d, p.mask.key_end(i, s.seqlen_k),
+            score_row(&q[size_t(i) * d], k.data(), d, mask.key_end(i),
                       p.softmax.scale, &scores[i * ld]);
         });
         std::vector<float> lse(s.seqlen_q);
         for_row_blocks(s.seqlen_q, [&](int first, int end) {
           for (int i = first; i < end; ++i)
-            lse[i] = softmax_row(&scores[i * ld], p.mask.key_end(i, s.seqlen_k));
+            lse[i] = softmax_row(&scores[i * ld], mask.key_end(i));
         });
         for_row_blocks(s.seqlen_q, [&](int first, int end) {
           std::vector<float> o(d);
           for (int i = first; i < end; ++i) {
-            weighted_sum_row(&scores[i * ld], v.data(), d, p.mask.key_end(i, s.seqlen_k),
+            weighted_sum_row(&scores[i * ld], v.data(), d, mask.key_end(i),
                              o.data());
             const int64_t base =
                 b * p.o.batch_stride + int64_t(i) * p.o.row_stride + hq * p.o.head_stride;

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::baselines {
 

@@ -11,15 +11,23 @@
 #include <climits>
 #include <cmath>
 
-#include "cuda/common/check.h"
-#include "cuda/common/element.cuh"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/mask.h"
+#include "cuda_call.h"
 #include "standard_cuda.h"
 
 namespace flashattn::baselines {
 namespace {
 
-using cuda::from_float;
-using cuda::to_float;
+__device__ float to_float(float x) { return x; }
+__device__ float to_float(__half x) { return __half2float(x); }
+__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ T from_float(float x) {
+  return T(x);  // float, __half and __nv_bfloat16 convert from float, rounding to nearest
+}
 
 constexpr int kSoftmaxThreads = 256;
 constexpr int kWarps = kSoftmaxThreads / 32;
@@ -46,7 +54,7 @@ void* allocate(size_t bytes, size_t total_bytes, const char* what) {
     throw DeviceOutOfMemory(std::string("standard (cuda): out of device memory for the ") + what,
                             total_bytes);
   }
-  cuda::check(status, "cudaMalloc");
+  tools::cuda_call(status, "cudaMalloc");
   return ptr;
 }
 
@@ -88,10 +96,10 @@ __device__ MaxSum block_merge(MaxSum x) {
 // visible key gives O = 0. lse (the batch's slice, or null) gets m + ln l.
 template <typename T>
 __global__ void __launch_bounds__(kSoftmaxThreads)
-    softmax_kernel(T* scores, int seqlen_q, int seqlen_k, MaskSpec mask, float scale, float* lse) {
+    softmax_kernel(T* scores, int seqlen_k, RowMask mask, float scale, float* lse) {
   const int64_t row = blockIdx.x;
   T* s = scores + row * seqlen_k;
-  const int key_end = mask.key_end(row % seqlen_q, seqlen_k);
+  const int key_end = mask.key_end(row % mask.seqlen_q);
   MaxSum part{-INFINITY, 0.0f};
   for (int j = threadIdx.x; j < key_end; j += kSoftmaxThreads) {
     const float x = to_float(s[j]) * scale;
@@ -212,7 +220,7 @@ StandardCuda::StandardCuda(const AttnParams& p) : state_(std::make_unique<State>
   st.ld_k = leading_dim("k", p.k, s.seqlen_k, s.head_dim);
   st.ld_v = leading_dim("v", p.v, s.seqlen_k, s.head_dim);
   st.ld_o = leading_dim("out", p.o, s.seqlen_q, s.head_dim);
-  cuda::DeviceGuard device(p.device_index);
+  tools::CurrentDevice device(p.device_index);
   const size_t total = standard_cuda_bytes(s, p.dtype);
   st.scores = allocate(total - kCublasWorkspaceBytes, total, "score matrix");
   st.workspace = allocate(kCublasWorkspaceBytes, total, "cuBLAS workspace");
@@ -228,18 +236,20 @@ void StandardCuda::run() {
   State& st = *state_;
   const AttnParams& p = st.p;
   const Sizes& s = p.sizes;
-  cuda::DeviceGuard device(p.device_index);
+  tools::CurrentDevice device(p.device_index);
   const int64_t rows = int64_t(s.heads_q) * s.seqlen_q;
   if (rows > INT_MAX) fail(Status::unsupported, "standard (cuda): heads_q × seqlen_q is too large");
   for (int b = 0; b < s.batch; ++b) {
     st.scores_gemm(b);
     float* lse = p.softmax.lse ? p.softmax.lse + b * rows : nullptr;
-    cuda::with_element_type(p.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      softmax_kernel<T><<<unsigned(rows), kSoftmaxThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
-          static_cast<T*>(st.scores), s.seqlen_q, s.seqlen_k, p.mask, p.softmax.scale, lse);
-      cuda::check_launch("standard (cuda): softmax_kernel");
-    });
+    const auto softmax = [&](auto* scores) {
+      softmax_kernel<<<unsigned(rows), kSoftmaxThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
+          scores, s.seqlen_k, row_mask(p, b), p.softmax.scale, lse);
+    };
+    if (p.dtype == DType::f32) softmax(static_cast<float*>(st.scores));
+    else if (p.dtype == DType::f16) softmax(static_cast<__half*>(st.scores));
+    else softmax(static_cast<__nv_bfloat16*>(st.scores));
+    FLASHATTN_TOOLS_CUDA(cudaGetLastError());
     st.output_gemm(b);
   }
 }

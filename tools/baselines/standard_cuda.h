@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::baselines {
 

@@ -1,6 +1,6 @@
 // The GPU baseline in a build without CUDA: constructing it reports that this
 // build cannot run it, so callers need no #ifdefs.
-#include "api/fail.h"
+#include "core/error.h"
 #include "standard_cuda.h"
 
 namespace flashattn::baselines {

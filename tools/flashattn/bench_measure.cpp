@@ -8,7 +8,6 @@
 #include <memory>
 #include <new>
 
-#include "api/validate.h"
 #include "problem.h"
 #include "format.h"
 #include "gpu.h"
@@ -55,7 +54,7 @@ struct Runner {
 };
 
 Runner standard_runner(const harness::Problem& problem, Device device) {
-  const AttnParams attn = make_attn_params(problem.params(Backend::automatic));
+  const AttnParams attn = attn_params(problem.params(Backend::automatic));
   Runner r;
   if (device.kind == DeviceKind::cpu) {
     const size_t need = baselines::standard_cpu_score_bytes(attn.sizes);

@@ -1,6 +1,6 @@
 #include <cuda_runtime.h>
 
-#include "cuda/common/check.h"
+#include "cuda_call.h"
 #include "gpu.h"
 
 namespace flashattn::cli::gpu {
@@ -9,7 +9,7 @@ namespace {
 // A CUDA event destroyed with its scope, so a throwing work() leaks nothing.
 class Event {
  public:
-  Event() { FLASHATTN_CUDA_CHECK(cudaEventCreate(&event_)); }
+  Event() { FLASHATTN_TOOLS_CUDA(cudaEventCreate(&event_)); }
   ~Event() { cudaEventDestroy(event_); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -23,19 +23,19 @@ class Event {
 
 std::string device_name(int device) {
   cudaDeviceProp prop{};
-  FLASHATTN_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  FLASHATTN_TOOLS_CUDA(cudaGetDeviceProperties(&prop, device));
   return prop.name;
 }
 
 double time_ms(int device, const std::function<void()>& work) {
-  cuda::DeviceGuard guard(device);
+  tools::CurrentDevice guard(device);
   Event start, stop;
-  FLASHATTN_CUDA_CHECK(cudaEventRecord(start.get(), nullptr));
+  FLASHATTN_TOOLS_CUDA(cudaEventRecord(start.get(), nullptr));
   work();
-  FLASHATTN_CUDA_CHECK(cudaEventRecord(stop.get(), nullptr));
-  FLASHATTN_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+  FLASHATTN_TOOLS_CUDA(cudaEventRecord(stop.get(), nullptr));
+  FLASHATTN_TOOLS_CUDA(cudaEventSynchronize(stop.get()));
   float ms = 0.0f;
-  FLASHATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  FLASHATTN_TOOLS_CUDA(cudaEventElapsedTime(&ms, start.get(), stop.get()));
   return ms;
 }
 

@@ -1,4 +1,4 @@
-#include "api/fail.h"
+#include "core/error.h"
 #include "gpu.h"
 
 namespace flashattn::cli::gpu {

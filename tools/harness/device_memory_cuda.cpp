@@ -2,14 +2,14 @@
 
 #include <utility>
 
-#include "cuda/common/check.h"
+#include "cuda_call.h"
 #include "device_memory.h"
 
 namespace flashattn::harness {
 
 DeviceBuffer::DeviceBuffer(size_t bytes, int device) : bytes_(bytes), device_(device) {
-  cuda::DeviceGuard guard(device);
-  FLASHATTN_CUDA_CHECK(cudaMalloc(&data_, bytes));
+  tools::CurrentDevice guard(device);
+  FLASHATTN_TOOLS_CUDA(cudaMalloc(&data_, bytes));
 }
 
 DeviceBuffer::~DeviceBuffer() {
@@ -26,16 +26,16 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 }
 
 void DeviceBuffer::upload(const void* host) {
-  FLASHATTN_CUDA_CHECK(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice));
+  FLASHATTN_TOOLS_CUDA(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice));
 }
 
 void DeviceBuffer::download(void* host) const {
-  FLASHATTN_CUDA_CHECK(cudaMemcpy(host, data_, bytes_, cudaMemcpyDeviceToHost));
+  FLASHATTN_TOOLS_CUDA(cudaMemcpy(host, data_, bytes_, cudaMemcpyDeviceToHost));
 }
 
 void device_synchronize(int device) {
-  cuda::DeviceGuard guard(device);
-  FLASHATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  tools::CurrentDevice guard(device);
+  FLASHATTN_TOOLS_CUDA(cudaDeviceSynchronize());
 }
 
 }  // namespace flashattn::harness

@@ -1,4 +1,4 @@
-#include "api/fail.h"
+#include "core/error.h"
 #include "device_memory.h"
 
 namespace flashattn::harness {

@@ -7,9 +7,7 @@
 #include <random>
 #include <sstream>
 
-#include "api/validate.h"
-#include "common/half.h"
-#include "cpu/backends.h"
+#include "core/half.h"
 #include "standard.h"
 
 namespace flashattn::harness {
@@ -161,13 +159,14 @@ Accuracy Problem::evaluate(int max_rows) {
     st.lse_device.download(st.lse.data());
   }
   // Reference rows: every row, or first, last and evenly spaced ones between.
-  const AttnParams ref_params = make_attn_params(views(Backend::reference, Device{}));
+  const Params ref_params = views(Backend::reference, Device{});
   if (st.ref.empty()) {
     const int n = std::min(s.seqlen_q, std::max(max_rows, 2));
     for (int r = 0; r < n; ++r)
       st.ref_rows.push_back(n == s.seqlen_q ? r : int(int64_t(r) * (s.seqlen_q - 1) / (n - 1)));
-    st.ref = cpu::reference_rows(ref_params, st.ref_rows, &st.ref_lse);
-    if (case_.dtype != DType::f32) st.standard = standard_rows_in_dtype(ref_params, st.ref_rows);
+    st.ref = reference_rows(ref_params, st.ref_rows, &st.ref_lse);
+    if (case_.dtype != DType::f32)
+      st.standard = standard_rows_in_dtype(attn_params(ref_params), st.ref_rows);
   }
 
   Accuracy acc;

@@ -11,7 +11,7 @@
 
 #include "device_memory.h"
 #include "flashattn/flashattn.hpp"
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::harness {
 

@@ -3,8 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "common/half.h"
-#include "cpu/parallel.h"
+#include "core/half.h"
+#include "core/mask.h"
+#include "core/parallel.h"
 
 namespace flashattn::harness {
 namespace {
@@ -30,10 +31,10 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const std::vecto
   const int64_t n = int64_t(rows.size());
   std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim, 0.0);
   const int64_t items = int64_t(s.batch) * s.heads_q * n;
-  cpu::parallel_for(items, [&](int64_t item, int) {
+  parallel_for(items, [&](int64_t item, int) {
     const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
     const int i = rows[r], hk = hq / s.group();
-    const int key_end = p.mask.key_end(i, s.seqlen_k);
+    const int key_end = row_mask(p, b).key_end(i);
     std::vector<float> prob(s.seqlen_k, 0.0f);
     float m = -std::numeric_limits<float>::infinity();
     for (int j = 0; j < key_end; ++j) {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::harness {
 

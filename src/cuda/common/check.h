@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "api/fail.h"
+#include "core/error.h"
 
 namespace flashattn::cuda {
 

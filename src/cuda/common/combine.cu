@@ -1,10 +1,11 @@
-// The merge of key splits (key_split.h): one thread per 4 output columns of a
+// The merge of key splits (combine.h): one thread per 4 output columns of a
 // query row, so that even a few rows of wide heads spread over the whole GPU.
 #include <cmath>
 
+#include "core/softmax.h"
 #include "cuda/common/check.h"
+#include "cuda/common/combine.h"
 #include "cuda/common/cp_async.cuh"
-#include "cuda/sm80/f16x3/key_split.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -23,20 +24,22 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row = index / groups;  // (b, hq, i)
   const int c0 = 4 * int(index % groups);
   float lse_s[kMaxKeySplits];
-  float lse_max = -INFINITY;
+  float lse_top = -INFINITY;
 #pragma unroll
   for (int j = 0; j < kMaxKeySplits; ++j) {
     lse_s[j] = j < split.count ? split.lse[j * rows + row] : -INFINITY;
-    lse_max = fmaxf(lse_max, lse_s[j]);
+    lse_top = lse_max(lse_top, lse_s[j]);
   }
-  // Weights relative to the largest split; all zero for a row that saw no key.
+  // Weights relative to the largest split; all zero for a row that saw no key,
+  // NaN for a row with a NaN split.
   float weight[kMaxKeySplits], sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kMaxKeySplits; ++j) {
-    weight[j] = lse_max == -INFINITY ? 0.0f : expf(lse_s[j] - lse_max);
+    weight[j] = partial_weight(lse_s[j], lse_top);
     sum += weight[j];
   }
-  const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const bool empty = lse_top == -INFINITY;
+  const FinishedRow<float> merged = finish_row(lse_top, sum, empty);
   const int cols = min(4, s.head_dim - c0);
   float o[4] = {};
 #pragma unroll
@@ -57,11 +60,10 @@ __global__ void __launch_bounds__(kThreads)
                int64_t(i) * p.o.row_stride + c0;
   if (vec4)
     *reinterpret_cast<float4*>(out) =
-        make_float4(o[0] * inv_sum, o[1] * inv_sum, o[2] * inv_sum, o[3] * inv_sum);
+        make_float4(merged.out(o[0]), merged.out(o[1]), merged.out(o[2]), merged.out(o[3]));
   else
-    for (int e = 0; e < cols; ++e) out[e] = o[e] * inv_sum;
-  if (p.softmax.lse && c0 == 0)
-    p.softmax.lse[row] = sum > 0.0f ? lse_max + logf(sum) : -INFINITY;
+    for (int e = 0; e < cols; ++e) out[e] = merged.out(o[e]);
+  if (p.softmax.lse && c0 == 0) p.softmax.lse[row] = merged.lse;
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
-// Keys split over several blocks per query tile, for grids too small to fill
-// the GPU: each split writes its rows' output normalised by its own sum, with
-// that sum's lse, and merge_key_splits() combines them:
+// Split-KV: the keys of a query tile split over several blocks, for grids too
+// small to fill the GPU. Each split writes its rows' output normalised by its
+// own sum, with that sum's lse (a row that saw no key in the split: 0 and −inf),
+// and the combine merges them (core/softmax.h, lse_max and partial_weight):
 //   lse = ln Σ_s e^(lse_s),   out = Σ_s e^(lse_s − lse) · out_s.
+// Any kernel can split its keys: it takes a KeySplit, walks the key blocks
+// split_key_blocks() gives it (cuda/common/tile_scheduler.cuh), and writes
+// through KeySplit::row_out / row_lse when count > 1.
 #pragma once
 
 #include <cstddef>
 
+#include "core/params.h"
 #include "cuda/common/scratch.h"
-#include "params.h"
 
 namespace flashattn::cuda {
 
@@ -18,30 +22,6 @@ struct KeySplit {
   float* out = nullptr;   // [split][batch][q head][row][head_dim]
   float* lse = nullptr;   // [split][batch][q head][row]
 };
-
-// A query tile's rows [row0, row0 + rows), and the key blocks [first, end) of
-// block_n keys that key split blockIdx.y walks (last to first) out of those the
-// tile sees. The tiles of one (batch, head) run last to first, so under a causal
-// mask the longest rows start first. key_end_first: the keys row0 sees.
-struct TileKeys {
-  int row0, rows;
-  int first, end;
-  int key_end_first;
-};
-
-__device__ __forceinline__ TileKeys tile_keys(const AttnParams& p, int m_block, int m_blocks,
-                                              int block_m, int block_n, const KeySplit& split) {
-  const Sizes& s = p.sizes;
-  TileKeys k;
-  k.row0 = (m_blocks - 1 - m_block) * block_m;
-  k.rows = min(block_m, s.seqlen_q - k.row0);
-  const int visible = (p.mask.key_end(k.row0 + k.rows - 1, s.seqlen_k) + block_n - 1) / block_n;
-  const int per_split = (visible + split.count - 1) / split.count;
-  k.first = int(blockIdx.y) * per_split;
-  k.end = min(visible, k.first + per_split);
-  k.key_end_first = p.mask.key_end(k.row0, s.seqlen_k);
-  return k;
-}
 
 // out and lse of p from the count partial results (queued on p.stream).
 void merge_key_splits(const AttnParams& p, const KeySplit& split);

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::cuda {
 

@@ -5,7 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "api/fail.h"
+#include "core/error.h"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::cuda {

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "cuda/backends.h"
+#include "cuda/device.h"
 #include "cuda/common/check.h"
 
 namespace flashattn::cuda {

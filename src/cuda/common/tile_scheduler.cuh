@@ -1,10 +1,14 @@
-// The grid shared by the tiled kernels: blockIdx.x walks (batch, q head, query
-// tile) with the query tile fastest, so neighbouring blocks share K and V in L2;
-// blockIdx.y is the slice of output columns (head dims wider than one block).
+// The tile scheduler of the kernels that take one query tile per block (the
+// generic and sm_80 kernels; Hopper's persistent scheduler is sm90/scheduler.cuh).
+// blockIdx.x walks (batch, q head, query tile) with the query tile fastest, so
+// neighbouring blocks share K and V in L2, and the query tiles of one head run
+// last to first: under a causal mask the longest rows start first. blockIdx.y is
+// the slice of output columns (head dims wider than one block) or, for kernels
+// that split the keys, the key split (split_key_blocks).
 #pragma once
 
-#include "api/fail.h"
-#include "params.h"
+#include "core/error.h"
+#include "core/mask.h"
 
 namespace flashattn::cuda {
 
@@ -33,7 +37,17 @@ struct TileCoord {
 __device__ __forceinline__ TileCoord tile_coord(const Sizes& s, int m_blocks) {
   const int bh = int(blockIdx.x / m_blocks);
   const int hq = bh % s.heads_q;
-  return {int(blockIdx.x % m_blocks), bh / s.heads_q, hq, hq / s.group()};
+  return {m_blocks - 1 - int(blockIdx.x % m_blocks), bh / s.heads_q, hq, hq / s.group()};
+}
+
+// The key blocks key split blockIdx.y of `splits` walks, out of the tile's
+// [blocks.begin, blocks.end): an equal share of them, in order.
+__device__ __forceinline__ KeyBlocks split_key_blocks(KeyBlocks blocks, int splits) {
+  const int per_split = (blocks.end - blocks.begin + splits - 1) / splits;
+  const int first = blocks.begin + int(blockIdx.y) * per_split;
+  blocks.begin = first;
+  blocks.end = min(blocks.end, first + per_split);
+  return blocks;
 }
 
 }  // namespace flashattn::cuda

@@ -1,10 +1,13 @@
 // Naive CUDA attention: one thread per (batch, q head, query row), simple enough
-// to be obviously right. Pass 1 walks the visible keys once for
-//   m = max_j s_j  and  l = Σ_j exp(s_j − m)   (online: l rescaled when m grows);
+// to be obviously right. Pass 1 walks the row's keys (core/mask.h) once for
+//   m = max_j s_j  and  l = Σ_j 2^((s_j − m)·c)   (core/softmax.h, OnlineRow);
 // pass 2 walks them again per chunk of kOutChunk output columns, accumulating
-// exp(s_j − m)/l · v_j in registers. Scores are recomputed, never stored.
+// 2^((s_j − m)·c)·v_j in registers, then out = acc / l. Scores are recomputed,
+// never stored.
 #include <cmath>
 
+#include "core/mask.h"
+#include "core/softmax.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
@@ -15,11 +18,12 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kOutChunk = 16;  // output columns held in registers per pass
 
+// The raw score q·k.
 template <typename T>
-__device__ float score(const T* q, const T* k, int head_dim, float scale) {
-  float dot = 0.0f;
-  for (int c = 0; c < head_dim; ++c) dot += to_float(q[c]) * to_float(k[c]);
-  return dot * scale;
+__device__ float dot(const T* q, const T* k, int head_dim) {
+  float sum = 0.0f;
+  for (int c = 0; c < head_dim; ++c) sum += to_float(q[c]) * to_float(k[c]);
+  return sum;
 }
 
 template <typename T>
@@ -37,40 +41,37 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   const T* v = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
   T* o = static_cast<T*>(p.o.data) + b * p.o.batch_stride + i * p.o.row_stride +
          hq * p.o.head_stride;
-  const int key_end = p.mask.key_end(i, s.seqlen_k);
-  const float scale = p.softmax.scale;
+  const RowMask mask = row_mask(p, b);
+  const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
+  const float c = p.softmax.scale_log2;
 
-  float m = -INFINITY, l = 0.0f;
-  for (int j = 0; j < key_end; ++j) {
-    const float sj = score(q, k + j * p.k.row_stride, s.head_dim, scale);
-    const float m_new = fmaxf(m, sj);
-    l = l * expf(m - m_new) + expf(sj - m_new);
-    m = m_new;
+  OnlineRow state;
+  for (int j = key_begin; j < key_end; ++j) {
+    const float sj = dot(q, k + j * p.k.row_stride, s.head_dim);
+    state.raise_max(sj, c);
+    state.l += exp2f(fmaf(sj, c, state.neg_max_c(c)));
   }
-  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+  const FinishedRow<float> finished = finish_row(state.m * p.softmax.scale, state.l, mask.empty(i));
 
   for (int c0 = 0; c0 < s.head_dim; c0 += kOutChunk) {
     float acc[kOutChunk] = {};
-    for (int j = 0; j < key_end; ++j) {
-      const float pj = expf(score(q, k + j * p.k.row_stride, s.head_dim, scale) - m) * inv_l;
+    for (int j = key_begin; j < key_end; ++j) {
+      const float pj = exp2f(fmaf(dot(q, k + j * p.k.row_stride, s.head_dim), c, state.neg_max_c(c)));
       const T* vj = v + j * p.v.row_stride + c0;
 #pragma unroll
-      for (int c = 0; c < kOutChunk; ++c)
-        if (c0 + c < s.head_dim) acc[c] += pj * to_float(vj[c]);
+      for (int e = 0; e < kOutChunk; ++e)
+        if (c0 + e < s.head_dim) acc[e] += pj * to_float(vj[e]);
     }
 #pragma unroll
-    for (int c = 0; c < kOutChunk; ++c)
-      if (c0 + c < s.head_dim) o[c0 + c] = from_float<T>(acc[c]);
+    for (int e = 0; e < kOutChunk; ++e)
+      if (c0 + e < s.head_dim) o[c0 + e] = from_float<T>(finished.out(acc[e]));
   }
-  if (p.softmax.lse)
-    p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + i] =
-        l > 0.0f ? m + logf(l) : -INFINITY;
+  if (p.softmax.lse) p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + i] = finished.lse;
 }
 
 }  // namespace
 
 void naive_forward(const AttnParams& p) {
-  DeviceGuard device(p.device_index);
   const int64_t rows = int64_t(p.sizes.batch) * p.sizes.heads_q * p.sizes.seqlen_q;
   const int64_t blocks = (rows + kThreads - 1) / kThreads;
   if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "q: batch × heads × seqlen is too large");

@@ -4,18 +4,20 @@
 // kBlockN rows:
 //   S = Q·K_jᵀ, accumulated over head_dim in chunks of kDimChunk through shared
 //       memory (so head_dim is unbounded),
-//   online softmax per row: m_i = running max, l_i = Σ exp2((s − m_i)·c),
-//       acc_i rescaled by exp2((m_old − m_new)·c), with c = scale·log2(e),
+//   online softmax per row (core/softmax.h): m_i = running max, l_i = Σ
+//       exp2((s − m_i)·c), acc_i rescaled when m_i grows, c = scale·log2(e),
 //   acc += P·V_j[:, columns], P staged through shared memory.
 // Thread (ty, tx) holds rows ty + 16a and columns tx + 16b, a, b < 4. Head dims
 // above kOutCols run one block per column slice, each recomputing S.
 #include <cmath>
 
+#include "core/mask.h"
+#include "core/softmax.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
 #include "cuda/common/lanes.cuh"
-#include "cuda/common/tile_grid.cuh"
+#include "cuda/common/tile_scheduler.cuh"
 
 namespace flashattn::cuda {
 namespace {
@@ -28,7 +30,6 @@ constexpr int kSide = 16;  // threads per block side
 constexpr int kThreads = kSide * kSide;
 constexpr int kPerThread = kBlockM / kSide;  // rows (and S or O columns) per thread
 static_assert(kBlockM == kBlockN && kBlockN == kOutCols, "one 4×4 thread tile for S and O");
-constexpr float kLog2e = 1.4426950408889634f;
 
 struct SharedTiles {
   float q[kDimChunk][kBlockM];      // Q chunk, transposed: broadcast reads along rows
@@ -67,21 +68,24 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
                 hq * p.q.head_stride;
   const T* gK = static_cast<const T*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
   const T* gV = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride + col0;
-  const float c = p.softmax.scale * kLog2e;
+  const float c = p.softmax.scale_log2;
+  const RowMask mask = row_mask(p, b);
 
-  float m_i[kPerThread], l_i[kPerThread], acc[kPerThread][kPerThread];
-  int key_end[kPerThread];
+  OnlineRow row[kPerThread];  // l: this thread's partial, summed over the row at the end
+  float acc[kPerThread][kPerThread];
+  int key_begin[kPerThread], key_end[kPerThread];
 #pragma unroll
   for (int a = 0; a < kPerThread; ++a) {
-    m_i[a] = -INFINITY;
-    l_i[a] = 0.0f;  // this thread's partial; summed over the row at the end
-    key_end[a] = p.mask.key_end(m0 + ty + kSide * a, s.seqlen_k);
+    key_begin[a] = mask.key_begin(m0 + ty + kSide * a);
+    key_end[a] = mask.key_end(m0 + ty + kSide * a);
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[a][e] = 0.0f;
   }
-  const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
+  // Keys outside [n_begin, n_end) are seen by no row of the tile.
+  const int n_begin = mask.key_blocks(m0, rows, kBlockN).begin * kBlockN;
+  const int n_end = mask.key_end(m0 + rows - 1);
 
-  for (int n0 = 0; n0 < n_end; n0 += kBlockN) {
+  for (int n0 = n_begin; n0 < n_end; n0 += kBlockN) {
     float s_ij[kPerThread][kPerThread] = {};
     for (int d0 = 0; d0 < s.head_dim; d0 += kDimChunk) {
       __syncthreads();  // previous readers of sm.q / sm.k are done
@@ -103,19 +107,16 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
       float tile_max = -INFINITY;
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e) {
-        if (n0 + tx + kSide * e >= key_end[a]) s_ij[a][e] = -INFINITY;
+        const int key = n0 + tx + kSide * e;
+        if (key < key_begin[a] || key >= key_end[a]) s_ij[a][e] = -INFINITY;
         tile_max = fmaxf(tile_max, s_ij[a][e]);
       }
-      const float m_new = fmaxf(m_i[a], row_max(tile_max));
-      // A row with nothing visible so far keeps m = −inf; use 0 so no −inf − −inf.
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f((m_i[a] - m_use) * c);
-      m_i[a] = m_new;
-      l_i[a] *= alpha;
+      const float alpha = row[a].raise_max(row_max(tile_max), c);
+      const float neg_max_c = row[a].neg_max_c(c);
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e) {
-        const float p_ij = exp2f((s_ij[a][e] - m_use) * c);
-        l_i[a] += p_ij;
+        const float p_ij = exp2f(fmaf(s_ij[a][e], c, neg_max_c));
+        row[a].l += p_ij;
         sm.p[ty + kSide * a][tx + kSide * e] = p_ij;
         acc[a][e] *= alpha;
       }
@@ -135,24 +136,23 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
 #pragma unroll
   for (int a = 0; a < kPerThread; ++a) {
     const int r = ty + kSide * a;
-    const float l = row_sum(l_i[a]);
+    const float l = row_sum(row[a].l);
     if (r >= rows) continue;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const FinishedRow<float> finished = finish_row(row[a].m * p.softmax.scale, l, mask.empty(m0 + r));
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
       const int col = tx + kSide * e;
-      if (col0 + col < s.head_dim) gO[int64_t(m0 + r) * p.o.row_stride + col] = from_float<T>(acc[a][e] * inv_l);
+      if (col0 + col < s.head_dim)
+        gO[int64_t(m0 + r) * p.o.row_stride + col] = from_float<T>(finished.out(acc[a][e]));
     }
     if (p.softmax.lse && blockIdx.y == 0 && tx == 0)
-      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + m0 + r] =
-          l > 0.0f ? m_i[a] * p.softmax.scale + logf(l) : -INFINITY;
+      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + m0 + r] = finished.lse;
   }
 }
 
 }  // namespace
 
 void tiled_forward(const AttnParams& p) {
-  DeviceGuard device(p.device_index);
   if (tiny_fits(p)) {
     tiny_forward(p);
     return;

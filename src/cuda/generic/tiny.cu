@@ -8,6 +8,8 @@
 // registers go to tiny_warp.cu instead.
 #include <cmath>
 
+#include "core/mask.h"
+#include "core/softmax.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
@@ -76,17 +78,18 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (w >= rows) return;
   const int row = row0 + w;
-  const int key_end = p.mask.key_end(row, nk);
+  const RowMask mask = row_mask(p, b);
+  const int key_begin = mask.key_begin(row), key_end = mask.key_end(row);
   const float4* q_row = q + w * pitch;
 
   // Scores in log2 units, s·scale·log2(e), from float4s of the zero-padded rows.
-  const float c = p.softmax.scale * 1.4426950408889634f;
+  const float c = p.softmax.scale_log2;
   float score[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int j = lane + 32 * h;
     score[h] = -INFINITY;
-    if (j < key_end) {
+    if (j >= key_begin && j < key_end) {
       const float4* k_row = k + j * pitch;
       float4 part = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
@@ -101,28 +104,27 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   const float m = lanes_max<31u>(fmaxf(score[0], score[1]));
   float prob[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) prob[h] = m == -INFINITY ? 0.0f : exp2f(score[h] - m);
+  for (int h = 0; h < 2; ++h) prob[h] = exp2f(score[h] - exponent_max(m));
   const float sum = lanes_sum<31u>(prob[0] + prob[1]);
-  const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
 
   const float* v1 = reinterpret_cast<const float*>(v);
   float acc[kColsPerLane] = {};
 #pragma unroll 8
-  for (int j = 0; j < key_end; ++j) {
+  for (int j = key_begin; j < key_end; ++j) {
     const float pj = __shfl_sync(0xffffffffu, j < 32 ? prob[0] : prob[1], j % 32);
 #pragma unroll
     for (int u = 0; u < kColsPerLane; ++u)
       if (lane + 32 * u < d) acc[u] = fmaf(pj, v1[j * 4 * pitch + lane + 32 * u], acc[u]);
   }
+  // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
+  const FinishedRow<float> finished = finish_row(m * kLn2, sum, mask.empty(row));
   float* out = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride +
                int64_t(row) * p.o.row_stride;
 #pragma unroll
   for (int u = 0; u < kColsPerLane; ++u)
-    if (lane + 32 * u < d) out[lane + 32 * u] = acc[u] * inv_sum;
-  // lse = ln Σ 2^score = (m + log2(sum))·ln 2; -inf for a row that sees no key.
+    if (lane + 32 * u < d) out[lane + 32 * u] = finished.out(acc[u]);
   if (p.softmax.lse && lane == 0)
-    p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + row] =
-        sum > 0.0f ? (m + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+    p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + row] = finished.lse;
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <climits>
 #include <cmath>
 
+#include "core/mask.h"
+#include "core/softmax.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
@@ -41,10 +43,9 @@ struct WarpTensor {
 struct WarpParams {
   WarpTensor q, k, v, o;
   float* lse;
-  int seqlen_q, seqlen_k, heads_q, group;
+  int heads_q, group;
   int head_dim;
-  int causal_offset;  // key j is visible to row i iff j <= i + causal_offset
-  bool causal;
+  RowMask mask;      // the batch's one sequence length pair (dense)
   float scale_log2;  // softmax scale · log2(e)
 };
 
@@ -87,8 +88,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   const int hk = p.group == 1 ? hq : hq / p.group;
   const unsigned lane = threadIdx.x;
   const int g = lane / kChunks, c = lane % kChunks, d = p.head_dim;
-  const int key_end =
-      !p.causal ? p.seqlen_k : max(0, min(p.seqlen_k, row + p.causal_offset + 1));
+  const int key_begin = p.mask.key_begin(row), key_end = p.mask.key_end(row);
 
   // Base pointers once, so that each key's row is one multiply-add away.
   const float* k_head = head_ptr(p.k, b, hk);
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
 #pragma unroll
   for (int i = 0; i < kKeySteps; ++i) {
     const int key = kGroups * i + g;
-    const bool visible = key < key_end;
+    const bool visible = key >= key_begin && key < key_end;
     // Rows past key_end are not read (the loads are predicated off), so their
     // addresses need no clamping, and do not wait for the mask.
     k[i] = load_chunk<kVec4>(k_head + key * k_row_stride, c, d, visible);
@@ -118,16 +118,17 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
     for (int i = 0; i < kKeySteps; ++i) score[i] += __shfl_xor_sync(0xffffffffu, score[i], offset);
 #pragma unroll
   for (int i = 0; i < kKeySteps; ++i) {
-    score[i] = kGroups * i + g < key_end ? score[i] * p.scale_log2 : -INFINITY;
+    const int key = kGroups * i + g;
+    score[i] = key >= key_begin && key < key_end ? score[i] * p.scale_log2 : -INFINITY;
     m = fmaxf(m, score[i]);
   }
   m = lanes_max<kGroupBits>(m);
 
-  // A row that sees no key has every score and m at -inf: subtracting 0
-  // instead gives p = 2^-inf = 0, an output of 0 and lse -inf. (Testing m at
-  // each key instead made ptxas sink each key's loads below the previous
-  // key's shuffles: a memory round trip per key, +1.4 µs at (17, 96, 3).)
-  const float m_safe = m == -INFINITY ? 0.0f : m;
+  // A row whose scores are all -inf has m at -inf: subtracting 0 instead
+  // (exponent_max) gives p = 2^-inf = 0. (Testing m at each key instead made
+  // ptxas sink each key's loads below the previous key's shuffles: a memory
+  // round trip per key, +1.4 µs at (17, 96, 3).)
+  const float m_safe = exponent_max(m);
   float sum = 0.0f;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -141,9 +142,11 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   acc.z = lanes_sum<kGroupBits>(acc.z), acc.w = lanes_sum<kGroupBits>(acc.w);
 
   if (g != 0) return;
-  const float inv_sum = sum > 0.0f ? __frcp_rn(sum) : 0.0f;
+  // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
+  const FinishedRow<float> finished = finish_row(m * kLn2, sum, p.mask.empty(row));
   float* out = head_ptr(p.o, b, hq) + row * p.o.row_stride + 4 * c;
-  const float4 o = make_float4(acc.x * inv_sum, acc.y * inv_sum, acc.z * inv_sum, acc.w * inv_sum);
+  const float4 o = make_float4(finished.out(acc.x), finished.out(acc.y), finished.out(acc.z),
+                               finished.out(acc.w));
   if (kVec4) {
     if (4 * c < d) *reinterpret_cast<float4*>(out) = o;
   } else {
@@ -152,10 +155,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
     if (4 * c + 2 < d) out[2] = o.z;
     if (4 * c + 3 < d) out[3] = o.w;
   }
-  // lse = ln Σ 2^score = (m + log2(sum))·ln 2; -inf for a row that sees no key.
-  if (p.lse && lane == 0)
-    p.lse[(b * p.heads_q + hq) * p.seqlen_q + row] =
-        sum > 0.0f ? (m + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+  if (p.lse && lane == 0) p.lse[(b * p.heads_q + hq) * p.mask.seqlen_q + row] = finished.lse;
 }
 
 // Largest element offset of t (strides are non-negative by validation).
@@ -190,11 +190,10 @@ void tiny_warp_forward(const AttnParams& p) {
   WarpParams w;
   w.q = warp_tensor(p.q), w.k = warp_tensor(p.k), w.v = warp_tensor(p.v), w.o = warp_tensor(p.o);
   w.lse = p.softmax.lse;
-  w.seqlen_q = s.seqlen_q, w.seqlen_k = s.seqlen_k, w.heads_q = s.heads_q, w.group = s.group();
+  w.heads_q = s.heads_q, w.group = s.group();
   w.head_dim = s.head_dim;
-  w.causal = p.mask.causal;
-  w.causal_offset = int(p.mask.causal_offset);  // |offset| ≤ 64 for a tiny problem
-  w.scale_log2 = p.softmax.scale * 1.4426950408889634f;
+  w.mask = row_mask(p, 0);
+  w.scale_log2 = p.softmax.scale_log2;
   const dim3 grid(unsigned(s.heads_q), unsigned(s.batch), unsigned(s.seqlen_q));
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   if (fp32_rows_vec4(p) && rows_16b_aligned(p.o, sizeof(float)))

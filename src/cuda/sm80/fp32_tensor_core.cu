@@ -7,10 +7,10 @@
 // block_n(kD) rows. Per query row i (two per thread: g and g + 8 of its warp):
 //   m_i = max over keys seen of s_ij (raw, unscaled),
 //   l_i = Σ exp2((s_ij − m_i)·c),  acc_i = Σ exp2((s_ij − m_i)·c)·v_j,  c = scale·log2(e),
-// with l_i and acc_i rescaled when m_i grows. Head dims above kD run one block
-// per kD-column slice of the output, accumulating S over kD-wide chunks of
-// head_dim (Q and K chunks re-read through shared memory); up to kD, Q stays
-// in shared memory for the whole key loop.
+// with l_i and acc_i rescaled when m_i grows (core/softmax.h, OnlineRow). Head
+// dims above kD run one block per kD-column slice of the output, accumulating S
+// over kD-wide chunks of head_dim (Q and K chunks re-read through shared
+// memory); up to kD, Q stays in shared memory for the whole key loop.
 //
 // P never leaves registers: for the P·V product the key order inside each
 // 8-key step is permuted so that the accumulator layout of S is the A layout
@@ -18,11 +18,13 @@
 // same permuted order.
 #include <cmath>
 
+#include "core/mask.h"
+#include "core/softmax.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/fp32_tile.cuh"
 #include "cuda/common/mma_tf32x3.cuh"
-#include "cuda/common/tile_grid.cuh"
+#include "cuda/common/tile_scheduler.cuh"
 
 namespace flashattn::cuda {
 namespace {
@@ -35,7 +37,6 @@ constexpr int kBlockM = 16 * kWarps;
 __host__ __device__ constexpr int block_n(int kD) { return kD >= 128 ? 32 : 64; }
 __host__ __device__ constexpr int n_tiles(int kD) { return block_n(kD) / 8; }  // 8-key column tiles of S
 constexpr int kPad = kFp32TilePad;  // fragment loads hit 32 distinct banks
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kD>
 struct SharedTiles {
@@ -131,20 +132,24 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
                     int64_t(m0) * p.q.row_stride + hq * p.q.head_stride;
   const float* gK = static_cast<const float*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
   const float* gV = static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
-  const float c = p.softmax.scale * kLog2e;
+  const float c = p.softmax.scale_log2;
+  const RowMask mask = row_mask(p, b);
 
   // This thread's rows: r = 0 is row g of the warp's 16, r = 1 is row g + 8.
   const int my_row[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
-  const int key_end[2] = {p.mask.key_end(my_row[0], s.seqlen_k), p.mask.key_end(my_row[1], s.seqlen_k)};
-  float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};  // l_i: this thread's partial
+  const int key_begin[2] = {mask.key_begin(my_row[0]), mask.key_begin(my_row[1])};
+  const int key_end[2] = {mask.key_end(my_row[0]), mask.key_end(my_row[1])};
+  OnlineRow row[2];  // l: this thread's partial, summed over the quad at the end
   float acc[kD / 8][4] = {};
-  const int n_end = p.mask.key_end(m0 + rows - 1, s.seqlen_k);
+  // Keys outside [n_begin, n_end) are seen by no row of the tile.
+  const int n_begin = mask.key_blocks(m0, rows, block_n(kD)).begin * block_n(kD);
+  const int n_end = mask.key_end(m0 + rows - 1);
 
   if (chunks == 1) {
     load_fp32_tile_async<kD, kBlockM, kThreads>(sm.q, gQ, p.q.row_stride, rows, s.head_dim, vec4);
     cp_async_commit();
   }
-  for (int n0 = 0; n0 < n_end; n0 += block_n(kD)) {
+  for (int n0 = n_begin; n0 < n_end; n0 += block_n(kD)) {
     float s_ij[n_tiles(kD)][4] = {};
     for (int chunk = 0; chunk < chunks; ++chunk) {
       __syncthreads();  // earlier readers of sm.q, sm.k, sm.v are done
@@ -178,21 +183,19 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s_ij[j][2 * r + e];
-          if (n0 + 8 * j + 2 * t + e >= key_end[r]) x = -INFINITY;
+          const int key = n0 + 8 * j + 2 * t + e;
+          if (key < key_begin[r] || key >= key_end[r]) x = -INFINITY;
           tile_max = fmaxf(tile_max, x);
         }
-      const float m_new = fmaxf(m_i[r], quad_max(tile_max));
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // never −inf − −inf
-      const float alpha = exp2f((m_i[r] - m_use) * c);
-      m_i[r] = m_new;
-      l_i[r] *= alpha;
+      const float alpha = row[r].raise_max(quad_max(tile_max), c);
+      const float neg_max_c = row[r].neg_max_c(c);
 #pragma unroll
       for (int j = 0; j < n_tiles(kD); ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s_ij[j][2 * r + e];
-          x = exp2f((x - m_use) * c);
-          l_i[r] += x;
+          x = exp2f(fmaf(x, c, neg_max_c));
+          row[r].l += x;
         }
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
@@ -208,20 +211,20 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   float* gO = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride + col0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(l_i[r]);
+    const float l = quad_sum(row[r].l);
     if (my_row[r] >= s.seqlen_q) continue;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const FinishedRow<float> finished =
+        finish_row(row[r].m * p.softmax.scale, l, mask.empty(my_row[r]));
     float* o_row = gO + int64_t(my_row[r]) * p.o.row_stride;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = 8 * n + 2 * t + e;
-        if (col0 + col < s.head_dim) o_row[col] = acc[n][2 * r + e] * inv_l;
+        if (col0 + col < s.head_dim) o_row[col] = finished.out(acc[n][2 * r + e]);
       }
     if (p.softmax.lse && blockIdx.y == 0 && t == 0)
-      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + my_row[r]] =
-          l > 0.0f ? m_i[r] * p.softmax.scale + logf(l) : -INFINITY;
+      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + my_row[r]] = finished.lse;
   }
 }
 
@@ -239,7 +242,6 @@ void launch(const AttnParams& p) {
 }  // namespace
 
 void tf32x3_forward(const AttnParams& p) {
-  DeviceGuard device(p.device_index);
   // Smallest bucket that holds head_dim, so small heads waste no tensor-core work.
   if (p.sizes.head_dim <= 32) launch<32>(p);
   else if (p.sizes.head_dim <= 64) launch<64>(p);

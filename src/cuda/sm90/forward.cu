@@ -56,7 +56,6 @@ std::string wgmma_unsupported(const AttnParams& p) {
 }
 
 void wgmma_forward(const AttnParams& p) {
-  DeviceGuard device(p.device_index);
   if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);
   else if (p.dtype == DType::f16) run_bucket<__half>(p);
   else fail(Status::internal, "dtype: cuda_wgmma takes f16 or bf16");

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "cuda/backends.h"
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::cuda::sm90 {
 

@@ -9,9 +9,10 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/mask.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
-#include "cuda/common/tile_grid.cuh"
+#include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm90/forward.h"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -147,10 +148,10 @@ void launch(const AttnParams& p) {
   kp.v = make_tensor_map(p.v, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBoxRows);
   kp.o = make_tensor_map(p.o, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, 64);
   kp.sizes = s;
-  kp.mask = p.mask;
+  kp.mask = row_mask(p, 0);  // dense: every sequence has the same lengths
   kp.lse = p.softmax.lse;
   kp.scale = p.softmax.scale;
-  kp.scale_log2 = p.softmax.scale * float(M_LOG2E);
+  kp.scale_log2 = p.softmax.scale_log2;
   kp.m_blocks = grid.m_blocks;
   kp.row_shift = tile_row_shift<Tr>(p);
   kp.tiles = int(grid.dims.x);

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "api/fail.h"
+#include "core/error.h"
 #include "cuda/common/check.h"
 #include "cuda/sm90/tensor_map.h"
 

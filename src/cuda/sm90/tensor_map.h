@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::cuda::sm90 {
 

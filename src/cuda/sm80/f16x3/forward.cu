@@ -67,7 +67,6 @@ void run(const AttnParams& p) {
 }  // namespace f16x3
 
 void f16x3_forward(const AttnParams& p) {
-  DeviceGuard device(p.device_index);
   switch (head_dim_bucket(f16x3::kHeadDims, p.sizes.head_dim)) {
     case 32: f16x3::run<32>(p); return;
     case 64: f16x3::run<64>(p); return;

@@ -28,13 +28,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/mask.h"
+#include "cuda/common/combine.h"
 #include "cuda/common/split_f16.cuh"
-#include "cuda/common/tile_grid.cuh"
+#include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
-#include "cuda/sm80/f16x3/key_split.h"
 #include "cuda/sm80/f16x3/output_rows.cuh"
 #include "cuda/sm80/f16x3/split_kv.cuh"
-#include "cuda/sm80/mma/forward_kernel.cuh"
+#include "cuda/sm80/score.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_shape.cuh"
 
 namespace flashattn::cuda::f16x3 {
 
@@ -45,7 +48,7 @@ namespace flashattn::cuda::f16x3 {
 template <int kD>
 constexpr int kBlockNFor = kD >= 128 ? 32 : 64;
 template <int kD>
-using ShapeFor = mma::TileShape<kD, kD, 64, kBlockNFor<kD>, 4>;
+using ShapeFor = sm80::TileShape<kD, kD, 64, kBlockNFor<kD>, 4>;
 
 template <typename Shape>
 struct alignas(128) SharedTiles {
@@ -60,6 +63,8 @@ struct alignas(128) SharedTiles {
     KeyBlock keys[2];
   };
   int64_t kv_head;                     // the block's batch · heads_kv + kv head
+  RowMask mask;                        // the key range each row of the block's sequence sees
+  KeyBlocks blocks;                    // the key blocks this split walks, and those seen whole
   float q_unscale[Shape::kBlockM];     // 2^-e per query row
   float k_unscale[2];                  // 2^-e per buffer's key block
   float v_unscale[2][Shape::kOTiles];  // 2^-e per buffer's 8 output columns
@@ -194,9 +199,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   const int g = lane / 4, t = lane % 4;
 
   const TileCoord tc = tile_coord(s, m_blocks);
-  if (threadIdx.x == 0) sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;  // read after a barrier
-  const auto [row0, rows, first_block, end_block, key_end_first] =
-      tile_keys(p, tc.m_block, m_blocks, kBlockM, kBlockN, split);
+  if (threadIdx.x == 0) {  // read after a barrier
+    sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;
+    sm.mask = row_mask(p, tc.b);
+  }
+  const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
+  const KeyBlocks blocks =
+      split_key_blocks(row_mask(p, tc.b).key_blocks(row0, rows, kBlockN), split.count);
+  const int first_block = blocks.begin, end_block = blocks.end;
+  if (threadIdx.x == 0) sm.blocks = blocks;
 
   float q_unscale[2] = {1.0f, 1.0f};  // rows g and g + 8 of the warp
   if (end_block > first_block) {
@@ -220,8 +231,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 
   float acc[1][kOT][4] = {};
   float row_max[1][2] = {{-INFINITY, -INFINITY}};
-  mma::RowSums<1> row_sum{};
-  const float c = p.softmax.scale * mma::kLog2e;
+  sm80::RowSums<1> row_sum{};
+  const float c = p.softmax.scale_log2;
 
   for (int n = end_block - 1; n >= first_block; --n) {
     const int key0 = n * kBlockN, buf = n % 2;
@@ -238,17 +249,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[0][nt][e] = (sc[0][nt][e] + small[nt][e]) * unscale[e / 2];
-    if (key0 + kBlockN > key_end_first)  // some row's key_end falls inside the block
-      mma::mask_scores<Shape>(p, row0, key0, sc);
+    if (sm.blocks.needs_mask(n))  // some row's key range ends inside the block
+      sm80::score_step(sm.mask, row0 + warp_row0, key0, sc);
 
     cp_async_wait<1>();  // of V_n and K_{n−1}
     __syncthreads();     // V_n has landed
     if (n > first_block) load_key_block<Shape>(kv, n - 1, 1, sm, 1 - buf);
     else cp_async_commit();
 
-    mma::online_softmax<Shape>(c, kPLog2Bias, sc, row_max, row_sum, acc);
+    sm80::online_softmax<Shape>(c, kPLog2Bias, sc, row_max, row_sum, acc);
     uint32_t p_hi[kBlockN / 16][4], p_lo[kBlockN / 16][4];
-    mma::for_each_p_fragment<Shape>(sc, [&](int, int kk, int r, float x0, float x1) {
+    sm80::for_each_p_fragment<Shape>(sc, [&](int, int kk, int r, float x0, float x1) {
       const HalfPairs split = split_pair(x0, x1);
       p_hi[kk][r] = split.hi;
       p_lo[kk][r] = split.lo;
@@ -258,13 +269,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 
   // One split writes p's output itself; several write their parts for the merge.
   const OutputRows out(p, split, tc);
+  const RowMask& mask = sm.mask;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = row_sum.l[0][h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = sm80::quad_sum(row_sum.l[0][h]);
     const int row = row0 + warp_row0 + g + 8 * h;
-    if (row < s.seqlen_q) out.store(row, h, 0, acc[0], l, row_max[0][h], t == 0);
+    const bool empty = !mask.sees_keys_in(row, first_block * kBlockN, end_block * kBlockN);
+    if (row < s.seqlen_q) out.store(row, h, 0, acc[0], l, row_max[0][h], empty, t == 0);
   }
 }
 

@@ -1,14 +1,15 @@
 // Where a cuda_f16x3 block writes its finished rows: p's output and lse when
 // the keys were not split, else its split's partial rows for the merge
-// (key_split.h). Both attention kernels end with it.
+// (cuda/common/combine.h). Both attention kernels end with it.
 #pragma once
 
 #include <cmath>
 
+#include "core/params.h"
+#include "core/softmax.h"
+#include "cuda/common/combine.h"
 #include "cuda/common/split_f16.cuh"
-#include "cuda/common/tile_grid.cuh"
-#include "cuda/sm80/f16x3/key_split.h"
-#include "params.h"
+#include "cuda/common/tile_scheduler.cuh"
 
 namespace flashattn::cuda::f16x3 {
 
@@ -32,14 +33,16 @@ struct OutputRows {
 
   // Writes out = acc / l for this thread's columns of query row `row` (half h of
   // its accumulator tiles, columns col0 + 8·ot + 2t + e) and, if write_lse, the
-  // row's lse from its raw maximum; l carries P's 2^kPLog2Bias. Rows that saw
-  // no key (l = 0) get 0 and -inf.
+  // row's lse from its raw maximum; l carries P's 2^kPLog2Bias. empty: the row
+  // saw no key in the keys this block walked (core/softmax.h, finish_row).
   template <int kOT>
   __device__ __forceinline__ void store(int row, int h, int col0, const float (&acc)[kOT][4],
-                                        float l, float row_max, bool write_lse) const {
+                                        float l, float row_max, bool empty,
+                                        bool write_lse) const {
     const Sizes& s = p.sizes;
     const int t = threadIdx.x % 4;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const FinishedRow<float> finished =
+        finish_row(row_max * p.softmax.scale - kPLog2Bias * kLn2, l, empty);
     float* o_row = split.count == 1
                        ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
                              tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride
@@ -49,11 +52,9 @@ struct OutputRows {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = col0 + 8 * ot + 2 * t + e;
-        if (col < s.head_dim) o_row[col] = acc[ot][2 * h + e] * inv_l;
+        if (col < s.head_dim) o_row[col] = finished.out(acc[ot][2 * h + e]);
       }
-    if (lse && write_lse)
-      lse[row] = l > 0.0f ? row_max * p.softmax.scale + logf(l) - kPLog2Bias * 0.69314718f
-                          : -INFINITY;
+    if (lse && write_lse) lse[row] = finished.lse;
   }
 };
 

@@ -12,7 +12,7 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/fp32_tile.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::cuda::f16x3 {
 

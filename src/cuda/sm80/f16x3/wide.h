@@ -2,7 +2,7 @@
 // into mma fragment order, then wide_kernel.cuh.
 #pragma once
 
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::cuda::f16x3 {
 

@@ -30,13 +30,16 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/common/split_f16.cuh"
-#include "cuda/common/tile_grid.cuh"
+#include "cuda/common/tile_scheduler.cuh"
+#include "core/mask.h"
+#include "core/softmax.h"
+#include "cuda/common/combine.h"
 #include "cuda/sm80/f16x3/group_split.cuh"
-#include "cuda/sm80/f16x3/key_split.h"
 #include "cuda/sm80/f16x3/output_rows.cuh"
 #include "cuda/sm80/f16x3/wide_split.cuh"
-#include "cuda/sm80/mma/forward_kernel.cuh"
-#include "cuda/sm80/mma/smem_tile.cuh"
+#include "cuda/sm80/score.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/softmax.cuh"
 
 namespace flashattn::cuda::f16x3 {
 
@@ -196,8 +199,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int g = lane / 4, t = lane % 4;
 
   const TileCoord tc = tile_coord(s, m_blocks);
-  const auto [row0, rows, first, end, key_end_first] =
-      tile_keys(p, tc.m_block, m_blocks, kBlockM, kChunk, split);
+  const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
+  const KeyBlocks blocks =
+      split_key_blocks(row_mask(p, tc.b).key_blocks(row0, rows, kChunk), split.count);
+  const int first = blocks.begin, end = blocks.end;
 
   if (threadIdx.x == 0) {
     const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk, steps = kv.rows / 16;
@@ -220,7 +225,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   float acc[2][kOT][4] = {};
   float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
   float row_sum[2][2] = {};  // over this warp's keys
-  const float c = p.softmax.scale * mma::kLog2e;
+  const float c = p.softmax.scale_log2;
 
   for (int n = end - 1; n >= first; --n) {
     // S for keys [key0, key0 + 16) over all kD columns, in chains of 4 steps.
@@ -281,19 +286,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         for (int e = 0; e < 4; ++e)
           sc[mt][nt][e] *= sm.q_unscale[16 * mt + g + 8 * (e / 2)] *
                            (e % 2 ? k_unscale[nt].y : k_unscale[nt].x);
-    const bool masked = n * kChunk + kChunk > key_end_first;
+    if (blocks.needs_mask(n)) sm80::score_step(row_mask(p, tc.b), row0, key0, sc);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (masked) {
-          const int seen = p.mask.key_end(row0 + 16 * mt + g + 8 * h, s.seqlen_k) - key0 - 2 * t;
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (8 * nt + e >= seen) sc[mt][nt][2 * h + e] = -INFINITY;
-        }
         float m = fmaxf(fmaxf(sc[mt][0][2 * h], sc[mt][0][2 * h + 1]),
                         fmaxf(sc[mt][1][2 * h], sc[mt][1][2 * h + 1]));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
@@ -312,9 +309,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         float m = row_max[mt][h];
 #pragma unroll
         for (int v = 0; v < kWarps; ++v) m = fmaxf(m, sm.row_part[v][r]);
-        // A row with no visible key yet keeps m = -inf; 0 stands in for it so
-        // that -inf − -inf never makes a NaN.
-        const float m_c = (m == -INFINITY ? 0.0f : m) * c;
+        const float m_c = exponent_max(m) * c;
         const float alpha = fast_exp2(row_max[mt][h] * c - m_c);
         row_max[mt][h] = m;
         row_sum[mt][h] *= alpha;
@@ -369,15 +364,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float l = row_sum[mt][h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float l = sm80::quad_sum(row_sum[mt][h]);
       if (t == 0) sm.row_part[w][16 * mt + g + 8 * h] = l;
     }
   __syncthreads();
 
   // One split writes p's output itself; several write their parts for the merge.
   const OutputRows out(p, split, tc);
+  const RowMask mask = row_mask(p, tc.b);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -387,7 +381,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       float l = 0.0f;
 #pragma unroll
       for (int v = 0; v < kWarps; ++v) l += sm.row_part[v][r];
-      out.store(row, h, 128 * w, acc[mt], l, row_max[mt][h], w == 0 && t == 0);
+      const bool empty = !mask.sees_keys_in(row, first * kChunk, end * kChunk);
+      out.store(row, h, 128 * w, acc[mt], l, row_max[mt][h], empty, w == 0 && t == 0);
     }
 }
 

@@ -20,7 +20,7 @@
 #include "cuda/common/fp32_tile.cuh"
 #include "cuda/common/split_f16.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
-#include "params.h"
+#include "core/params.h"
 
 namespace flashattn::cuda::f16x3 {
 

@@ -27,7 +27,6 @@ void run_bucket(const AttnParams& p) {
 }  // namespace
 
 void mma_forward(const AttnParams& p) {
-  DeviceGuard device(p.device_index);
   if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);
   else if (p.dtype == DType::f16) run_bucket<__half>(p);
   else fail(Status::internal, "dtype: cuda_mma takes f16 or bf16");

@@ -9,6 +9,8 @@
 
 namespace flashattn::cuda::mma {
 
+using sm80::TileShape;
+
 // BM × BN and warps after FlashAttention-2's choices: 4 warps of 32 rows up to
 // d = 128 (two m16 slices per warp halve the K and V shared-memory reads per
 // product); at 192, 8 warps of 16 rows, where 32 rows of fp32 accumulators would

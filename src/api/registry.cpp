@@ -1,0 +1,138 @@
+#include "api/registry.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "cpu/backends.h"
+#include "cuda/backends.h"
+
+namespace flashattn {
+namespace {
+
+constexpr uint32_t bit(DType d) { return 1u << int(d); }
+constexpr uint32_t kAll = bit(DType::f32) | bit(DType::f16) | bit(DType::bf16);
+constexpr uint32_t kF32 = bit(DType::f32);
+constexpr uint32_t kHalf = bit(DType::f16) | bit(DType::bf16);
+
+// In enum order. Head-dim limits come from the kernels' own constants.
+const std::vector<BackendEntry>& table() {
+  static const std::vector<BackendEntry> entries = {
+      {{Backend::reference, "reference", DeviceKind::cpu, kAll, 0, 0,
+        "float64 with each score row materialised: the oracle the tests compare with"},
+       cpu::reference_forward},
+      {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
+        "tiled online softmax in fp32, threads over (batch, head, query tile)"},
+       cpu::flash_forward},
+      {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
+        "one thread per query row, scores recomputed: simple enough to be obviously right"},
+       cuda::naive_forward},
+      {{Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, kAll, 0, 0,
+        "FlashAttention-1 style shared-memory tiles in fp32, any head_dim; tiny fp32 "
+        "problems in one round of loads"},
+       cuda::tiled_forward},
+      {{Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, kF32, 0, 0,
+        "tensor cores at fp32 accuracy through a 3xTF32 split (mma.sync)"},
+       cuda::tf32x3_forward},
+      {{Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, kHalf, cuda::kMmaMaxHeadDim, 0,
+        "FlashAttention-2 style tensor-core kernel on mma.sync"},
+       cuda::mma_forward},
+      {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
+        "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
+        "of 8 and 16-byte strides"},
+       cuda::wgmma_forward},
+      {{Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, kF32, cuda::kF16x3MaxHeadDim, 0,
+        "fp32 accuracy from three fp16 mma.sync per product on a scaled hi/lo split"},
+       cuda::f16x3_forward},
+  };
+  return entries;
+}
+
+// Whether automatic runs fp32 on cuda_f16x3 rather than cuda_tf32x3. cuda_f16x3
+// splits K and V once per call, in a kernel and a scratch buffer of its own, and
+// that pays where enough query rows read each key (rows times the GQA group):
+// up to head_dim 128, four 64-row query tiles (below, the ~10 µs of host time it
+// adds exceeded its gain on the H100: equal at 200 rows); above, where
+// cuda_tf32x3 recomputes the scores for each 128-column slice of the output, two
+// 32-row tiles (on the H100 at head_dim 256 to 1024, cuda_f16x3 took 1.3–1.5×
+// cuda_tf32x3's time at 32 rows and 0.4–0.8× at 100).
+bool f16x3_preferred(const Sizes& s) {
+  const int64_t rows = int64_t(s.seqlen_q) * s.group();
+  if (s.head_dim <= 128) return rows >= 256;
+  return s.head_dim <= cuda::kF16x3MaxHeadDim && rows >= 64;
+}
+
+bool head_dim_fits(const BackendInfo& info, int head_dim) {
+  return info.max_head_dim == 0 || head_dim <= info.max_head_dim;
+}
+
+std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }
+
+}  // namespace
+
+const std::vector<BackendInfo>& backends() {
+  static const std::vector<BackendInfo> infos = [] {
+    std::vector<BackendInfo> out;
+    for (const BackendEntry& e : table()) out.push_back(e.info);
+    return out;
+  }();
+  return infos;
+}
+
+const BackendEntry* find_backend(Backend backend) {
+  for (const BackendEntry& e : table())
+    if (e.info.backend == backend) return &e;
+  return nullptr;
+}
+
+std::string dtype_list(const BackendInfo& info) {
+  std::vector<std::string_view> names;
+  for (DType d : {DType::f32, DType::f16, DType::bf16})
+    if (info.takes(d)) names.push_back(to_string(d));
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  return out;
+}
+
+// The policy. Host tensors: cpu. fp32 on the GPU: problems small enough to be
+// all latency on cuda_tiled's one-pass path (cuda::tiny_fits), larger ones on
+// tensor cores: the scaled fp16 split where it pays (f16x3_preferred), else the
+// 3×TF32 split. 16-bit: wgmma on Hopper where its head_dim and stride rules
+// hold, else mma.sync up to its head_dim limit, cuda_tiled beyond it.
+Backend automatic_backend(const AttnParams& p, DeviceKind device) {
+  if (device == DeviceKind::cpu) return Backend::cpu;
+  if (p.dtype == DType::f32)
+    return cuda::tiny_fits(p)          ? Backend::cuda_tiled
+           : f16x3_preferred(p.sizes) ? Backend::cuda_f16x3
+                                      : Backend::cuda_tf32x3;
+  const int head_dim = p.sizes.head_dim;
+  if (head_dim_fits(find_backend(Backend::cuda_wgmma)->info, head_dim) &&
+      cuda::wgmma_unsupported(p).empty())
+    return Backend::cuda_wgmma;
+  if (head_dim_fits(find_backend(Backend::cuda_mma)->info, head_dim)) return Backend::cuda_mma;
+  return Backend::cuda_tiled;
+}
+
+std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device) {
+  const BackendEntry* entry = find_backend(backend);
+  if (entry == nullptr) return "backend: is not a known backend";
+  const BackendInfo& info = entry->info;
+  const std::string instead =
+      " (backend auto runs it on " + std::string(to_string(automatic_backend(p, device))) + ")";
+  if (info.device != device)
+    return "backend: " + std::string(info.name) + " runs on " + std::string(device_name(info.device)) +
+           " tensors, but q is on " + std::string(device_name(device));
+  if (!info.takes(p.dtype))
+    return "backend: " + std::string(info.name) + " takes " + dtype_list(info) +
+           " tensors only, but q is " + std::string(to_string(p.dtype)) + instead;
+  if (!head_dim_fits(info, p.sizes.head_dim))
+    return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds " +
+           std::string(info.name) + "'s limit of " + std::to_string(info.max_head_dim) + instead;
+  if (backend == Backend::cuda_wgmma) {
+    const std::string why = cuda::wgmma_unsupported(p);
+    if (!why.empty()) return why + instead;
+  }
+  return {};
+}
+
+}  // namespace flashattn

@@ -1,0 +1,23 @@
+// Device queries for the host API: plain C++ declarations (no CUDA headers), built
+// from device.cu with CUDA, else from unavailable.cpp (no devices).
+#pragma once
+
+namespace flashattn::cuda {
+
+// Number of visible CUDA devices; 0 when there is no driver or no GPU.
+int device_count();
+
+// Compute capability as major·10 + minor; throws naming the device on failure.
+int compute_capability(int device_index);
+
+// Number of streaming multiprocessors.
+int multiprocessors(int device_index);
+
+// Most shared memory one block may use, in bytes (with the kernel's opt-in).
+int shared_memory_per_block(int device_index);
+
+// Throws Error(invalid_argument) naming `name` unless ptr is device memory that
+// device `device_index` can read (device, managed or mapped host memory).
+void require_device_pointer(const void* ptr, int device_index, const char* name);
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,77 @@
+// cuda_mma's epilogue: the block's output rows, finished by the shared rule
+// (core/softmax.h, finish_row: out = acc / l, lse = m·scale + ln l; 0 and −inf
+// for rows the mask leaves without keys), staged as T through this warp's own
+// rows of the Q tile (no other warp reads them) so that global stores are
+// 16-byte rows.
+#pragma once
+
+#include <cstdint>
+
+#include "core/mask.h"
+#include "core/softmax.h"
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_shape.cuh"
+
+namespace flashattn::cuda::mma {
+
+// info: the block's BlockInfo (b, hq, row0, rows, col0, mask, vec16).
+template <typename T, typename Shape, typename Info>
+__device__ __forceinline__ void store_output(
+    const AttnParams& p, const Info& info, char* q_tile,
+    const float (&acc)[Shape::kMTiles][Shape::kOTiles][4], const float (&row_max)[Shape::kMTiles][2],
+    const sm80::RowSums<Shape::kMTiles>& row_sum) {
+  using QTile = typename Shape::QTile;
+  constexpr int kOT = Shape::kOTiles;
+  const Sizes& s = p.sizes;
+  const sm80::ThreadCoord tc = sm80::thread_coord<Shape>();
+  const int g = tc.lane / 4, t = tc.lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < Shape::kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
+      const FinishedRow<float> row = finish_row(row_max[mt][h] * p.softmax.scale,
+                                                sm80::quad_sum(row_sum.l[mt][h]),
+                                                info.mask.empty(info.row0 + r));
+#pragma unroll
+      for (int ot = 0; ot < kOT; ++ot)
+        *reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t) =
+            pack_pair<T>(row.out(acc[mt][ot][2 * h]), row.out(acc[mt][ot][2 * h + 1]));
+      if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
+        p.softmax.lse[(int64_t(info.b) * s.heads_q + info.hq) * s.seqlen_q + info.row0 + r] =
+            row.lse;
+    }
+  __syncwarp();
+  auto* o = static_cast<uint16_t*>(p.o.data) + info.b * p.o.batch_stride +
+            info.hq * p.o.head_stride + info.row0 * p.o.row_stride + info.col0;
+  const int cols = min(Shape::kDV, s.head_dim - info.col0);
+  if (info.vec16 && info.rows == Shape::kBlockM && cols == Shape::kDV) {
+    // The whole tile exists: 16-byte stores without per-chunk bounds. The loop
+    // below spends about 40 instructions on each chunk's bounds and addresses.
+    for_each_warp_chunk<QTile, Shape::kWarpRows, kOT>(
+        tc.lane, tc.warp_row0, [&](uint32_t offset, int r, int chunk) {
+          *reinterpret_cast<uint4*>(o + r * p.o.row_stride + 8 * chunk) =
+              *reinterpret_cast<const uint4*>(q_tile + offset);
+        });
+    return;
+  }
+#pragma unroll
+  for (int e = tc.lane; e < Shape::kWarpRows * kOT; e += 32) {
+    const int r = tc.warp_row0 + e / kOT, c0 = 8 * (e % kOT);
+    if (r >= info.rows || c0 >= cols) continue;
+    const uint4 chunk = *reinterpret_cast<const uint4*>(q_tile + QTile::offset(r, e % kOT));
+    uint16_t* dst = o + r * p.o.row_stride + c0;
+    if (info.vec16 && c0 + 8 <= cols) {
+      *reinterpret_cast<uint4*>(dst) = chunk;
+    } else {
+      const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (c0 + j < cols) dst[j] = uint16_t(words[j / 2] >> (16 * (j % 2)));
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::mma

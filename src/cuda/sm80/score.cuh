@@ -1,0 +1,42 @@
+// The score step of the sm_80 tensor-core kernels: the variant (core/variant.h),
+// then the mask (core/mask.h), applied to a warp's tile of scores in mma.sync's
+// accumulator layout, s[mt][nt][e]: m16 slice mt, n8 key column nt; lane (g, t)
+// = (lane / 4, lane % 4) holds rows g (e < 2) and g + 8 (e >= 2) of the slice and
+// keys 8·nt + 2t + e % 2. Only key blocks that need the mask (KeyBlocks::
+// needs_mask) call it, so whole blocks pay nothing.
+#pragma once
+
+#include <cmath>
+
+#include "core/mask.h"
+#include "core/variant.h"
+#include "cuda/common/opaque.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// row0: the query row of the fragment's first row (slice 0, g = 0, h = 0);
+// key0: the key of its first column.
+template <int kMT, int kNT, typename Variant = IdentityScore>
+__device__ __forceinline__ void score_step(const RowMask& mask, int row0, int key0,
+                                           float (&s)[kMT][kNT][4], Variant variant = {}) {
+  const int lane = thread_index() % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 16 * mt + g + 8 * h;
+      // Column 8·nt + e of this thread holds key key0 + 2t + 8·nt + e.
+      const int begin = mask.key_begin(row) - key0 - 2 * t;
+      const int end = mask.key_end(row) - key0 - 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mt][nt][2 * h + e];
+          if constexpr (!Variant::kIdentity) x = variant(x, row, key0 + 2 * t + 8 * nt + e);
+          if (8 * nt + e >= end || 8 * nt + e < begin) x = -INFINITY;
+        }
+    }
+}
+
+}  // namespace flashattn::cuda::sm80

@@ -1,0 +1,79 @@
+// The Hopper forward's epilogue: a warpgroup's finished rows (core/softmax.h,
+// finish_row) staged through shared memory and stored by TMA, and their lse.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/softmax.h"
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/scheduler.cuh"
+#include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// Named barriers: 1 to 3 gather one consumer warpgroup before its output
+// store; 4 to 6 are the consumers' turns on the tensor cores.
+constexpr int kEpilogueBarrier = 1;
+constexpr int kTurnBarrier = 4;
+
+// out = acc / l through the output staging buffer (this warpgroup's 64 rows of
+// it) and TMA stores, which drop rows past seqlen_q and columns past head_dim;
+// lse per row. Rows the mask leaves without keys get 0 and -inf (finish_row);
+// `empty`: no row of the warpgroup saw a key, and acc (another tile's) is not
+// read. The stores are left in flight: the next epilogue (or the block's end)
+// waits for them to have read the buffer.
+template <typename T, class Tr>
+__device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
+                                         const float (&acc)[Tr::kHeadDim / 2],
+                                         const float (&row_max)[2], const float (&row_sum)[2],
+                                         bool empty, const FragmentCoord& at, int warpgroup,
+                                         int warp, int lane) {
+  FinishedRow<float> finished[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = row_sum[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    finished[half] = finish_row(row_max[half] * p.scale, l,
+                                p.mask.empty(int64_t(t.row0) + at.row0 + 8 * half));
+  }
+  const bool storer = warp == 0 && lane == 0;
+  if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
+  named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
+  const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kOOffset));
+  const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
+#pragma unroll
+  for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
+    uint32_t r[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      r[q] = empty ? 0u
+                   : pack_pair<T>(finished[q % 2].out(acc[8 * jj + 2 * q]),
+                                  finished[q % 2].out(acc[8 * jj + 2 * q + 1]));
+    stmatrix_x4(so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM), r[0], r[1],
+                r[2], r[3]);
+  }
+  fence_shared_to_async();
+  named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
+  if (storer && t.row0 + 64 * warpgroup >= 0) {  // a warpgroup before row 0 has no rows
+#pragma unroll
+    for (int panel = 0; panel < Tr::kPanels; ++panel)
+      tma_store(&p.o, 64 * panel, t.row0 + 64 * warpgroup, t.head_q, t.batch,
+                smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
+    tma_store_commit();
+  }
+  if (p.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = t.row0 + at.row0 + 8 * half;
+      if (row >= 0 && row < p.sizes.seqlen_q)
+        p.lse[(int64_t(t.batch) * p.sizes.heads_q + t.head_q) * p.sizes.seqlen_q + row] =
+            empty ? -INFINITY : finished[half].lse;
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,254 @@
+// The compute side of the Hopper forward's mainloop: a consumer warpgroup's walk
+// over its tiles' key blocks (Q·Kᵀ and P·V on wgmma, the score step, the online
+// softmax) and the turns the consumers take on the tensor cores.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/producer.cuh"
+#include "cuda/sm90/scheduler.cuh"
+#include "cuda/sm90/score.cuh"
+#include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/wgmma.cuh"
+#include "cuda/sm90/wgmma_ops.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// The consumer warpgroups take turns issuing products: a warpgroup waits for
+// its turn, issues, and hands the turn to the next (0 → 1 → ... → 0), so the
+// tensor cores serve them in rotation and each one's softmax runs under the
+// others' products (ping-pong for two). The last warpgroup hands warpgroup 0
+// the first turn; every warpgroup takes one turn per key block of the block's
+// tiles and one more at the end, and the last does not hand over after its
+// last, so every barrier sees as many arrivals as waits.
+template <int kConsumers>
+struct TensorCoreTurns {
+  int warpgroup;
+  __device__ __forceinline__ void start() const {
+    if (warpgroup == kConsumers - 1) hand_over();
+  }
+  __device__ __forceinline__ void wait() const {
+    named_barrier_sync(kTurnBarrier + warpgroup, 256);
+  }
+  __device__ __forceinline__ void hand_over() const {
+    named_barrier_arrive(kTurnBarrier + (warpgroup + 1) % kConsumers, 256);
+  }
+  __device__ __forceinline__ void finish() const {
+    if (warpgroup != kConsumers - 1) hand_over();
+  }
+};
+
+// S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ, issued; the caller commits.
+template <typename T, class Tr>
+__device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64_t q_desc,
+                                             uint64_t k_desc) {
+#pragma unroll
+  for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+    const uint32_t step = (kk % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
+    Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (kk / 4) * Tr::kBlockM * 128 + step),
+                              advance(k_desc, (kk / 4) * Tr::kBlockN * 128 + step), kk > 0);
+  }
+}
+
+// acc[64 × kHeadDim] += P·V(stage), issued; the caller commits.
+template <typename T, class Tr>
+__device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
+                                             const uint32_t (&p)[Tr::kBlockN / 16][4],
+                                             uint64_t v_desc) {
+#pragma unroll
+  for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+    Wgmma<T, Tr::kHeadDim>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
+}
+
+// A consumer warpgroup: its 64 rows of each of the block's tiles. In the turn
+// of each key block it issues that block's S = Q·Kᵀ together with the P·V of
+// the block before. A tile's last P·V is owed to the next turn, the next
+// tile's first: the next tile's first scores run with it, and that block's
+// softmax and then the finished tile's epilogue run under the other
+// warpgroups' products, with no drain between tiles (docs/perf-notes.md,
+// v4.13). The last P·V of all takes one more turn at the end.
+//
+// A tile's first key blocks (in visiting order) may hold no key that a row of
+// this warpgroup sees: the causal diagonal above its rows, or all of them when
+// its rows lie past seqlen_q (a ragged last tile) or before row 0 (a causal
+// first tile shifted by row_shift). It computes nothing there, but still takes
+// their turns and releases their slots, so every barrier counts the same
+// arrivals. Every warp waits for each loaded Q and releases it once: a parity
+// wait that skipped a phase could pass on the one before.
+template <typename T, class Tr>
+__device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
+                                         int warpgroup) {
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
+  const float c = p.scale_log2;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const auto k_desc = [&](int stage) {
+    return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKVBytes, 16, 1024);
+  };
+  const auto v_desc = [&](int stage) {
+    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kKVBytes, Tr::kBlockN * 128, 1024);
+  };
+  const auto release = [&](uint64_t* barrier) {
+    if (lane == 0) arrive(barrier);
+  };
+  // A K or V slot: paired, the other block's producer writes into it too.
+  const auto release_slot = [&](uint64_t* barrier) {
+    if (lane != 0) return;
+    if constexpr (Tr::kCluster == 1) arrive(barrier);
+    else
+      for (uint32_t rank = 0; rank < Tr::kCluster; ++rank) arrive_in_cluster(barrier, rank);
+  };
+  const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
+
+  float acc[Tr::kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
+  float row_max[2], row_sum[2];
+  float s[Tr::kBlockN / 2];
+  uint32_t probs[Tr::kBlockN / 16][4];
+  float alpha[2];
+  // The owed P·V: probs times V of ring position `owed`, the last of tile
+  // `owed_tile`, whose row statistics are still in row_max and row_sum.
+  bool pv_owed = false;
+  RingPosition<Tr::kStages> owed{0};
+  int owed_tile = 0;
+  const auto issue_owed = [&] {
+    wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
+    issue_values<T, Tr>(acc, probs, v_desc(owed.stage()));
+  };
+  // Once the owed P·V is done: its V slot freed, its tile written with its
+  // final row statistics.
+  const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2]) {
+    release_slot(&bar.v_empty[owed.stage()]);
+    epilogue<T, Tr>(p, tile_at<Tr>(p, owed_tile), smem, acc, tile_max, tile_sum, false, at,
+                    warpgroup, warp, lane);
+#pragma unroll
+    for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
+    pv_owed = false;
+  };
+
+  RingPosition<Tr::kStages> ring{0};
+  RingPosition<Tr::kQStages> q{0};
+  turns.start();
+  for_each_tile(p, [&](int index) {
+    const Tile t = tile_at<Tr>(p, index);
+    const int qs = q.stage();
+    const int wg_row0 = t.row0 + 64 * warpgroup;
+    const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
+    for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
+      wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+      release_slot(&bar.k_empty[ring.stage()]);
+      const auto skip_values = [&] {
+        wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
+        release_slot(&bar.v_empty[ring.stage()]);
+      };
+      turns.wait();
+      if (pv_owed) {  // issued and waited for under one condition (see the end)
+        wgmma_fence();
+        issue_owed();
+        wgmma_commit();
+        turns.hand_over();
+        skip_values();  // before the epilogue: the producer refills the slot
+        wgmma_wait<0>();
+        fence_registers(acc);
+        retire_owed(row_max, row_sum);
+      } else {
+        turns.hand_over();
+        skip_values();
+      }
+    }
+    if (wg_blocks == 0) {  // no row of the warpgroup sees a key: 0 and -inf
+      if (t.n_blocks > 0) {
+        wait_barrier(&bar.q_full[qs], q.filled_parity());
+        release(&bar.q_empty[qs]);
+      }
+      float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
+      epilogue<T, Tr>(p, t, smem, acc, no_max, no_sum, true, at, warpgroup, warp, lane);
+    } else {
+      // Blocks that not every row of the warpgroup sees whole (beyond seqlen_k,
+      // or beyond the causal limit of its first row) need the score step.
+      const KeyBlocks wg_keys = p.mask.key_blocks(wg_row0, 64, Tr::kBlockN);
+      const uint64_t q_desc = smem_descriptor(
+          base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
+
+      // The first block, with the previous tile's last P·V if owed (the
+      // second commit group, empty if not).
+      wait_barrier(&bar.q_full[qs], q.filled_parity());
+      wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+      turns.wait();
+      wgmma_fence();
+      issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
+      wgmma_commit();
+      if (pv_owed) issue_owed();
+      wgmma_commit();
+      turns.hand_over();
+      wgmma_wait<1>();
+      fence_registers(s);
+      release_slot(&bar.k_empty[ring.stage()]);
+      float done_max[2], done_sum[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        done_max[half] = row_max[half], done_sum[half] = row_sum[half];
+        row_max[half] = -INFINITY, row_sum[half] = 0.0f;
+      }
+      if (wg_keys.needs_mask(wg_blocks - 1)) score_step<Tr>(s, p.mask, at, t.row0, wg_blocks - 1);
+      softmax_update<Tr>(s, row_max, row_sum, alpha, c);
+      wgmma_wait<0>();
+      fence_registers(acc);
+      if (pv_owed) retire_owed(done_max, done_sum);
+      pack_probabilities<T, Tr>(s, probs);
+
+      for (int n_block = wg_blocks - 2; n_block >= 0; --n_block) {
+        const RingPosition<Tr::kStages> prev = ring;  // holds V of the block after n_block
+        ++ring.it;
+        wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
+        turns.wait();
+        wgmma_fence();
+        issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
+        wgmma_commit();
+        wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
+        issue_values<T, Tr>(acc, probs, v_desc(prev.stage()));
+        wgmma_commit();
+        turns.hand_over();
+        wgmma_wait<1>();
+        fence_registers(s);
+        release_slot(&bar.k_empty[ring.stage()]);
+        if (wg_keys.needs_mask(n_block)) score_step<Tr>(s, p.mask, at, t.row0, n_block);
+        softmax_update<Tr>(s, row_max, row_sum, alpha, c);
+        wgmma_wait<0>();
+        fence_registers(acc);
+        release_slot(&bar.v_empty[prev.stage()]);
+        rescale<Tr>(acc, alpha);
+        pack_probabilities<T, Tr>(s, probs);
+      }
+      release(&bar.q_empty[qs]);  // every Q·Kᵀ of the tile has completed
+      pv_owed = true;
+      owed = ring;
+      owed_tile = index;
+      ++ring.it;
+    }
+    q.it += t.n_blocks > 0;
+  });
+  // The last P·V: its issue and its wait under one condition (split between
+  // two, ptxas serialised every wgmma of the kernel).
+  turns.wait();
+  if (pv_owed) {
+    wgmma_fence();
+    issue_owed();
+    wgmma_commit();
+    turns.finish();
+    wgmma_wait<0>();
+    fence_registers(acc);
+    retire_owed(row_max, row_sum);
+  } else {
+    turns.finish();
+  }
+  if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the buffer outlives the last stores
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,173 @@
+// The core definitions every backend shares (src/core/): the mask's key range
+// per row and the block ranges derived from it, checked against a brute-force
+// walk over every row and key; the rules that finish a row and merge partial
+// rows; and the backend registry as the C ABI exposes it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/mask.h"
+#include "core/softmax.h"
+#include "flashattn/flashattn.h"
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<RowMask> masks() {
+  std::vector<RowMask> out;
+  for (auto [nq, nk] : {std::pair{1, 1}, std::pair{17, 17}, std::pair{40, 100},
+                        std::pair{100, 40}, std::pair{64, 0}, std::pair{0, 9}})
+    for (MaskRule rule : {MaskRule{false, false}, MaskRule{true, false}, MaskRule{true, true}})
+      out.push_back(resolve(rule, {nq, nk}));
+  return out;
+}
+
+TEST(RowMaskTest, KeyRangeIsTheRule) {
+  for (const RowMask& m : masks())
+    for (int i = 0; i < m.seqlen_q; ++i)
+      for (int j = 0; j < m.seqlen_k; ++j) {
+        const bool rule = !m.causal || j <= i + m.causal_offset;
+        EXPECT_EQ(rule, j >= m.key_begin(i) && j < m.key_end(i)) << "row " << i << " key " << j;
+      }
+}
+
+TEST(RowMaskTest, BottomRightLastRowSeesEveryKey) {
+  const RowMask m = resolve(MaskRule{true, true}, {40, 100});
+  EXPECT_EQ(m.key_end(39), 100);
+  EXPECT_EQ(m.key_end(0), 61);
+  const RowMask tall = resolve(MaskRule{true, true}, {100, 40});
+  EXPECT_TRUE(tall.empty(59));
+  EXPECT_FALSE(tall.empty(60));
+}
+
+// Brute force: which blocks hold a key some row of [row0, row0 + rows) sees, and
+// which hold only keys every such row sees.
+TEST(RowMaskTest, KeyBlocksMatchBruteForce) {
+  for (const RowMask& m : masks())
+    for (int block_n : {1, 16, 64})
+      for (int row0 = -64; row0 < m.seqlen_q; row0 += 13)
+        for (int rows : {1, 5, 64}) {
+          const KeyBlocks b = m.key_blocks(row0, rows, block_n);
+          const int blocks = (m.seqlen_k + block_n - 1) / block_n;
+          for (int n = 0; n < blocks; ++n) {
+            bool any = false, whole = true;
+            for (int i = row0; i < row0 + rows; ++i)
+              for (int j = n * block_n; j < (n + 1) * block_n; ++j) {
+                const bool seen = j < m.seqlen_k && j >= m.key_begin(i) && j < m.key_end(i);
+                any |= seen;
+                whole &= seen;
+              }
+            const std::string at = "rows [" + std::to_string(row0) + ", +" +
+                                   std::to_string(rows) + ") block " + std::to_string(n);
+            if (any) EXPECT_TRUE(n >= b.begin && n < b.end) << at;
+            // Blocks reported whole are whole; a partial block always needs the mask.
+            if (!b.needs_mask(n)) EXPECT_TRUE(whole) << at;
+          }
+        }
+}
+
+TEST(RowMaskTest, RowsSeeingAKeyTileMatchBruteForce) {
+  for (const RowMask& m : masks())
+    for (int key0 = 0; key0 < m.seqlen_k; key0 += 7)
+      for (int keys : {1, 8, 64}) {
+        const RowRange r = m.rows_seeing(key0, keys);
+        for (int i = 0; i < m.seqlen_q; ++i) {
+          bool sees = false;
+          for (int j = key0; j < std::min(key0 + keys, m.seqlen_k); ++j)
+            sees |= j >= m.key_begin(i) && j < m.key_end(i);
+          EXPECT_EQ(sees, i >= r.begin && i < r.end) << "row " << i << " keys " << key0;
+        }
+      }
+}
+
+TEST(RowMaskTest, SeesKeysInASplit) {
+  const RowMask m = resolve(MaskRule{true, false}, {10, 10});
+  EXPECT_TRUE(m.sees_keys_in(5, 0, 3));
+  EXPECT_FALSE(m.sees_keys_in(2, 3, 10));
+  EXPECT_TRUE(m.sees_keys_in(3, 3, 10));
+}
+
+TEST(SoftmaxRules, EmptyRowIsZeroAndMinusInfinity) {
+  const FinishedRow<float> row = finish_row(std::numeric_limits<float>::quiet_NaN(), 0.0f, true);
+  EXPECT_EQ(row.out(std::numeric_limits<float>::quiet_NaN()), 0.0f);
+  EXPECT_EQ(row.lse, -kInf);
+}
+
+TEST(SoftmaxRules, NonEmptyRowFollowsTheArithmetic) {
+  const FinishedRow<float> row = finish_row(1.5f, 4.0f, false);
+  EXPECT_FLOAT_EQ(row.out(2.0f), 0.5f);
+  EXPECT_FLOAT_EQ(row.lse, 1.5f + std::log(4.0f));
+  // l = 0 on a row with keys: every visible score was −inf, as in 0/0.
+  const FinishedRow<float> all_minus_inf = finish_row(-kInf, 0.0f, false);
+  EXPECT_TRUE(std::isnan(all_minus_inf.out(0.0f)));
+  EXPECT_TRUE(std::isnan(all_minus_inf.lse));
+  const FinishedRow<float> nan_sum = finish_row(0.0f, std::nanf(""), false);
+  EXPECT_TRUE(std::isnan(nan_sum.out(1.0f)));
+  EXPECT_TRUE(std::isnan(nan_sum.lse));
+}
+
+TEST(SoftmaxRules, OnlineRowNeverSubtractsInfinities) {
+  OnlineRow row;
+  EXPECT_EQ(row.raise_max(-kInf, 1.0f), 0.0f);  // nothing seen yet: alpha 0, not NaN
+  EXPECT_EQ(row.neg_max_c(2.0f), -0.0f);
+  row.l = 1.0f;
+  EXPECT_FLOAT_EQ(row.raise_max(3.0f, 1.0f), 0.0f);  // 2^(−inf − 3) rescales the empty sum
+  EXPECT_FLOAT_EQ(row.raise_max(4.0f, 1.0f), 0.5f);
+  EXPECT_FLOAT_EQ(row.l, 0.0f);
+}
+
+TEST(SoftmaxRules, MergingPartialsKeepsNaN) {
+  EXPECT_TRUE(std::isnan(lse_max(1.0f, std::nanf(""))));
+  EXPECT_TRUE(std::isnan(lse_max(std::nanf(""), -kInf)));
+  EXPECT_EQ(lse_max(-kInf, 2.0f), 2.0f);
+  EXPECT_EQ(partial_weight(-kInf, 2.0f), 0.0f);
+  EXPECT_EQ(partial_weight(-kInf, -kInf), 0.0f);
+  EXPECT_FLOAT_EQ(partial_weight(1.0f, 2.0f), std::exp(-1.0f));
+}
+
+// The registry through the C ABI: the same table as flashattn::backends(), and a
+// caller built with a shorter flashattn_backend_info gets only its own fields.
+TEST(Registry, CAbiListsTheSameBackends) {
+  const std::vector<BackendInfo>& all = backends();
+  ASSERT_EQ(flashattn_backend_count(), int32_t(all.size()));
+  for (int32_t i = 0; i < flashattn_backend_count(); ++i) {
+    flashattn_backend_info info{};
+    info.struct_size = sizeof info;
+    ASSERT_EQ(flashattn_get_backend_info(i, &info), FLASHATTN_OK) << flashattn_last_error();
+    EXPECT_EQ(info.backend, int32_t(all[i].backend));
+    EXPECT_EQ(std::string(info.name), all[i].name);
+    EXPECT_EQ(info.dtypes, all[i].dtypes);
+    EXPECT_EQ(info.max_head_dim, all[i].max_head_dim);
+    EXPECT_EQ(backend_from_string(info.name), all[i].backend);
+  }
+}
+
+TEST(Registry, OlderCallersGetOnlyTheFieldsTheyKnow) {
+  unsigned char bytes[sizeof(flashattn_backend_info) + 8];
+  std::memset(bytes, 0xAB, sizeof bytes);
+  const uint32_t older = offsetof(flashattn_backend_info, device);  // up to and with name
+  std::memcpy(bytes, &older, sizeof older);
+  ASSERT_EQ(flashattn_get_backend_info(0, reinterpret_cast<flashattn_backend_info*>(bytes)),
+            FLASHATTN_OK);
+  for (size_t b = older; b < sizeof bytes; ++b) ASSERT_EQ(bytes[b], 0xAB) << "byte " << b;
+}
+
+TEST(Registry, BadIndexAndSizeAreInvalidArguments) {
+  flashattn_backend_info info{};
+  info.struct_size = sizeof info;
+  EXPECT_EQ(flashattn_get_backend_info(-1, &info), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("index: is -1"), std::string::npos);
+  EXPECT_EQ(flashattn_get_backend_info(0, nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
+  info.struct_size = 0;
+  EXPECT_EQ(flashattn_get_backend_info(0, &info), FLASHATTN_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace flashattn

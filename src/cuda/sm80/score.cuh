@@ -15,10 +15,12 @@
 namespace flashattn::cuda::sm80 {
 
 // row0: the query row of the fragment's first row (slice 0, g = 0, h = 0);
-// key0: the key of its first column.
-template <int kMT, int kNT, typename Variant = IdentityScore>
-__device__ __forceinline__ void score_step(const RowMask& mask, int row0, int key0,
-                                           float (&s)[kMT][kNT][4], Variant variant = {}) {
+// key0: the key of its first column. kLowerEnd: whether a row's key range may
+// begin inside the block, which only blocks below KeyBlocks::unmasked_begin
+// need checked (score_step below picks).
+template <bool kLowerEnd, int kMT, int kNT, typename Variant>
+__device__ __forceinline__ void mask_scores(const RowMask& mask, int row0, int key0,
+                                            float (&s)[kMT][kNT][4], Variant variant) {
   const int lane = thread_index() % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -26,17 +28,27 @@ __device__ __forceinline__ void score_step(const RowMask& mask, int row0, int ke
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 16 * mt + g + 8 * h;
       // Column 8·nt + e of this thread holds key key0 + 2t + 8·nt + e.
-      const int begin = mask.key_begin(row) - key0 - 2 * t;
       const int end = mask.key_end(row) - key0 - 2 * t;
+      const int begin = kLowerEnd ? mask.key_begin(row) - key0 - 2 * t : 0;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mt][nt][2 * h + e];
           if constexpr (!Variant::kIdentity) x = variant(x, row, key0 + 2 * t + 8 * nt + e);
-          if (8 * nt + e >= end || 8 * nt + e < begin) x = -INFINITY;
+          if (8 * nt + e >= end || (kLowerEnd && 8 * nt + e < begin)) x = -INFINITY;
         }
     }
+}
+
+// The score step of key block n_block (of keys starting at key0) for a tile
+// whose key blocks are `blocks`.
+template <int kMT, int kNT, typename Variant = IdentityScore>
+__device__ __forceinline__ void score_step(const RowMask& mask, const KeyBlocks& blocks,
+                                           int n_block, int row0, int key0,
+                                           float (&s)[kMT][kNT][4], Variant variant = {}) {
+  if (n_block < blocks.unmasked_begin) mask_scores<true>(mask, row0, key0, s, variant);
+  else mask_scores<false>(mask, row0, key0, s, variant);
 }
 
 }  // namespace flashattn::cuda::sm80

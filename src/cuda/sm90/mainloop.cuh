@@ -196,7 +196,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         done_max[half] = row_max[half], done_sum[half] = row_sum[half];
         row_max[half] = -INFINITY, row_sum[half] = 0.0f;
       }
-      if (wg_keys.needs_mask(wg_blocks - 1)) score_step<Tr>(s, p.mask, at, t.row0, wg_blocks - 1);
+      if (wg_keys.needs_mask(wg_blocks - 1))
+        score_step<Tr>(s, p.mask, wg_keys, at, t.row0, wg_blocks - 1);
       softmax_update<Tr>(s, row_max, row_sum, alpha, c);
       wgmma_wait<0>();
       fence_registers(acc);
@@ -218,7 +219,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         wgmma_wait<1>();
         fence_registers(s);
         release_slot(&bar.k_empty[ring.stage()]);
-        if (wg_keys.needs_mask(n_block)) score_step<Tr>(s, p.mask, at, t.row0, n_block);
+        if (wg_keys.needs_mask(n_block)) score_step<Tr>(s, p.mask, wg_keys, at, t.row0, n_block);
         softmax_update<Tr>(s, row_max, row_sum, alpha, c);
         wgmma_wait<0>();
         fence_registers(acc);

@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[0][nt][e] = (sc[0][nt][e] + small[nt][e]) * unscale[e / 2];
     if (sm.blocks.needs_mask(n))  // some row's key range ends inside the block
-      sm80::score_step(sm.mask, row0 + warp_row0, key0, sc);
+      sm80::score_step(sm.mask, sm.blocks, n, row0 + warp_row0, key0, sc);
 
     cp_async_wait<1>();  // of V_n and K_{n−1}
     __syncthreads();     // V_n has landed

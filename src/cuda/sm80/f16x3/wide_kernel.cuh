@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         for (int e = 0; e < 4; ++e)
           sc[mt][nt][e] *= sm.q_unscale[16 * mt + g + 8 * (e / 2)] *
                            (e % 2 ? k_unscale[nt].y : k_unscale[nt].x);
-    if (blocks.needs_mask(n)) sm80::score_step(row_mask(p, tc.b), row0, key0, sc);
+    if (blocks.needs_mask(n)) sm80::score_step(row_mask(p, tc.b), blocks, n, row0, key0, sc);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll

@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       scores_mma<T, Shape>(smem_address(q_tile), smem_address(k_tile), tc.warp_row0, tc.lane, sc);
     }
     if (!kInner && info.blocks.needs_mask(n))  // some row's key range ends in the block
-      sm80::score_step(info.mask, info.row0 + thread_coord<Shape>().warp_row0, key0, sc);
+      sm80::score_step(info.mask, info.blocks, n, info.row0 + thread_coord<Shape>().warp_row0,
+                       key0, sc);
 
     cp_async_wait<0>();
     __syncthreads();  // V_n has landed; every warp is done with K_n

@@ -128,7 +128,10 @@ std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device)
   if (!head_dim_fits(info, p.sizes.head_dim))
     return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds " +
            std::string(info.name) + "'s limit of " + std::to_string(info.max_head_dim) + instead;
-  if (backend == Backend::cuda_wgmma) {
+  // cuda_wgmma's layout rules (TMA-describable strides) concern its kernel; a
+  // problem without work runs no kernel of it.
+  const Sizes& s = p.sizes;
+  if (backend == Backend::cuda_wgmma && s.batch > 0 && s.seqlen_q > 0 && s.seqlen_k > 0) {
     const std::string why = cuda::wgmma_unsupported(p);
     if (!why.empty()) return why + instead;
   }

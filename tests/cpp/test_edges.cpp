@@ -104,6 +104,13 @@ bool tiles_values(Backend b) {
          b == Backend::cuda_mma || b == Backend::cuda_wgmma;
 }
 
+// The backends that carry fp32 as split halves (a high and a low part): an
+// infinite input becomes NaN where it enters a product (its low part is ∞ − ∞),
+// so rows it reaches may be NaN where standard attention gives a finite row (an
+// −inf score) or an infinite one (docs/guide.md). cuda_f16x3 scales K and V per
+// key block, so the rows that see any key of the block are reached.
+bool splits_operands(Backend b) { return b == Backend::cuda_tf32x3 || b == Backend::cuda_f16x3; }
+
 // Runs the backend and the reference on one planted problem and compares them
 // element by element: the same class (NaN, ±inf, finite), and finite values
 // within a tolerance that allows the dtype's rounding.
@@ -123,7 +130,8 @@ void expect_like_reference(DenseProblem problem, Backend backend, const Planting
       for (int h = 0; h < problem.q.heads; ++h) {
         // Rows that do not see the planted v row, on a tiled backend, may be NaN
         // as well: v planted at a key this row does not see.
-        bool leak_allowed = false;
+        const bool row_empty = !sees(problem.mask, i, 0, nq, nk) || nk == 0;
+        bool leak_allowed = splits_operands(backend) && std::isinf(planting.value) && !row_empty;
         if (planting.tensor == 'v' && tiles_values(backend))
           for (int j = 0; j < nk; ++j) {
             const bool planted = planting.where == Planting::all_rows ||
@@ -140,10 +148,13 @@ void expect_like_reference(DenseProblem problem, Backend backend, const Planting
             ADD_FAILURE() << where << ": out[b=" << b << ", i=" << i << ", h=" << h << ", c=" << c
                           << "] is " << g << ", the reference gives " << r;
         }
-        // lse does not depend on v: it matches the reference's class always.
+        // lse does not depend on v; an infinite q or k reaches it on the split
+        // backends as it reaches out.
         const double rl = ref.lse_at(b, h, i), gl = got.lse_at(b, h, i);
-        const bool lse_ok = kind(rl) == kind(gl) &&
-                            (kind(rl) != Kind::finite || std::fabs(gl - rl) <= 1e-2);
+        const bool lse_leak = splits_operands(backend) && std::isinf(planting.value) &&
+                              planting.tensor != 'v' && !row_empty && std::isnan(gl);
+        const bool lse_ok = lse_leak || (kind(rl) == kind(gl) &&
+                                         (kind(rl) != Kind::finite || std::fabs(gl - rl) <= 1e-2));
         if (!lse_ok && ++mismatches <= 5)
           ADD_FAILURE() << where << ": lse[b=" << b << ", h=" << h << ", i=" << i << "] is " << gl
                         << ", the reference gives " << rl;

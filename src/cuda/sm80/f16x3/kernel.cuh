@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 
   // One split writes p's output itself; several write their parts for the merge.
   const OutputRows out(p, split, tc);
-  const RowMask& mask = sm.mask;
+  const RowMask mask = row_mask(p, tc.b);  // sm.mask may be unwritten: no barrier without keys
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l = sm80::quad_sum(row_sum.l[0][h]);

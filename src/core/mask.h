@@ -9,8 +9,8 @@
 //   - the query rows that see a key tile (the backward walks those);
 //   - whether a row is empty: it sees no key, so its output is 0 and its lse −inf.
 // Causal: key j is visible to row i iff j <= i + offset, offset 0 (top-left) or
-// seqlen_k − seqlen_q (bottom-right). key_begin is 0 for every rule today; a
-// sliding window will give it a lower end.
+// seqlen_k − seqlen_q (bottom-right). key_begin is 0 for every rule today (see
+// KeyBlocks::kLowerEnds); a sliding window will give it a lower end.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +24,27 @@ namespace flashattn {
 // [unmasked_begin, unmasked_end) every row of the tile sees every key. Plain
 // data, as RowMask.
 struct KeyBlocks {
+  // Whether a mask rule can give a row a lower end (key_begin > 0). None can
+  // yet; a sliding window will. While none can, a kernel walks down to block 0
+  // and checks only the upper end, both known at compile time: a lower end known
+  // only at run time costs the mma.sync key loops a register, which at head dims
+  // 64 and 128 (255 registers) sent K's and V's row strides out to constant
+  // loads inside the loop, 3–5% slower (docs/perf/cuda_mma.md, v3.8).
+  static constexpr bool kLowerEnds = false;
+
   int begin, end;
   int unmasked_begin, unmasked_end;
+
+  // The first block a walk visits.
+  FLASHATTN_HOST_DEVICE int first() const { return kLowerEnds ? begin : 0; }
+  // Whether a row's key range may begin inside block n_block.
+  FLASHATTN_HOST_DEVICE bool lower_end_in(int n_block) const {
+    return kLowerEnds && n_block < unmasked_begin;
+  }
+  // Whether block n_block needs the element mask. Both bounds are read
+  // unconditionally (| not ||), so that a kernel can load them early.
   FLASHATTN_HOST_DEVICE bool needs_mask(int n_block) const {
-    return n_block < unmasked_begin || n_block >= unmasked_end;
+    return lower_end_in(n_block) | (n_block >= unmasked_end);
   }
 };
 

@@ -29,6 +29,13 @@ FLASHATTN_HOST_DEVICE F exponent_max(F m) {
   return m == F(-INFINITY) ? F(0) : m;
 }
 
+// exponent_max(m)·c, with the multiply first: on the GPU it then does not wait
+// for the test (the softmax's latency is the Hopper kernel's critical path at
+// head dim 64).
+FLASHATTN_HOST_DEVICE float exponent_max_c(float m, float c) {
+  return m == -INFINITY ? 0.0f : m * c;
+}
+
 // One row's running max and sum (the scalar backends; the tensor-core kernels
 // keep the same quantities in fragments, in their family's softmax.cuh).
 struct OnlineRow {

@@ -169,7 +169,7 @@ void flash_forward(const AttnParams& p) {
     // Keys past the last row's range, or before the first row's, are seen by no
     // row of the tile.
     const int key_hi = mask.key_end(m0 + rows - 1);
-    for (int n0 = mask.key_blocks(m0, rows, kBlockN).begin * kBlockN; n0 < key_hi; n0 += kBlockN) {
+    for (int n0 = mask.key_blocks(m0, rows, kBlockN).first() * kBlockN; n0 < key_hi; n0 += kBlockN) {
       const int cols = std::min(kBlockN, key_hi - n0);
       load_tile_transposed(p, p.k, b, hk, n0, cols, w.k_t.data());
       load_tile(p, p.v, b, hk, n0, cols, w.v.data());

@@ -66,9 +66,13 @@ TEST(RowMaskTest, KeyBlocksMatchBruteForce) {
               }
             const std::string at = "rows [" + std::to_string(row0) + ", +" +
                                    std::to_string(rows) + ") block " + std::to_string(n);
-            if (any) EXPECT_TRUE(n >= b.begin && n < b.end) << at;
+            if (any) {
+              EXPECT_TRUE(n >= b.begin && n < b.end) << at;
+            }
             // Blocks reported whole are whole; a partial block always needs the mask.
-            if (!b.needs_mask(n)) EXPECT_TRUE(whole) << at;
+            if (!b.needs_mask(n)) {
+              EXPECT_TRUE(whole) << at;
+            }
           }
         }
 }

@@ -40,14 +40,17 @@ __device__ __forceinline__ TileCoord tile_coord(const Sizes& s, int m_blocks) {
   return {m_blocks - 1 - int(blockIdx.x % m_blocks), bh / s.heads_q, hq, hq / s.group()};
 }
 
-// The key blocks key split blockIdx.y of `splits` walks, out of the tile's
-// [blocks.begin, blocks.end): an equal share of them, in order.
-__device__ __forceinline__ KeyBlocks split_key_blocks(KeyBlocks blocks, int splits) {
-  const int per_split = (blocks.end - blocks.begin + splits - 1) / splits;
-  const int first = blocks.begin + int(blockIdx.y) * per_split;
-  blocks.begin = first;
-  blocks.end = min(blocks.end, first + per_split);
-  return blocks;
+// Key blocks [first, end) that one block walks.
+struct BlockRange {
+  int first, end;
+};
+
+// The key blocks key split blockIdx.y of `splits` walks: an equal share of the
+// tile's, in order (empty for a split past the last).
+__device__ __forceinline__ BlockRange split_key_blocks(const KeyBlocks& blocks, int splits) {
+  const int per_split = (blocks.end - blocks.first() + splits - 1) / splits;
+  const int first = blocks.first() + int(blockIdx.y) * per_split;
+  return {first, min(blocks.end, first + per_split)};
 }
 
 }  // namespace flashattn::cuda

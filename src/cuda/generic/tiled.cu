@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
     for (int e = 0; e < kPerThread; ++e) acc[a][e] = 0.0f;
   }
   // Keys outside [n_begin, n_end) are seen by no row of the tile.
-  const int n_begin = mask.key_blocks(m0, rows, kBlockN).begin * kBlockN;
+  const int n_begin = mask.key_blocks(m0, rows, kBlockN).first() * kBlockN;
   const int n_end = mask.key_end(m0 + rows - 1);
 
   for (int n0 = n_begin; n0 < n_end; n0 += kBlockN) {

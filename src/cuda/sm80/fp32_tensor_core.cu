@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   OnlineRow row[2];  // l: this thread's partial, summed over the quad at the end
   float acc[kD / 8][4] = {};
   // Keys outside [n_begin, n_end) are seen by no row of the tile.
-  const int n_begin = mask.key_blocks(m0, rows, block_n(kD)).begin * block_n(kD);
+  const int n_begin = mask.key_blocks(m0, rows, block_n(kD)).first() * block_n(kD);
   const int n_end = mask.key_end(m0 + rows - 1);
 
   if (chunks == 1) {

@@ -16,8 +16,7 @@ namespace flashattn::cuda::sm80 {
 
 // row0: the query row of the fragment's first row (slice 0, g = 0, h = 0);
 // key0: the key of its first column. kLowerEnd: whether a row's key range may
-// begin inside the block, which only blocks below KeyBlocks::unmasked_begin
-// need checked (score_step below picks).
+// begin inside the block (KeyBlocks::lower_end_in; score_step below picks).
 template <bool kLowerEnd, int kMT, int kNT, typename Variant>
 __device__ __forceinline__ void mask_scores(const RowMask& mask, int row0, int key0,
                                             float (&s)[kMT][kNT][4], Variant variant) {
@@ -47,8 +46,10 @@ template <int kMT, int kNT, typename Variant = IdentityScore>
 __device__ __forceinline__ void score_step(const RowMask& mask, const KeyBlocks& blocks,
                                            int n_block, int row0, int key0,
                                            float (&s)[kMT][kNT][4], Variant variant = {}) {
-  if (n_block < blocks.unmasked_begin) mask_scores<true>(mask, row0, key0, s, variant);
-  else mask_scores<false>(mask, row0, key0, s, variant);
+  if constexpr (KeyBlocks::kLowerEnds) {
+    if (blocks.lower_end_in(n_block)) return mask_scores<true>(mask, row0, key0, s, variant);
+  }
+  mask_scores<false>(mask, row0, key0, s, variant);
 }
 
 }  // namespace flashattn::cuda::sm80

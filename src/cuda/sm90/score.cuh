@@ -12,8 +12,8 @@
 
 namespace flashattn::cuda::sm90 {
 
-// kLowerEnd: whether a row's key range may begin inside the block, which only
-// blocks below KeyBlocks::unmasked_begin need checked.
+// kLowerEnd: whether a row's key range may begin inside the block
+// (KeyBlocks::lower_end_in; score_step below picks).
 template <bool kLowerEnd, class Tr, typename Variant>
 __device__ __forceinline__ void mask_scores(float (&s)[Tr::kBlockN / 2], const RowMask& mask,
                                             const FragmentCoord& at, int row_base, int n_block,
@@ -40,10 +40,11 @@ template <class Tr, typename Variant = IdentityScore>
 __device__ __forceinline__ void score_step(float (&s)[Tr::kBlockN / 2], const RowMask& mask,
                                            const KeyBlocks& blocks, const FragmentCoord& at,
                                            int row_base, int n_block, Variant variant = {}) {
-  if (n_block < blocks.unmasked_begin)
-    mask_scores<true, Tr>(s, mask, at, row_base, n_block, variant);
-  else
-    mask_scores<false, Tr>(s, mask, at, row_base, n_block, variant);
+  if constexpr (KeyBlocks::kLowerEnds) {
+    if (blocks.lower_end_in(n_block))
+      return mask_scores<true, Tr>(s, mask, at, row_base, n_block, variant);
+  }
+  mask_scores<false, Tr>(s, mask, at, row_base, n_block, variant);
 }
 
 }  // namespace flashattn::cuda::sm90

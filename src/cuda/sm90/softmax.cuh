@@ -34,7 +34,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[Tr::kBlockN / 2], floa
     block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
     block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
     const float m_new = fmaxf(row_max[half], block_max);
-    const float m_scaled = exponent_max(m_new) * c;
+    const float m_scaled = exponent_max_c(m_new, c);
     alpha[half] = fast_exp2(row_max[half] * c - m_scaled);
     row_max[half] = m_new;
     float sum = 0.0f;

@@ -64,7 +64,7 @@ struct alignas(128) SharedTiles {
   };
   int64_t kv_head;                     // the block's batch · heads_kv + kv head
   RowMask mask;                        // the key range each row of the block's sequence sees
-  KeyBlocks blocks;                    // the key blocks this split walks, and those seen whole
+  KeyBlocks blocks;                    // the tile's key blocks, and those it sees whole
   float q_unscale[Shape::kBlockM];     // 2^-e per query row
   float k_unscale[2];                  // 2^-e per buffer's key block
   float v_unscale[2][Shape::kOTiles];  // 2^-e per buffer's 8 output columns
@@ -204,9 +204,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     sm.mask = row_mask(p, tc.b);
   }
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
-  const KeyBlocks blocks =
-      split_key_blocks(row_mask(p, tc.b).key_blocks(row0, rows, kBlockN), split.count);
-  const int first_block = blocks.begin, end_block = blocks.end;
+  const KeyBlocks blocks = row_mask(p, tc.b).key_blocks(row0, rows, kBlockN);
+  const auto [first_block, end_block] = split_key_blocks(blocks, split.count);
   if (threadIdx.x == 0) sm.blocks = blocks;
 
   float q_unscale[2] = {1.0f, 1.0f};  // rows g and g + 8 of the warp

@@ -200,9 +200,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   const TileCoord tc = tile_coord(s, m_blocks);
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
-  const KeyBlocks blocks =
-      split_key_blocks(row_mask(p, tc.b).key_blocks(row0, rows, kChunk), split.count);
-  const int first = blocks.begin, end = blocks.end;
+  const KeyBlocks blocks = row_mask(p, tc.b).key_blocks(row0, rows, kChunk);
+  const auto [first, end] = split_key_blocks(blocks, split.count);
 
   if (threadIdx.x == 0) {
     const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk, steps = kv.rows / 16;

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __syncthreads();
 
   const KeyBlocks& blocks = info.blocks;
-  if (blocks.end > blocks.begin) {
+  if (blocks.end > blocks.first()) {
     const T* q = static_cast<const T*>(p.q.data) + info.b * p.q.batch_stride +
                  info.hq * p.q.head_stride + info.row0 * p.q.row_stride;
     load_tile<QTile, Shape::kThreads>(q_tile, q, p.q.row_stride, info.rows, s.head_dim, vec16);
@@ -189,19 +189,22 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     cp_async_wait<0>();
     __syncthreads();  // K_n has landed; every warp is done with V_{n+1}
     load_values<Shape, kExtent>(p, info, v_tile, key0);
+    // Read from shared memory here, so that the loads complete under the products.
+    const bool masked = !kInner && info.blocks.needs_mask(n);
+    const bool more_keys = n > info.blocks.first();
 
     float sc[kMT][kNT][4] = {};
     {
       const ThreadCoord tc = thread_coord<Shape>();
       scores_mma<T, Shape>(smem_address(q_tile), smem_address(k_tile), tc.warp_row0, tc.lane, sc);
     }
-    if (!kInner && info.blocks.needs_mask(n))  // some row's key range ends in the block
+    if (masked)  // some row's key range ends in the block
       sm80::score_step(info.mask, info.blocks, n, info.row0 + thread_coord<Shape>().warp_row0,
                        key0, sc);
 
     cp_async_wait<0>();
     __syncthreads();  // V_n has landed; every warp is done with K_n
-    if (n > info.blocks.begin) load_keys<Shape, kExtent>(p, info, k_tile, key0 - kBlockN);
+    if (more_keys) load_keys<Shape, kExtent>(p, info, k_tile, key0 - kBlockN);
 
     sm80::online_softmax<Shape>(p.softmax.scale_log2, 0.0f, sc, row_max,
                                 sm80::row_sum<Shape>(row_sum_slots, row_sum_registers), acc);
@@ -218,13 +221,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   int n = blocks.end - 1;
   if constexpr (Shape::kInnerLoop) {
     const bool all_columns = vec16 && s.head_dim == Shape::kD;
-    const int inner_begin = all_columns ? blocks.unmasked_begin : blocks.begin;
+    const int inner_begin = all_columns && KeyBlocks::kLowerEnds ? blocks.unmasked_begin
+                                                                 : blocks.first();
     const int inner_end = all_columns ? max(inner_begin, min(blocks.end, blocks.unmasked_end))
-                                      : blocks.begin;
+                                      : blocks.first();
     for (; n >= inner_end; --n) attend_block(n, std::false_type{});
     for (; n >= inner_begin; --n) attend_block(n, std::true_type{});
   }
-  for (; n >= blocks.begin; --n) attend_block(n, std::false_type{});
+  for (; n >= blocks.first(); --n) attend_block(n, std::false_type{});
   store_output<T, Shape>(p, info, q_tile, acc, row_max,
                          sm80::row_sum<Shape>(row_sum_slots, row_sum_registers));
 }

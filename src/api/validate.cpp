@@ -53,16 +53,20 @@ void require_dim(const Named& a, int dim, const Named& b, int b_dim) {
 // stride of 0 writes every index to one place).
 void require_no_self_overlap(const Named& v) {
   if (!has_elements(v.t)) return;
+  // The dimensions of more than one element, by increasing stride (insertion sort).
   int dims[4], n = 0;
-  for (int d = 0; d < 4; ++d)
-    if (v.t.shape[d] > 1) dims[n++] = d;
-  std::sort(dims, dims + n, [&](int a, int b) { return v.t.stride[a] < v.t.stride[b]; });
+  for (int d = 0; d < 4; ++d) {
+    if (v.t.shape[d] <= 1) continue;
+    int at = n++;
+    for (; at > 0 && v.t.stride[dims[at - 1]] > v.t.stride[d]; --at) dims[at] = dims[at - 1];
+    dims[at] = d;
+  }
   int64_t span = 0;  // elements the dimensions so far reach past their first
   for (int i = 0; i < n; ++i) {
     const int d = dims[i];
     require(v.t.stride[d] > span, v.name, ": ", kDims[d], " stride is ", v.t.stride[d],
             ", which makes elements overlap (an output's ", kDims[d],
-            " stride must step past the ", span + 1, " elements of the smaller dimensions)");
+            " stride must be at least ", span + 1, ", past what its smaller strides span)");
     span += (v.t.shape[d] - 1) * v.t.stride[d];
   }
 }

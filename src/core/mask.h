@@ -1,7 +1,7 @@
 // The mask as a key range per query row: row i of a sequence sees the keys
-// [key_begin(i), key_end(i)) and no other. MaskRule (core/params.h) is what the
-// caller asked for; RowMask is that rule resolved for one sequence's lengths,
-// and everything a backend needs follows from it:
+// [key_begin(i), key_end(i)) and no other. MaskRule is what the caller asked
+// for; RowMask is that rule resolved for one sequence's lengths (row_mask(p, b)
+// in core/params.h), and everything a backend needs follows from it:
 //   - the element mask of a score tile (key j hidden from row i: score −inf);
 //   - the key blocks a query tile visits (blocks outside every row's range are
 //     skipped, never loaded) and, among them, those every row of the tile sees
@@ -13,12 +13,20 @@
 // KeyBlocks::kLowerEnds); a sliding window will give it a lower end.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
-#include "core/params.h"
+#include "core/host_device.h"
 #include "core/seqlen.h"
 
 namespace flashattn {
+
+// The mask the caller asked for; resolve() turns it, for one sequence's
+// lengths, into the key range each query row sees.
+struct MaskRule {
+  bool causal;
+  bool bottom_right;  // causal alignment: key j visible to row i iff j <= i + seqlen_k - seqlen_q
+};
 
 // Key blocks [begin, end) hold a key that some row of a query tile sees; in
 // [unmasked_begin, unmasked_end) every row of the tile sees every key. Plain
@@ -67,7 +75,24 @@ struct RowMask {
     const int64_t end = row + causal_offset + 1;
     return end <= 0 ? 0 : (end >= seqlen_k ? seqlen_k : int(end));
   }
+  // key_end for a problem whose rows and keys number at most 2^30 each (so the
+  // sum below fits 32 bits), as selects: the same value, without 64-bit
+  // arithmetic or branches before a latency-bound kernel's loads (cuda_tiled's
+  // one-warp path; test_core checks it against key_end).
+  FLASHATTN_HOST_DEVICE int key_end_small(int row) const {
+    const int end = row + int(causal_offset) + 1;
+#ifdef __CUDA_ARCH__
+    return causal ? ::max(0, ::min(seqlen_k, end)) : seqlen_k;  // IMNMX, no branch
+#else
+    return causal ? std::max(0, std::min(seqlen_k, end)) : seqlen_k;
+#endif
+  }
   FLASHATTN_HOST_DEVICE bool empty(int64_t row) const { return key_end(row) <= key_begin(row); }
+  // key >= key_end(row), asked without clamping key_end: the cheaper form for a
+  // key loop that asks it of every block's last key.
+  FLASHATTN_HOST_DEVICE bool beyond_end(int64_t row, int64_t key) const {
+    return key >= seqlen_k || (causal && key > row + causal_offset);
+  }
   // Whether the row sees a key of [key_lo, key_hi): a kernel that walked only
   // those keys (one split of them) finishes the row as empty if not.
   FLASHATTN_HOST_DEVICE bool sees_keys_in(int64_t row, int key_lo, int key_hi) const {
@@ -109,11 +134,6 @@ FLASHATTN_HOST_DEVICE RowMask resolve(const MaskRule& rule, SequenceLengths seq)
   m.causal = rule.causal;
   m.causal_offset = rule.bottom_right ? int64_t(seq.seqlen_k) - seq.seqlen_q : 0;
   return m;
-}
-
-// Row mask of sequence b of p.
-FLASHATTN_HOST_DEVICE RowMask row_mask(const AttnParams& p, int batch) {
-  return resolve(p.mask, sequence_lengths(p, batch));
 }
 
 }  // namespace flashattn

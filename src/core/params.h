@@ -9,6 +9,8 @@
 #include <cstdint>
 
 #include "core/host_device.h"
+#include "core/mask.h"
+#include "core/seqlen.h"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn {
@@ -32,13 +34,6 @@ struct Sizes {
   FLASHATTN_HOST_DEVICE int group() const { return heads_q / heads_kv; }  // query heads per kv head (GQA)
 };
 
-// The mask the caller asked for. core/mask.h resolves it, per sequence, into the
-// key range each query row sees.
-struct MaskRule {
-  bool causal = false;
-  bool bottom_right = false;  // causal alignment: key j visible to row i iff j <= i + seqlen_k - seqlen_q
-};
-
 inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e)
 inline constexpr float kLn2 = 0.69314718055994531f;   // ln(2)
 
@@ -51,7 +46,10 @@ struct SoftmaxParams {
 struct AttnParams {
   TensorRef q, k, v, o;
   Sizes sizes;
-  MaskRule mask;
+  // The mask resolved for the batch's lengths: in a dense batch every sequence
+  // has the same, so the rule is resolved once (attn_params()); kernels read it
+  // through row_mask(p, b) from their parameters, as a constant, not a register.
+  RowMask mask{};
   SoftmaxParams softmax;
   DType dtype = DType::f32;  // q, k, v and out share it
   int device_index = 0;
@@ -72,8 +70,8 @@ inline AttnParams attn_params(const Params& p) {
   a.k = tensor_ref(p.k);
   a.v = tensor_ref(p.v);
   a.o = tensor_ref(p.out);
-  a.mask.causal = p.mask != Mask::none;
-  a.mask.bottom_right = p.mask == Mask::causal_bottom_right;
+  const MaskRule rule{p.mask != Mask::none, p.mask == Mask::causal_bottom_right};
+  a.mask = resolve(rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
   const float scale = p.scale.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
   a.softmax = {scale, scale * kLog2e, p.lse};
   a.dtype = p.q.dtype;
@@ -81,5 +79,14 @@ inline AttnParams attn_params(const Params& p) {
   a.stream = p.stream;
   return a;
 }
+
+// The lengths of sequence b, and the key range its rows see: one function each,
+// so that a variable-length batch or a KV cache is a new case here (see
+// core/seqlen.h). Dense: every sequence has the batch's lengths and mask.
+FLASHATTN_HOST_DEVICE SequenceLengths sequence_lengths(const AttnParams& p, int /*batch*/) {
+  return {p.sizes.seqlen_q, p.sizes.seqlen_k};
+}
+
+FLASHATTN_HOST_DEVICE const RowMask& row_mask(const AttnParams& p, int /*batch*/) { return p.mask; }
 
 }  // namespace flashattn

@@ -162,7 +162,7 @@ void flash_forward(const AttnParams& p) {
     const int b = int(item / m_blocks / s.heads_q);
     const int hk = hq / s.group();
     const int m0 = m_block * kBlockM, rows = std::min(kBlockM, s.seqlen_q - m0);
-    const RowMask mask = row_mask(p, b);
+    const RowMask& mask = row_mask(p, b);
     load_tile(p, p.q, b, hq, m0, rows, w.q.data());
     std::fill(w.acc.begin(), w.acc.end(), 0.0f);
     std::fill(w.rows.begin(), w.rows.end(), OnlineRow{});

@@ -44,7 +44,7 @@ double attend_row(const AttnParams& p, int b, int hq, int i, const std::vector<d
   const int64_t q_base = b * p.q.batch_stride + i * p.q.row_stride + hq * p.q.head_stride;
   for (int c = 0; c < d; ++c) q[c] = load_float(p.q.data, p.dtype, q_base + c);
 
-  const RowMask mask = row_mask(p, b);
+  const RowMask& mask = row_mask(p, b);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   double m = kNegInf;
   for (int j = key_begin; j < key_end; ++j) {

@@ -104,7 +104,7 @@ void expect_accurate(const BackendCase& bc, Device device) {
                replay_hint(seed));
   harness::Problem problem(bc.c, device, seed);
   forward(problem.params(bc.backend));
-  const harness::Accuracy accuracy = problem.evaluate();
+  const harness::Accuracy accuracy = problem.evaluate(bc.backend);
   EXPECT_EQ(accuracy.unwritten, 0) << "output or lse elements left unwritten (still NaN)";
   EXPECT_TRUE(accuracy.passed) << accuracy.summary();
 }

@@ -38,6 +38,11 @@ TEST(RowMaskTest, KeyRangeIsTheRule) {
       }
 }
 
+TEST(RowMaskTest, SmallFormAgreesWithKeyEnd) {
+  for (const RowMask& m : masks())
+    for (int i = 0; i < m.seqlen_q; ++i) EXPECT_EQ(m.key_end_small(i), m.key_end(i)) << i;
+}
+
 TEST(RowMaskTest, BottomRightLastRowSeesEveryKey) {
   const RowMask m = resolve(MaskRule{true, true}, {40, 100});
   EXPECT_EQ(m.key_end(39), 100);

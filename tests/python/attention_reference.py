@@ -5,28 +5,39 @@ import numpy as np
 def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None):
     """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), float64.
 
-    Query head h reads kv head h // (heads_q // heads_kv). A row that sees no key gets out 0
-    and lse -inf.
+    Query head h reads kv head h // (heads_q // heads_kv). The mask comes first: a key a row
+    does not see is never read, whatever its k and v hold. A row that sees no key (every row
+    when seqlen_k is 0) gets out 0 and lse -inf; every other row is standard attention's,
+    non-finite values included (NaN in a score it sees, or a largest score of ±Inf, makes
+    the row NaN; NaN or Inf in a v row it sees reaches that column).
     """
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    seqlen_q, heads_q, head_dim = q.shape[1:]
+    batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1:3]
     k = np.repeat(k, heads_q // heads_kv, axis=2)
     v = np.repeat(v, heads_q // heads_kv, axis=2)
     if scale is None:
         scale = 1.0 / np.sqrt(head_dim)
-    scores = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
     if causal:
         offset = 0 if causal_alignment == "top_left" else seqlen_k - seqlen_q
         visible = np.arange(seqlen_k)[None, :] <= np.arange(seqlen_q)[:, None] + offset
-        scores = np.where(visible, scores, -np.inf)
-    row_max = scores.max(axis=-1, keepdims=True)
-    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
-    weights = np.exp(scores - row_max)
-    row_sum = weights.sum(axis=-1, keepdims=True)
-    out = np.einsum("bhqk,bkhd->bqhd", weights / np.where(row_sum > 0, row_sum, 1.0), v)
-    with np.errstate(divide="ignore"):
-        lse = (row_max + np.log(row_sum))[..., 0]
+    has_keys = visible.any(axis=1)  # (seqlen_q,)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scores = np.where(visible, np.einsum("bqhd,bkhd->bhqk", q, k) * scale, -np.inf)
+        # Rows without keys get max 0 so their (all -inf) scores give weights 0, not NaN.
+        row_max = np.where(has_keys[:, None], scores.max(axis=-1, keepdims=True, initial=-np.inf),
+                           0.0)
+        weights = np.exp(scores - row_max)
+        row_sum = weights.sum(axis=-1, keepdims=True)
+        probs = weights / np.where(has_keys[:, None], row_sum, 1.0)
+        if np.isfinite(v).all():
+            out = np.einsum("bhqk,bkhd->bqhd", probs, v)
+        else:  # 0 · Inf is NaN: keys a row does not see must not reach it at all
+            terms = probs[..., None] * v.transpose(0, 2, 1, 3)[:, :, None]  # (b, h, q, k, d)
+            out = np.where(visible[..., None], terms, 0.0).sum(axis=3).transpose(0, 2, 1, 3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(has_keys, (row_max + np.log(row_sum))[..., 0], -np.inf)
     return out, lse
 
 

@@ -1,7 +1,18 @@
-"""The bytes flashattn passes as flashattn_params match the ctypes mirror of the header."""
+"""The ctypes mirror of the header: the bytes flashattn passes as flashattn_params, the
+struct layouts themselves (checked against a C compiler's, where one is installed), and the
+backend table read from the library."""
 import ctypes
+import shutil
+import subprocess
+from pathlib import Path
 
-from flashattn import _abi
+import numpy as np
+import pytest
+
+import flashattn
+from flashattn import _abi, _backends, _library, _options
+
+HEADER_DIR = Path(__file__).resolve().parents[2] / "include"
 
 
 def test_packed_params_read_back_through_the_ctypes_layout():
@@ -10,7 +21,7 @@ def test_packed_params_read_back_through_the_ctypes_layout():
     v = _abi.view(0x3000, _abi.F32, (1, 1, 1, 1), (0, 0, 0, 0), _abi.CUDA, 3)
     out = _abi.view(0x4000, _abi.F16, (2, 3, 4, 5), (-1, 2**40, 5, 1), _abi.CUDA, 1)
     packed = _abi.pack_params(q, k, v, out, 0x5000, 1, 0.25, _abi.MASKS["causal_bottom_right"],
-                              _abi.BACKENDS["cuda_wgmma"], 0x6000)
+                              7, 0x6000)
     assert len(packed) == ctypes.sizeof(_abi.Params)
     params = _abi.Params.from_buffer_copy(packed)
     for packed_view, tensor in ((q, params.q), (k, params.k), (v, params.v), (out, params.out)):
@@ -18,3 +29,96 @@ def test_packed_params_read_back_through_the_ctypes_layout():
                 tensor.device_index) == packed_view
     assert (params.lse, params.has_scale, params.scale, params.mask, params.backend,
             params.stream) == (0x5000, 1, 0.25, 2, 7, 0x6000)
+
+
+LAYOUTS = {"flashattn_tensor": _abi.Tensor, "flashattn_params": _abi.Params,
+           "flashattn_backend_info": _abi.BackendInfo}
+
+
+def test_struct_layouts_match_the_header(tmp_path):
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None or not (HEADER_DIR / "flashattn" / "flashattn.h").is_file():
+        pytest.skip("needs a C compiler and the repository's include/")
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "flashattn/flashattn.h"',
+             'int main(void) {']
+    for c_name, structure in LAYOUTS.items():
+        lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
+        for field, _ in structure._fields_:
+            lines.append(f'printf("{c_name}.{field} %zu\\n", offsetof({c_name}, {field}));')
+    source = tmp_path / "layout.c"
+    source.write_text("\n".join(lines + ["return 0;", "}"]))
+    subprocess.run([compiler, f"-I{HEADER_DIR}", str(source), "-o", str(tmp_path / "layout")],
+                   check=True)
+    printed = subprocess.run([str(tmp_path / "layout")], check=True, capture_output=True,
+                             text=True).stdout
+    expected = []
+    for c_name, structure in LAYOUTS.items():
+        expected.append(f"{c_name} {ctypes.sizeof(structure)}")
+        expected += [f"{c_name}.{field} {getattr(structure, field).offset}"
+                     for field, _ in structure._fields_]
+    assert printed.split("\n")[:-1] == expected
+
+
+def test_backends_come_from_the_library():
+    table = flashattn.backends()
+    names = [b.name for b in table]
+    assert len(set(names)) == len(names) and {"reference", "cpu"} <= set(names)
+    lib = _library.library()
+    assert len(table) == lib.flashattn_backend_count()
+    for index, backend in enumerate(table):
+        info = _abi.BackendInfo(struct_size=ctypes.sizeof(_abi.BackendInfo))
+        assert lib.flashattn_get_backend_info(index, ctypes.byref(info)) == _abi.OK
+        assert backend.name == info.name.decode()
+        assert _options.backend_value(backend.name) == info.backend != _abi.AUTO
+        assert backend.device in ("cpu", "cuda")
+        assert backend.dtypes and set(backend.dtypes) <= {"f32", "f16", "bf16"}
+        assert backend.max_head_dim is None or backend.max_head_dim >= 1
+        assert backend.compute_capability is None or backend.compute_capability >= 80
+        assert backend.summary
+    assert _backends.table(lib) is _backends.table(lib)  # read once per library
+
+
+def test_backend_info_struct_size_limits_what_the_library_writes():
+    # An older caller's smaller struct: the library must leave the bytes past it alone.
+    size = _abi.BackendInfo.name.offset + ctypes.sizeof(ctypes.c_char_p)
+    info = _abi.BackendInfo(struct_size=size, device=-7, summary=None)
+    assert _library.library().flashattn_get_backend_info(0, ctypes.byref(info)) == _abi.OK
+    assert info.name == flashattn.backends()[0].name.encode()
+    assert (info.device, info.summary) == (-7, None)
+
+
+def test_unknown_backend_lists_the_library_names():
+    q = np.zeros((1, 2, 1, 4), np.float32)
+    with pytest.raises(flashattn.InvalidArgumentError) as error:
+        flashattn.attention(q, q, q, backend="cuda_fast")
+    for name in ["auto"] + [b.name for b in flashattn.backends()]:
+        assert repr(name) in str(error.value)
+    with pytest.raises(flashattn.InvalidArgumentError, match="backend: is 3"):
+        flashattn.attention(q, q, q, backend=3)
+
+
+class PreRegistryLibrary:
+    """The library as a build from before the backend table looks to ctypes: only the
+    first ABI's functions (bench/run --builds loads such builds)."""
+
+    def __init__(self, lib):
+        for name in ("flashattn_forward", "flashattn_last_error", "flashattn_contiguous",
+                     "flashattn_default_params"):
+            setattr(self, name, getattr(lib, name))
+
+
+def test_a_library_without_the_backend_table_still_runs():
+    old = PreRegistryLibrary(_library.library())
+    _abi.declare(old)  # declares what it has
+    assert not _abi.has_registry(old)
+    with pytest.raises(RuntimeError, match="no backend table"):
+        _backends.table(old)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 5, 2, 8)).astype(np.float32) for _ in range(3))
+    out = np.empty_like(q)
+    views = [_abi.view(a.ctypes.data, _abi.F32, a.shape, (80, 16, 8, 1), _abi.CPU)
+             for a in (q, k, v, out)]
+    # The name goes through the package's (current) library's table; the old one only runs.
+    _library.forward(*views, mask="causal_top_left", backend=_options.backend_value("cpu"),
+                     lib=old)
+    np.testing.assert_array_equal(out, flashattn.attention(q, k, v, causal=True, backend="cpu"))

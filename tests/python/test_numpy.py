@@ -4,7 +4,9 @@ import pytest
 
 import flashattn
 from flashattn import _library, _numpy
+import edge_cases
 from attention_reference import assert_lse_close, reference_attention, rel_l2
+from edge_cases import EMPTY_IDS, EMPTY_SIZES
 
 ALIGNMENTS = ("top_left", "bottom_right")
 
@@ -62,10 +64,19 @@ def test_causal_alignment_is_ignored_without_causal():
         flashattn.attention(q, k, v, causal_alignment="bottom_right"))
 
 
-def test_scale():
+@pytest.mark.parametrize("scale", [0.7, 3, -0.7, 0.0, -0.0, 0, True, np.float32(-2.5),
+                                   np.int64(2), 1e-30, -30.0], ids=repr)
+def test_any_finite_scale(scale):
     q, k, v = random_qkv(np.random.default_rng(4), 1, 12, 12, 2, 2, 16)
-    check_against_reference(q, k, v, scale=0.7)
-    check_against_reference(q, k, v, scale=3)
+    check_against_reference(q, k, v, scale=scale, causal=True)
+    check_against_reference(q, k, v, scale=scale, backend="reference")
+
+
+def test_zero_scale_averages_the_visible_values():
+    q, k, v = random_qkv(np.random.default_rng(4), 1, 6, 6, 1, 1, 8)
+    out = flashattn.attention(q, k, v, scale=0.0, causal=True)
+    expected = np.cumsum(v, axis=1) / np.arange(1, 7)[None, :, None, None]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_float16():
@@ -149,9 +160,20 @@ ERRORS = [
     ("heads", lambda q, k, v: ((q[:, :, :3], k, v), {}), ValueError,
      "q: heads (3) must be a multiple of k's heads (2)"),
     ("v_seqlen", lambda q, k, v: ((q, k, v[:, :5]), {}), ValueError, "v: seqlen is 5"),
-    ("empty", lambda q, k, v: ((q, k[:, :0], v[:, :0]), {}), ValueError,
-     "k: seqlen is 0, must be >= 1"),
-    ("scale", lambda q, k, v: ((q, k, v), {"scale": -1.0}), ValueError, "scale: is -1"),
+    ("no_heads", lambda q, k, v: ((q[:, :, :0], k, v), {}), ValueError,
+     "q: heads is 0, must be >= 1"),
+    ("no_head_dim", lambda q, k, v: ((q[..., :0], k[..., :0], v[..., :0]), {}), ValueError,
+     "q: head_dim is 0, must be >= 1"),
+    ("scale_nan", lambda q, k, v: ((q, k, v), {"scale": float("nan")}), ValueError,
+     "scale: is nan, must be finite"),
+    ("scale_inf", lambda q, k, v: ((q, k, v), {"scale": -np.inf}), ValueError,
+     "scale: is -inf, must be finite"),
+    ("scale_beyond_float32", lambda q, k, v: ((q, k, v), {"scale": 1e39}), ValueError,
+     "scale: is 1e.39, beyond float32's range"),
+    ("scale_type", lambda q, k, v: ((q, k, v), {"scale": "0.5"}), TypeError,
+     "scale: is a str, must be a float"),
+    ("causal_type", lambda q, k, v: ((q, k, v), {"causal": "yes"}), TypeError,
+     "causal: is a str, must be a bool"),
     ("alignment", lambda q, k, v: ((q, k, v), {"causal": True, "causal_alignment": "left"}),
      ValueError, "causal_alignment: is 'left'"),
     ("backend_name", lambda q, k, v: ((q, k, v), {"backend": "gpu"}), ValueError,
@@ -196,3 +218,36 @@ def test_library_path_without_environment_or_package(monkeypatch, tmp_path):
     monkeypatch.setattr(_library, "PACKAGED", tmp_path / "libflashattn.so")
     with pytest.raises(FileNotFoundError, match="pip install ."):
         _library.library_path()
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["allocated", "sliced"])
+@pytest.mark.parametrize("backend", [None, "cpu", "reference"])
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k", EMPTY_SIZES, ids=EMPTY_IDS)
+def test_empty_problems(batch, seqlen_q, seqlen_k, backend, fresh):
+    """No elements anywhere is legal: NumPy gives fresh empty arrays strides of 0, slices
+    keep their parent's. seqlen_k 0: every row sees no key, so out 0 and lse -inf."""
+    if fresh:
+        q, k, v = edge_cases.qkv(batch, seqlen_q, seqlen_k)
+    else:
+        q, k, v = (a[:batch, :s] for a, s in zip(edge_cases.qkv(3, 7, 7),
+                                                 (seqlen_q, seqlen_k, seqlen_k)))
+    for causal in (False, True):
+        out, lse = flashattn.attention(q, k, v, causal=causal, return_lse=True, backend=backend)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert lse.shape == (batch, 4, seqlen_q) and lse.dtype == np.float32
+        assert np.all(out == 0) and np.all(np.isneginf(lse))
+        expected, expected_lse = reference_attention(q, k, v, causal=causal)
+        edge_cases.assert_matches(out, lse, expected, expected_lse)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("case", list(edge_cases.NON_FINITE))
+def test_non_finite_values_propagate_as_in_standard_attention(case, backend):
+    (q, k, v), options, nan = edge_cases.NON_FINITE[case]()
+    out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
+    np.testing.assert_array_equal(np.isnan(out), nan)
+    expected, expected_lse = reference_attention(q, k, v, **options)
+    np.testing.assert_array_equal(np.isnan(expected), nan)  # the oracle agrees with the rule
+    edge_cases.assert_matches(out, lse, expected, expected_lse)
+    edge_cases.assert_matches(out, lse, *flashattn.attention(q, k, v, return_lse=True,
+                                                             backend="reference", **options))

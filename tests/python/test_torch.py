@@ -8,7 +8,9 @@ import torch.nn.functional as F  # noqa: E402
 
 import flashattn  # noqa: E402
 from flashattn import _torch_op  # noqa: E402
-from attention_reference import assert_lse_close, rel_l2  # noqa: E402
+import edge_cases  # noqa: E402
+from attention_reference import assert_lse_close, reference_attention, rel_l2  # noqa: E402
+from edge_cases import EMPTY_IDS, EMPTY_SIZES  # noqa: E402
 from torch_cases import random_bhsd, random_bshd, reference_bshd  # noqa: E402
 
 # Relative L2 error of fp32 arithmetic on rounded inputs: the output's rounding dominates.
@@ -144,3 +146,49 @@ SDPA_ERRORS = [
 def test_errors_name_the_argument(call, error, words):
     with pytest.raises(error, match=words):
         call(*bhsd())
+
+
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k", EMPTY_SIZES, ids=EMPTY_IDS)
+def test_empty_problems(batch, seqlen_q, seqlen_k):
+    """Tensors without elements (data_ptr() 0) are legal, eagerly, through the custom op and
+    under torch.compile. seqlen_k 0 gives out 0 and lse -inf (rows without keys); torch's
+    SDPA defines no value there (its CPU kernel gives 0, others NaN), so only ours is checked."""
+    q, k, v = random_bshd(batch, seqlen_q, seqlen_k, 4, 2, 8, seed=12)
+    assert any(t.data_ptr() == 0 for t in (q, k, v))
+    for causal in (False, True):
+        out, lse = flashattn.attention(q, k, v, causal=causal, return_lse=True)
+        assert out.shape == q.shape and lse.shape == (batch, 4, seqlen_q)
+        assert torch.all(out == 0) and torch.all(lse == -torch.inf)
+        through_op = torch.ops.flashattn.attention_fwd(q, k, v, causal, "bottom_right", None,
+                                                       "cpu")
+        torch.testing.assert_close(through_op, (out, lse), rtol=0, atol=0)
+        query, key, value = (t.transpose(1, 2) for t in (q, k, v))
+        ours = flashattn.sdpa(query, key, value, is_causal=causal, enable_gqa=True)
+        theirs = F.scaled_dot_product_attention(query, key, value, is_causal=causal,
+                                                enable_gqa=True)
+        assert ours.shape == theirs.shape and torch.all(ours == 0)
+        if ours.numel() == 0 or seqlen_k > 0:
+            torch.testing.assert_close(ours, theirs)
+    if (batch, seqlen_q) != (0, 0):  # opcheck's own input copy fails on two 0 dimensions
+        torch.library.opcheck(torch.ops.flashattn.attention_fwd.default,
+                              (q, k, v, True, "top_left", None, None))
+
+    def block(x, y, z):
+        return flashattn.sdpa(x * 2, y, z, is_causal=True, enable_gqa=True) + 1
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    query, key, value = (t.transpose(1, 2) for t in (q, k, v))
+    torch.testing.assert_close(compiled(query, key, value), block(query, key, value))
+
+
+@pytest.mark.parametrize("backend", [None, "reference"])
+@pytest.mark.parametrize("case", list(edge_cases.NON_FINITE))
+def test_non_finite_values_on_cpu_tensors(case, backend):
+    (q, k, v), options, nan = edge_cases.NON_FINITE[case]()
+    out, lse = flashattn.attention(*(torch.from_numpy(a) for a in (q, k, v)), return_lse=True,
+                                   backend=backend, **options)
+    np.testing.assert_array_equal(torch.isnan(out).numpy(), nan)
+    edge_cases.assert_matches(out.numpy(), lse.numpy(), *reference_attention(q, k, v, **options))
+    edge_cases.assert_matches(out.numpy(), lse.numpy(),
+                              *flashattn.attention(q, k, v, return_lse=True, backend="reference",
+                                                   **options))

@@ -9,6 +9,7 @@ import torch.nn.functional as F  # noqa: E402
 import flashattn  # noqa: E402
 from flashattn import _torch_op  # noqa: E402
 from attention_reference import assert_lse_close, rel_l2  # noqa: E402
+from edge_cases import EMPTY_IDS, EMPTY_SIZES  # noqa: E402
 from torch_cases import (causal_mask, random_bhsd, random_bshd, reference_bhsd,  # noqa: E402
                          reference_bshd)
 
@@ -90,8 +91,10 @@ def test_backends_and_lse(backend, alignment):
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
 @pytest.mark.parametrize("backend", ["cuda_mma", "cuda_wgmma"])
 def test_tensor_core_backend_and_lse(dtype, alignment, backend):
-    if backend == "cuda_wgmma" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("cuda_wgmma runs on Hopper (compute capability 9.0) only")
+    needs = {b.name: b.compute_capability for b in flashattn.backends()}[backend]
+    major, minor = torch.cuda.get_device_capability()
+    if needs is not None and needs != major * 10 + minor:
+        pytest.skip(f"{backend} runs on GPUs of compute capability {needs / 10} only")
     q, k, v = random_bshd(2, 150, 97, 4, 2, 72, dtype=dtype, device="cuda", seed=2)
     out, lse = flashattn.attention(q, k, v, causal=True, causal_alignment=alignment,
                                    return_lse=True, backend=backend)
@@ -175,3 +178,18 @@ def test_device_errors():
         flashattn.attention(q, k.cpu(), v)
     with pytest.raises(NotImplementedError, match="backend: cpu runs on cpu tensors"):
         flashattn.attention(q, k, v, backend="cpu")
+
+
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k", EMPTY_SIZES, ids=EMPTY_IDS)
+def test_empty_problems_on_every_gpu_backend(batch, seqlen_q, seqlen_k):
+    major, minor = torch.cuda.get_device_capability()
+    for backend in flashattn.backends():
+        if backend.device != "cuda" or backend.compute_capability not in (None,
+                                                                          major * 10 + minor):
+            continue
+        dtype = torch.float32 if "f32" in backend.dtypes else torch.float16
+        q, k, v = random_bshd(batch, seqlen_q, seqlen_k, 4, 2, 64, dtype=dtype, device="cuda")
+        out, lse = flashattn.attention(q, k, v, causal=True, return_lse=True,
+                                       backend=backend.name)
+        assert out.shape == q.shape and lse.shape == (batch, 4, seqlen_q), backend.name
+        assert torch.all(out == 0) and torch.all(lse == -torch.inf), backend.name

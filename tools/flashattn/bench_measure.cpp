@@ -49,6 +49,7 @@ double median_ms(Device device, const std::function<void()>& run, int max_reps) 
 // An implementation bound to the problem's buffers, or the reason it is not run.
 struct Runner {
   std::function<void()> run;
+  Backend backend = Backend::automatic;  // the library backend it runs, if any
   size_t device_bytes = 0;  // GPU memory it holds beyond the problem's tensors
   std::string skip;
 };
@@ -75,6 +76,7 @@ Runner standard_runner(const harness::Problem& problem, Device device) {
 
 Runner flash_runner(const harness::Problem& problem, Backend backend) {
   Runner r;
+  r.backend = backend;
   const double flops = harness::flop_count(problem.spec());
   if (!backend_supports(backend, problem.spec().dtype, problem.spec().shape.head_dim)) {
     r.skip = std::string("skipped: ") + std::string(to_string(backend)) + " does not take " +
@@ -108,7 +110,7 @@ void measure(harness::Problem& problem, const Runner& runner, const BenchConfig&
   if (device.kind == DeviceKind::cuda) harness::device_synchronize(device.index);
   row.peak_extra_bytes =
       device.kind == DeviceKind::cpu ? heap::peak_bytes() - heap_before : runner.device_bytes;
-  const harness::Accuracy accuracy = problem.evaluate();
+  const harness::Accuracy accuracy = problem.evaluate(runner.backend);
   row.max_abs = accuracy.max_abs;
   row.rel_l2 = accuracy.rel_l2;
   row.ms = median_ms(device, runner.run, config.max_reps);

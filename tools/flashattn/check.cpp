@@ -68,7 +68,7 @@ Outcome check_backend(harness::Problem& problem, Backend backend) {
   try {
     problem.poison_output();
     forward(problem.params(backend));
-    const harness::Accuracy accuracy = problem.evaluate();
+    const harness::Accuracy accuracy = problem.evaluate(backend);
     if (accuracy.passed) return {Outcome::passed, ""};
     return {Outcome::failed, accuracy.summary()};
   } catch (const Error& e) {

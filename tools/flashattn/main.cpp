@@ -17,6 +17,8 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"backends", flashattn::cli::backends_main,
+     "the backends, their devices, dtypes and limits (the library's table)"},
     {"bench", flashattn::cli::bench_main,
      "time standard attention and every flash backend on a table of shapes"},
     {"check", flashattn::cli::check_main,
@@ -27,7 +29,8 @@ constexpr Command kCommands[] = {
 void print_usage(std::ostream& out) {
   out << "usage: flashattn <command> [options]\n\n"
          "Exact attention softmax(Q·Kᵀ·scale)·V, computed FlashAttention-style.\n\ncommands:\n";
-  for (const Command& c : kCommands) out << "  " << c.name << std::string(8 - c.name.size(), ' ') << c.summary << "\n";
+  for (const Command& c : kCommands)
+    out << "  " << c.name << std::string(10 - c.name.size(), ' ') << c.summary << "\n";
   out << "\n'flashattn <command> --help' describes a command's options.\n";
 }
 

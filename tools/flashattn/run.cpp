@@ -31,10 +31,8 @@ options:
                                  visible to query i iff j <= i); bottom_right aligns
                                  the last query with the last key (j <= i + Nk - Nq)
   --scale S                      score scale (default 1/sqrt(head_dim))
-  --backend NAME                 auto (default), reference, cpu, cuda_naive, cuda_tiled,
-                                 cuda_tf32x3 (f32), cuda_f16x3 (f32, head_dim <= 128),
-                                 cuda_mma (f16/bf16),
-                                 cuda_wgmma (f16/bf16 on Hopper)
+  --backend NAME                 auto (default) or a backend that `flashattn
+                                 backends` lists with its dtypes and limits
   --device cpu|cuda[:N]          where to run (default: cuda when a GPU is visible)
 )";
 
@@ -96,9 +94,7 @@ Backend parse_backend(Options& options) {
   const std::string name = options.value("backend").value_or("auto");
   const std::optional<Backend> backend = backend_from_string(name);
   if (!backend)
-    throw UsageError("--backend is '" + name +
-                     "', must be auto, reference, cpu, cuda_naive, cuda_tiled, cuda_tf32x3, "
-                     "cuda_f16x3, cuda_mma or cuda_wgmma");
+    throw UsageError("--backend is '" + name + "', must be one of " + backend_names());
   return *backend;
 }
 

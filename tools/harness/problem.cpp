@@ -52,6 +52,7 @@ struct Problem::Storage {
   DeviceBuffer lse_device;
   std::vector<int> ref_rows;
   std::vector<double> ref, ref_lse, standard;
+  std::vector<double> independent, independent_lse;  // standard_rows_float64
 };
 
 std::string describe(const Case& c) {
@@ -150,7 +151,7 @@ double Problem::io_bytes() const {
   return (2 * q + 2 * kv) * dtype_size(case_.dtype);
 }
 
-Accuracy Problem::evaluate(int max_rows) {
+Accuracy Problem::evaluate(Backend backend, int max_rows) {
   Storage& st = *storage_;
   const Shape& s = case_.shape;
   if (device_.kind == DeviceKind::cuda) {
@@ -160,14 +161,19 @@ Accuracy Problem::evaluate(int max_rows) {
   }
   // Reference rows: every row, or first, last and evenly spaced ones between.
   const Params ref_params = views(Backend::reference, Device{});
-  if (st.ref.empty()) {
+  if (st.ref_rows.empty()) {
     const int n = std::min(s.seqlen_q, std::max(max_rows, 2));
     for (int r = 0; r < n; ++r)
       st.ref_rows.push_back(n == s.seqlen_q ? r : int(int64_t(r) * (s.seqlen_q - 1) / (n - 1)));
-    st.ref = reference_rows(ref_params, st.ref_rows, &st.ref_lse);
-    if (case_.dtype != DType::f32)
-      st.standard = standard_rows_in_dtype(attn_params(ref_params), st.ref_rows);
   }
+  const bool independent = backend == Backend::reference;
+  if (independent && st.independent.empty())
+    st.independent = standard_rows_float64(attn_params(ref_params), st.ref_rows, st.independent_lse);
+  if (!independent && st.ref.empty()) st.ref = reference_rows(ref_params, st.ref_rows, &st.ref_lse);
+  if (case_.dtype != DType::f32 && st.standard.empty())
+    st.standard = standard_rows_in_dtype(attn_params(ref_params), st.ref_rows);
+  const std::vector<double>& oracle = independent ? st.independent : st.ref;
+  const std::vector<double>& oracle_lse = independent ? st.independent_lse : st.ref_lse;
 
   Accuracy acc;
   acc.checked_rows = int(st.ref_rows.size());
@@ -177,7 +183,7 @@ Accuracy Problem::evaluate(int max_rows) {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t h = 0; h < s.heads_q; ++h) {
         const int64_t base = offset(st.out, b, st.ref_rows[r], h, 0);
-        const double* ref = &st.ref[((b * n + r) * s.heads_q + h) * s.head_dim];
+        const double* ref = &oracle[((b * n + r) * s.heads_q + h) * s.head_dim];
         for (int64_t c = 0; c < s.head_dim; ++c) {
           const double got = load_float(st.out.host.data(), case_.dtype, base + c);
           const double diff = got - ref[c];
@@ -185,11 +191,11 @@ Accuracy Problem::evaluate(int max_rows) {
           ref2 += ref[c] * ref[c];
           acc.max_abs = std::max(acc.max_abs, std::isnan(diff) ? INFINITY : std::fabs(diff));
           if (!st.standard.empty()) {
-            const double sd = st.standard[&ref[c] - st.ref.data()] - ref[c];
+            const double sd = st.standard[&ref[c] - oracle.data()] - ref[c];
             std_err2 += sd * sd;
           }
         }
-        const double ref_lse = st.ref_lse[(b * s.heads_q + h) * n + r];
+        const double ref_lse = oracle_lse[(b * s.heads_q + h) * n + r];
         const float got_lse = st.lse[(b * s.heads_q + h) * s.seqlen_q + st.ref_rows[r]];
         const double lse_err = std::isinf(ref_lse) ? (got_lse == ref_lse ? 0.0 : INFINITY)
                                                    : std::fabs(got_lse - ref_lse);

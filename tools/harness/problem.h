@@ -56,9 +56,12 @@ class Problem {
   const Case& spec() const { return case_; }
   Params params(Backend backend) const;  // views over this problem's buffers
   void poison_output();                  // NaN into every out and lse element
-  // Scores the current output against the float64 reference on at most
-  // max_rows query rows (all rows when seqlen_q <= max_rows).
-  Accuracy evaluate(int max_rows = 256);
+  // Scores the output `backend` wrote against a float64 oracle on at most
+  // max_rows query rows (all rows when seqlen_q <= max_rows): the reference
+  // backend for every other backend, and for the reference backend itself the
+  // harness's own float64 standard attention (standard.h), so that no backend
+  // is checked against its own code.
+  Accuracy evaluate(Backend backend, int max_rows = 256);
   // Bytes of q, k, v and out as the kernels see them (for bandwidth floors).
   double io_bytes() const;
 

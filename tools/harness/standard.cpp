@@ -1,5 +1,6 @@
 #include "standard.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -52,6 +53,46 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const std::vecto
       for (int c = 0; c < s.head_dim; ++c) o[c] += pj * element(p, p.v, b, j, hk, c);
     }
     for (int c = 0; c < s.head_dim; ++c) o[c] = round_to(p.dtype, float(o[c]));
+  });
+  return out;
+}
+
+std::vector<double> standard_rows_float64(const AttnParams& p, const std::vector<int>& rows,
+                                          std::vector<double>& lse) {
+  const Sizes& s = p.sizes;
+  const int64_t n = int64_t(rows.size());
+  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim, 0.0);
+  lse.assign(size_t(s.batch) * s.heads_q * n, 0.0);
+  const int64_t items = int64_t(s.batch) * s.heads_q * n;
+  parallel_for(items, [&](int64_t item, int) {
+    const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
+    const int i = rows[r], hk = hq / s.group();
+    const RowMask& mask = row_mask(p, b);
+    double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
+    double& row_lse = lse[(int64_t(b) * s.heads_q + hq) * n + r];
+    if (mask.empty(i)) {  // no key to see: 0 and −inf
+      row_lse = -std::numeric_limits<double>::infinity();
+      return;
+    }
+    // Pass 1: the scores of the keys the row sees, and their max (a NaN is kept).
+    std::vector<double> score(s.seqlen_k);
+    double m = -std::numeric_limits<double>::infinity();
+    for (int j = mask.key_begin(i); j < mask.key_end(i); ++j) {
+      double dot = 0.0;
+      for (int c = 0; c < s.head_dim; ++c)
+        dot += double(element(p, p.q, b, i, hq, c)) * element(p, p.k, b, j, hk, c);
+      score[j] = dot * p.softmax.scale;
+      m = std::isnan(m) || std::isnan(score[j]) ? std::nan("") : std::max(m, score[j]);
+    }
+    // Pass 2: softmax weights and the weighted sum of values.
+    double sum = 0.0;
+    for (int j = mask.key_begin(i); j < mask.key_end(i); ++j) {
+      const double w = std::exp(score[j] - m);
+      sum += w;
+      for (int c = 0; c < s.head_dim; ++c) o[c] += w * element(p, p.v, b, j, hk, c);
+    }
+    for (int c = 0; c < s.head_dim; ++c) o[c] /= sum;
+    row_lse = m + std::log(sum);
   });
   return out;
 }

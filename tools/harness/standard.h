@@ -14,4 +14,13 @@ namespace flashattn::harness {
 // Outputs for the given query rows, laid out like cpu::reference_rows.
 std::vector<double> standard_rows_in_dtype(const AttnParams& p, const std::vector<int>& rows);
 
+// Standard attention in float64 for the given query rows, computed here, apart
+// from the library's reference backend (src/cpu/reference.cpp), so that
+// `flashattn check` and the tests can check that backend against something
+// other than itself: outputs laid out like reference_rows, lse into `lse`
+// (batch, heads_q, rows.size()). Rows the mask leaves without keys give 0 and
+// −inf; any other row follows IEEE arithmetic (0/0 is NaN).
+std::vector<double> standard_rows_float64(const AttnParams& p, const std::vector<int>& rows,
+                                          std::vector<double>& lse);
+
 }  // namespace flashattn::harness

@@ -17,8 +17,17 @@
 
 namespace flashattn::cuda {
 
-// The e above for a group whose largest magnitude is max_abs; 0 for a group of
-// zeros, and clamped so that 2^e and 2^-e are normal floats.
+// |x| where x is finite, else 0: what a group's scale is chosen from. An
+// infinite value splits to ±inf and NaN whatever the scale (its products are
+// NaN, as the rows that see it must be), and must not set the scale of the
+// finite values beside it: a scale of 2^-114 would turn them all to 0.
+__device__ __forceinline__ float finite_abs(float x) {
+  const float a = fabsf(x);
+  return a < INFINITY ? a : 0.0f;  // NaN fails the test too
+}
+
+// The e above for a group whose largest finite magnitude is max_abs; 0 for a
+// group of zeros, and clamped so that 2^e and 2^-e are normal floats.
 __device__ __forceinline__ int split_exponent(float max_abs) {
   if (!(max_abs > 0.0f)) return 0;
   const int floor_log2 = int((__float_as_uint(max_abs) >> 23) & 0xffu) - 127;

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   const T* v = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
   T* o = static_cast<T*>(p.o.data) + b * p.o.batch_stride + i * p.o.row_stride +
          hq * p.o.head_stride;
-  const RowMask mask = row_mask(p, b);
+  const RowMask& mask = row_mask(p, b);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   const float c = p.softmax.scale_log2;
 

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
   const T* gK = static_cast<const T*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
   const T* gV = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride + col0;
   const float c = p.softmax.scale_log2;
-  const RowMask mask = row_mask(p, b);
+  const RowMask& mask = row_mask(p, b);
 
   OnlineRow row[kPerThread];  // l: this thread's partial, summed over the row at the end
   float acc[kPerThread][kPerThread];

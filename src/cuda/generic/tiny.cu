@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (w >= rows) return;
   const int row = row0 + w;
-  const RowMask mask = row_mask(p, b);
+  const RowMask& mask = row_mask(p, b);
   const int key_begin = mask.key_begin(row), key_end = mask.key_end(row);
   const float4* q_row = q + w * pitch;
 

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   const int hk = p.group == 1 ? hq : hq / p.group;
   const unsigned lane = threadIdx.x;
   const int g = lane / kChunks, c = lane % kChunks, d = p.head_dim;
-  const int key_begin = p.mask.key_begin(row), key_end = p.mask.key_end(row);
+  const int key_begin = p.mask.key_begin(row), key_end = p.mask.key_end_small(row);
 
   // Base pointers once, so that each key's row is one multiply-add away.
   const float* k_head = head_ptr(p.k, b, hk);
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
 
   if (g != 0) return;
   // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
-  const FinishedRow<float> finished = finish_row(m * kLn2, sum, p.mask.empty(row));
+  const FinishedRow<float> finished = finish_row(m * kLn2, sum, key_end <= key_begin);
   float* out = head_ptr(p.o, b, hq) + row * p.o.row_stride + 4 * c;
   const float4 o = make_float4(finished.out(acc.x), finished.out(acc.y), finished.out(acc.z),
                                finished.out(acc.w));

@@ -24,35 +24,48 @@ constexpr int kTurnBarrier = 4;
 // lse per row. Rows the mask leaves without keys get 0 and -inf (finish_row);
 // `empty`: no row of the warpgroup saw a key, and acc (another tile's) is not
 // read. The stores are left in flight: the next epilogue (or the block's end)
-// waits for them to have read the buffer.
+// waits for them to have read the buffer. (acc is only read here: a write to it
+// under a condition made ptxas serialise the kernel's wgmma, 0.7x measured.)
 template <typename T, class Tr>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
                                          const float (&acc)[Tr::kHeadDim / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
                                          int warp, int lane) {
+  // Rows that see no key can only be a tile's first rows (key_end grows with the
+  // row): where the warpgroup's first row sees a key, no row is asked.
+  const bool first_row_empty = p.mask.empty(int64_t(t.row0) + 64 * warpgroup);
   FinishedRow<float> finished[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float l = row_sum[half];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    finished[half] = finish_row(row_max[half] * p.scale, l,
-                                p.mask.empty(int64_t(t.row0) + at.row0 + 8 * half));
+    finished[half] = finish_row(
+        row_max[half] * p.scale, l,
+        first_row_empty && p.mask.empty(int64_t(t.row0) + at.row0 + 8 * half));
   }
   const bool storer = warp == 0 && lane == 0;
   if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
   const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kOOffset));
   const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
+  // out = acc·inv_l; a row that sees no key outputs 0 whatever acc holds (a
+  // masked key's 0·v can leave a NaN there), which costs a select per element,
+  // paid only in the rare warps that have such rows.
+  const bool select = first_row_empty &&
+                      __any_sync(0xffffffffu, finished[0].empty || finished[1].empty);
 #pragma unroll
   for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
     uint32_t r[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      r[q] = empty ? 0u
-                   : pack_pair<T>(finished[q % 2].out(acc[8 * jj + 2 * q]),
-                                  finished[q % 2].out(acc[8 * jj + 2 * q + 1]));
+    for (int q = 0; q < 4; ++q) {
+      const FinishedRow<float>& row = finished[q % 2];
+      const float x0 = acc[8 * jj + 2 * q], x1 = acc[8 * jj + 2 * q + 1];
+      r[q] = empty    ? 0u
+             : select ? pack_pair<T>(row.out(x0), row.out(x1))
+                      : pack_pair<T>(x0 * row.inv_l, x1 * row.inv_l);
+    }
     stmatrix_x4(so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM), r[0], r[1],
                 r[2], r[3]);
   }

@@ -31,14 +31,14 @@ struct Tile {
   int n_blocks;  // key blocks [0, n_blocks) hold a key visible to some row of the tile
 };
 
-// How many key blocks hold a key visible to some query row in [row0, row0 + rows)
-// (core/mask.h; the walk starts at block 0, key_begin being 0 for every mask
-// today). 0 when no row of them lies in [0, seqlen_q).
+// How many key blocks hold a key visible to some query row in [row0, row0 + rows):
+// the last real row sees the most keys (core/mask.h; the walk starts at block 0,
+// KeyBlocks::kLowerEnds being false). 0 when no row of them lies in [0, seqlen_q).
 template <class Tr>
 __device__ __forceinline__ int visible_key_blocks(const KernelParams& p, int row0, int rows) {
-  const int first_row = max(row0, 0), last_row = min(row0 + rows, p.sizes.seqlen_q) - 1;
-  if (last_row < first_row) return 0;
-  return p.mask.key_blocks(first_row, last_row - first_row + 1, Tr::kBlockN).end;
+  const int last_row = min(row0 + rows, p.sizes.seqlen_q) - 1;
+  if (last_row < max(row0, 0)) return 0;
+  return (p.mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN;
 }
 
 // The index-th query tile. Causal tiles near the end of the sequence see the

@@ -15,8 +15,9 @@
 
 namespace flashattn::cuda::f16x3 {
 
+// The largest finite magnitude of x (finite_abs).
 __device__ __forceinline__ float max_abs(float4 x) {
-  return fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+  return fmaxf(fmaxf(finite_abs(x.x), finite_abs(x.y)), fmaxf(finite_abs(x.z), finite_abs(x.w)));
 }
 
 // Splits 4 floats, scaled by s, into hi and lo at byte offset `offset` (8 bytes each).

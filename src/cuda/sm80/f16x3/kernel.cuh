@@ -63,7 +63,6 @@ struct alignas(128) SharedTiles {
     KeyBlock keys[2];
   };
   int64_t kv_head;                     // the block's batch · heads_kv + kv head
-  RowMask mask;                        // the key range each row of the block's sequence sees
   KeyBlocks blocks;                    // the tile's key blocks, and those it sees whole
   float q_unscale[Shape::kBlockM];     // 2^-e per query row
   float k_unscale[2];                  // 2^-e per buffer's key block
@@ -199,10 +198,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   const int g = lane / 4, t = lane % 4;
 
   const TileCoord tc = tile_coord(s, m_blocks);
-  if (threadIdx.x == 0) {  // read after a barrier
-    sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;
-    sm.mask = row_mask(p, tc.b);
-  }
+  if (threadIdx.x == 0) sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;  // read after a barrier
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
   const KeyBlocks blocks = row_mask(p, tc.b).key_blocks(row0, rows, kBlockN);
   const auto [first_block, end_block] = split_key_blocks(blocks, split.count);
@@ -249,7 +245,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[0][nt][e] = (sc[0][nt][e] + small[nt][e]) * unscale[e / 2];
     if (sm.blocks.needs_mask(n))  // some row's key range ends inside the block
-      sm80::score_step(sm.mask, sm.blocks, n, row0 + warp_row0, key0, sc);
+      sm80::score_step(row_mask(p, tc.b), sm.blocks, n, row0 + warp_row0, key0, sc);
 
     cp_async_wait<1>();  // of V_n and K_{n−1}
     __syncthreads();     // V_n has landed
@@ -268,7 +264,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 
   // One split writes p's output itself; several write their parts for the merge.
   const OutputRows out(p, split, tc);
-  const RowMask mask = row_mask(p, tc.b);  // sm.mask may be unwritten: no barrier without keys
+  const RowMask& mask = row_mask(p, tc.b);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l = sm80::quad_sum(row_sum.l[0][h]);

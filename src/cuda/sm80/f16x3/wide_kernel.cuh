@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   // One split writes p's output itself; several write their parts for the merge.
   const OutputRows out(p, split, tc);
-  const RowMask mask = row_mask(p, tc.b);
+  const RowMask& mask = row_mask(p, tc.b);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll

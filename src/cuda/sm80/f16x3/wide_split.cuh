@@ -71,7 +71,7 @@ __device__ __forceinline__ void split_keys(WideSplitStage<kD>& st, FragmentUnit*
   for (int i = 0; i < 2; ++i) {
     const int r = 2 * warp + i;
     float mx = 0.0f;
-    for (int c = lane; c < kD; c += 32) mx = fmaxf(mx, fabsf(st.x[r][c]));
+    for (int c = lane; c < kD; c += 32) mx = fmaxf(mx, finite_abs(st.x[r][c]));
     const int e = split_exponent(lanes_max<31u>(mx));
     if (lane == 0) st.key_scale[r] = exp2_int(e), unscale[r] = exp2_int(-e);
   }
@@ -105,7 +105,7 @@ __device__ __forceinline__ void split_values(const WideSplitStage<kD>& st, Fragm
       x[half][0] = st.x[2 * t][col], x[half][1] = st.x[2 * t + 1][col];
       x[half][2] = st.x[2 * t + 8][col], x[half][3] = st.x[2 * t + 9][col];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) mx = fmaxf(mx, fabsf(x[half][i]));
+      for (int i = 0; i < 4; ++i) mx = fmaxf(mx, finite_abs(x[half][i]));
     }
     const int e = split_exponent(lanes_max<31u>(mx));
     if (lane == 0) unscale[cu] = exp2_int(-e);

@@ -16,7 +16,7 @@
 
 namespace flashattn::cuda::mma {
 
-// info: the block's BlockInfo (b, hq, row0, rows, col0, mask, vec16).
+// info: the block's BlockInfo (b, hq, row0, rows, col0, vec16).
 template <typename T, typename Shape, typename Info>
 __device__ __forceinline__ void store_output(
     const AttnParams& p, const Info& info, char* q_tile,
@@ -27,18 +27,38 @@ __device__ __forceinline__ void store_output(
   const Sizes& s = p.sizes;
   const sm80::ThreadCoord tc = sm80::thread_coord<Shape>();
   const int g = tc.lane / 4, t = tc.lane % 4;
+  // Rows that see no key can only be a tile's first rows (key_end grows with the
+  // row): where the tile's first row sees a key, no row is asked.
+  const bool first_row_empty = row_mask(p, info.b).empty(info.row0);
+  FinishedRow<float> finished[Shape::kMTiles][2];
+  bool any_empty = false;
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
-      const FinishedRow<float> row = finish_row(row_max[mt][h] * p.softmax.scale,
-                                                sm80::quad_sum(row_sum.l[mt][h]),
-                                                info.mask.empty(info.row0 + r));
+      finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale,
+                                   sm80::quad_sum(row_sum.l[mt][h]),
+                                   first_row_empty && row_mask(p, info.b).empty(info.row0 + r));
+      any_empty |= finished[mt][h].empty;
+    }
+  // out = acc·inv_l; a row that sees no key outputs 0 whatever acc holds (a
+  // masked key's 0·v can leave a NaN there), which costs a select per element,
+  // paid only in the rare warps that have such rows.
+  const bool select = first_row_empty && __any_sync(0xffffffffu, any_empty);
 #pragma unroll
-      for (int ot = 0; ot < kOT; ++ot)
+  for (int mt = 0; mt < Shape::kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
+      const FinishedRow<float>& row = finished[mt][h];
+#pragma unroll
+      for (int ot = 0; ot < kOT; ++ot) {
+        const float x0 = acc[mt][ot][2 * h], x1 = acc[mt][ot][2 * h + 1];
         *reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t) =
-            pack_pair<T>(row.out(acc[mt][ot][2 * h]), row.out(acc[mt][ot][2 * h + 1]));
+            select ? pack_pair<T>(row.out(x0), row.out(x1))
+                   : pack_pair<T>(x0 * row.inv_l, x1 * row.inv_l);
+      }
       if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
         p.softmax.lse[(int64_t(info.b) * s.heads_q + info.hq) * s.seqlen_q + info.row0 + r] =
             row.lse;

@@ -92,7 +92,6 @@ struct BlockInfo {
   int b, hq;
   int row0, rows;     // first query row, and how many of the tile's rows exist
   int col0;           // first output column of this block's slice
-  RowMask mask;       // the key range each row of this sequence sees
   KeyBlocks blocks;   // the key blocks the tile visits, and those it sees whole
   bool vec16;         // all of q, k, v, out 16-byte aligned rows: cp.async and vector stores
 };
@@ -107,8 +106,7 @@ __device__ __forceinline__ BlockInfo block_info(const AttnParams& p, int m_block
   info.col0 = int(blockIdx.y) * Shape::kDV;
   info.b = tc.b;
   info.hq = tc.hq;
-  info.mask = row_mask(p, tc.b);
-  info.blocks = info.mask.key_blocks(info.row0, info.rows, Shape::kBlockN);
+  info.blocks = row_mask(p, tc.b).key_blocks(info.row0, info.rows, Shape::kBlockN);
   info.vec16 = vec16;
   info.k = static_cast<const uint16_t*>(p.k.data) + tc.b * p.k.batch_stride + tc.hk * p.k.head_stride;
   info.v = static_cast<const uint16_t*>(p.v.data) + tc.b * p.v.batch_stride +
@@ -189,22 +187,19 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     cp_async_wait<0>();
     __syncthreads();  // K_n has landed; every warp is done with V_{n+1}
     load_values<Shape, kExtent>(p, info, v_tile, key0);
-    // Read from shared memory here, so that the loads complete under the products.
-    const bool masked = !kInner && info.blocks.needs_mask(n);
-    const bool more_keys = n > info.blocks.first();
 
     float sc[kMT][kNT][4] = {};
     {
       const ThreadCoord tc = thread_coord<Shape>();
       scores_mma<T, Shape>(smem_address(q_tile), smem_address(k_tile), tc.warp_row0, tc.lane, sc);
     }
-    if (masked)  // some row's key range ends in the block
-      sm80::score_step(info.mask, info.blocks, n, info.row0 + thread_coord<Shape>().warp_row0,
+    if (!kInner && info.blocks.needs_mask(n))  // some row's key range ends in the block
+      sm80::score_step(row_mask(p, info.b), info.blocks, n, info.row0 + thread_coord<Shape>().warp_row0,
                        key0, sc);
 
     cp_async_wait<0>();
     __syncthreads();  // V_n has landed; every warp is done with K_n
-    if (more_keys) load_keys<Shape, kExtent>(p, info, k_tile, key0 - kBlockN);
+    if (n > info.blocks.first()) load_keys<Shape, kExtent>(p, info, k_tile, key0 - kBlockN);
 
     sm80::online_softmax<Shape>(p.softmax.scale_log2, 0.0f, sc, row_max,
                                 sm80::row_sum<Shape>(row_sum_slots, row_sum_registers), acc);

@@ -38,8 +38,8 @@ class Impl:
 
 
 def flashattn_backends():
-    """The library's GPU backends, by the names the Python package knows."""
-    return [name for name in flashattn._abi.BACKENDS if name.startswith("cuda_")]
+    """The GPU backends of the library the Python package loads, from its backend table."""
+    return [b.name for b in flashattn.backends() if b.name.startswith("cuda_")]
 
 
 def flashattn_impl(backend):
@@ -51,7 +51,8 @@ def flashattn_impl(backend):
 def build_impl(backend, build, path):
     """`backend` of another build of the library (the file at `path`), named backend@build.
     Counted among the alternatives, so that the report's ratios are this build's speed-up
-    over that one."""
+    over that one. That build may predate the backend table: the name maps to its value
+    through this build's table, and only flashattn_forward is called on the other one."""
     lib = _library.load(path)
 
     def call(q, k, v, causal):

@@ -4,15 +4,19 @@ and PyTorch tensors, through libflashattn's C ABI.
     out = flashattn.attention(q, k, v, causal=True)     # (batch, seqlen, heads, head_dim)
     out = flashattn.sdpa(query, key, value, is_causal=True)  # torch SDPA's signature
 
-The library is loaded on first use from $FLASHATTN_LIBRARY, else from this package.
+The library is loaded on first use from $FLASHATTN_LIBRARY, else from this package;
+flashattn.backends() lists its backends.
 """
 from ._attention import attention
+from ._backends import Backend, backends
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError
 from ._sdpa import sdpa
 
 __all__ = [
     "attention",
     "sdpa",
+    "backends",
+    "Backend",
     "Error",
     "InvalidArgumentError",
     "UnsupportedError",

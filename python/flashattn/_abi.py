@@ -29,10 +29,13 @@ CUDA = 1
 # flashattn_mask, by the names of flashattn::Mask
 MASKS = {"none": 0, "causal_top_left": 1, "causal_bottom_right": 2}
 
-# flashattn_backend, by the names flashattn::to_string(Backend) gives
-BACKENDS = {"auto": 0, "reference": 1, "cpu": 2, "cuda_naive": 3, "cuda_tiled": 4,
-            "cuda_tf32x3": 5, "cuda_mma": 6, "cuda_wgmma": 7,
-            "cuda_f16x3": 8}
+# flashattn_backend: only FLASHATTN_BACKEND_AUTO is fixed here; every other backend's value and
+# name come from the loaded library's table (BackendInfo, read by _backends).
+AUTO = 0
+
+# Names of the flashattn_dtype and flashattn_device values, as the library's messages spell them.
+DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16"}
+DEVICE_NAMES = {CPU: "cpu", CUDA: "cuda"}
 
 
 class Tensor(ctypes.Structure):
@@ -62,6 +65,22 @@ class Params(ctypes.Structure):
         ("mask", ctypes.c_int32),
         ("backend", ctypes.c_int32),
         ("stream", ctypes.c_void_p),
+    ]
+
+
+class BackendInfo(ctypes.Structure):
+    """flashattn_backend_info: one row of the library's backend table. The caller sets
+    struct_size to sizeof(BackendInfo); the library fills only the bytes that covers."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("backend", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("device", ctypes.c_int32),
+        ("dtypes", ctypes.c_uint32),
+        ("max_head_dim", ctypes.c_int32),
+        ("compute_capability", ctypes.c_int32),
+        ("summary", ctypes.c_char_p),
     ]
 
 
@@ -102,12 +121,23 @@ def pack_params(q, k, v, out, lse, has_scale, scale, mask, backend, stream):
     return PARAMS.pack(*q, *k, *v, *out, lse, has_scale, scale, mask, backend, stream)
 
 
+def has_registry(lib):
+    """Whether lib has the backend table's functions (libraries built before it do not)."""
+    return hasattr(lib, "flashattn_backend_count") and hasattr(lib, "flashattn_get_backend_info")
+
+
 def declare(lib):
-    """Gives the loaded library's functions their C signatures."""
+    """Gives the loaded library's functions their C signatures; a library older than the
+    backend table gets only the functions it has."""
     lib.flashattn_forward.argtypes = [ctypes.c_char_p]
     lib.flashattn_forward.restype = ctypes.c_int
     lib.flashattn_last_error.argtypes = []
     lib.flashattn_last_error.restype = ctypes.c_char_p
+    if has_registry(lib):
+        lib.flashattn_backend_count.argtypes = []
+        lib.flashattn_backend_count.restype = ctypes.c_int32
+        lib.flashattn_get_backend_info.argtypes = [ctypes.c_int32, ctypes.POINTER(BackendInfo)]
+        lib.flashattn_get_backend_info.restype = ctypes.c_int
 
 
 def view(data, dtype, shape, strides, device, device_index=0):

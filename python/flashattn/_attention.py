@@ -23,18 +23,22 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     backends. Dtypes float32, float16, bfloat16 (NumPy: float32, float16); arithmetic is
     float32. Views whose head_dim is contiguous are read in place, others copied once.
 
-    causal: mask keys after each query; causal_alignment "top_left" (query i sees keys
-    j <= i, PyTorch's is_causal) or "bottom_right" (j <= i + seqlen_k - seqlen_q; a query
-    that sees no key gets output 0 and lse -inf). scale: default 1/sqrt(head_dim).
-    backend: None (chosen from the device and dtype), "reference", "cpu", "cuda_naive",
-    "cuda_tiled", "cuda_tf32x3" (float32), "cuda_f16x3" (float32, head_dim <= 1024),
-    "cuda_mma" (float16/bfloat16, head_dim <= 512),
-    "cuda_wgmma" (float16/bfloat16, head_dim <= 256, Hopper GPUs).
+    batch, seqlen_q and seqlen_k may be 0; heads and head_dim must be >= 1.
+
+    causal: a bool, mask keys after each query; causal_alignment "top_left" (query i sees
+    keys j <= i, PyTorch's is_causal) or "bottom_right" (j <= i + seqlen_k - seqlen_q). A
+    query that sees no key (every query when seqlen_k is 0) gets output 0 and lse -inf.
+    scale: default 1/sqrt(head_dim); any finite real number, negative and zero included (as
+    PyTorch's SDPA takes it; NaN and Inf raise InvalidArgumentError). NaN or Inf in the
+    inputs propagate as in standard attention. backend: None (chosen from the device, dtype
+    and sizes) or the name of one of flashattn.backends(), which gives each one's device,
+    dtypes and head_dim limit (`flashattn backends` prints the same table).
 
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
     softmax denominator. Rejected arguments raise flashattn.InvalidArgumentError (a
-    ValueError) with the library's message, naming the argument and the rule it broke.
+    ValueError) with the library's message, naming the argument and the rule it broke; an
+    argument of the wrong type raises TypeError.
     """
     scale = _options.scale_value(scale)
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):

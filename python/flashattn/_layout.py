@@ -16,6 +16,16 @@ def kernels_accept(shape, strides):
     return min(strides) >= 0 and (strides[3] == 1 or shape[3] == 1)
 
 
+def contiguous_strides(shape):
+    """Row-major strides, in elements, of a tensor of `shape`: what the library is given for
+    a tensor without elements, whose own strides (NumPy gives them all 0) say nothing."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def lse_shape(q_shape):
     """lse is float32 (batch, heads_q, seqlen_q): the library writes it contiguous."""
     batch, seqlen_q, heads_q, _ = q_shape

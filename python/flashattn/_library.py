@@ -49,18 +49,20 @@ def library():
     return load(library_path())
 
 
-def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend="auto", stream=None,
+def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUTO, stream=None,
             lib=None):
     """flashattn_forward on _abi.view() tuples.
 
-    lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None; scale None
-    means 1/sqrt(head_dim); stream is a cudaStream_t address or None (the default stream);
-    lib is a load() result, by default library(). Raises the _errors exception for a non-zero
-    status, with the library's message.
+    lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None (or 0: an
+    empty one); scale None means 1/sqrt(head_dim); backend is a flashattn_backend value
+    (_options.backend_value); stream is a cudaStream_t address or None (the default stream);
+    lib is a load() result, by default library(). Calls only the functions every library
+    since the first has, so an older build works too. Raises the _errors exception for a
+    non-zero status, with the library's message.
     """
     params = _abi.pack_params(q, k, v, out, lse or 0, scale is not None,
-                              0.0 if scale is None else scale, _abi.MASKS[mask],
-                              _abi.BACKENDS[backend], stream or 0)
+                              0.0 if scale is None else scale, _abi.MASKS[mask], backend,
+                              stream or 0)
     lib = lib or library()
     status = lib.flashattn_forward(params)
     if status != _abi.OK:

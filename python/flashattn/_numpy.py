@@ -17,7 +17,8 @@ def _element_strides(a):
 def kernel_array(name, a):
     """a itself when the kernels can read it in place, else one C-ordered copy; and its view.
 
-    Copies: negative or non-element strides, head_dim not contiguous, unaligned data.
+    Copies: negative or non-element strides, head_dim not contiguous, unaligned data. An
+    array without elements (batch or seqlen 0) is never read: its view gets row-major strides.
     """
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name}: is a {type(a).__module__}.{type(a).__qualname__}; q, k and "
@@ -26,6 +27,9 @@ def kernel_array(name, a):
     if a.dtype not in DTYPES:
         raise _errors.InvalidArgumentError(
             f"{name}: dtype is {a.dtype}, must be float32 or float16 for NumPy arrays")
+    if a.size == 0:
+        return a, _abi.view(a.ctypes.data, DTYPES[a.dtype], a.shape,
+                            _layout.contiguous_strides(a.shape), _abi.CPU)
     strides = _element_strides(a)
     if strides is None or not a.flags.aligned or not _layout.kernels_accept(a.shape, strides):
         a = np.require(a, requirements=("C_CONTIGUOUS", "ALIGNED"))
@@ -36,7 +40,7 @@ def kernel_array(name, a):
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse):
     """out (and lse, else None) for NumPy q, k, v; see flashattn.attention."""
     mask = _options.mask_name(causal, causal_alignment)
-    backend = _options.backend_name(backend)
+    backend = _options.backend_value(backend)
     # The arrays stay referenced until the call returns: the views hold bare addresses.
     (q, qv), (k, kv), (v, vv) = (kernel_array(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
     out, out_view = kernel_array("out", np.empty(q.shape, q.dtype))

@@ -1,31 +1,99 @@
-"""attention()'s keyword options, checked and turned into the library's names."""
-from . import _abi, _errors
+"""attention()'s and sdpa()'s options, checked and turned into what the library takes.
+
+The rules for the arguments sdpa shares with torch.nn.functional.scaled_dot_product_attention
+are PyTorch's (a flag must be a bool, a number a real number); attention() takes the same.
+"""
+import math
+import sys
+
+import numpy as np
+
+from . import _backends, _errors
 
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def type_name(x):
+    """x's type as an error message names it: "str", "numpy.ndarray", "torch.Tensor"."""
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def require_bool(name, flag):
+    """flag itself if it is a bool; else TypeError, as PyTorch raises for its bool arguments
+    (an int, a NumPy bool or a tensor is not one)."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"{name}: is a {type_name(flag)}, must be a bool (True or False)")
+    return flag
+
+
+def _torch_number(x):
+    """Whether x is a torch value PyTorch takes for a float argument: a 0-d tensor that needs
+    no gradient, or a symbolic int or float (torch.compile). torch is not imported here:
+    without it loaded, x cannot be one."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    if isinstance(x, (torch.SymInt, torch.SymFloat)):
+        return True
+    return isinstance(x, torch.Tensor) and x.dim() == 0 and not x.requires_grad
+
+
+def real_number(name, x):
+    """x as a Python float, taking what PyTorch takes for a float argument: a Python int,
+    float or bool, a NumPy number or bool, a 0-d tensor without gradient. Anything else (a
+    string, a Fraction, an array, a 1-element tensor) raises TypeError, as in PyTorch."""
+    if isinstance(x, (int, float)):
+        return float(x)  # OverflowError for an int beyond float's range, as in PyTorch
+    if isinstance(x, np.generic) and x.dtype.kind in "biufc":
+        return float(x.real)  # PyTorch, too, drops a NumPy complex's imaginary part
+    if _torch_number(x):
+        return float(x.item() if hasattr(x, "item") else x)
+    raise TypeError(f"{name}: is a {type_name(x)}, must be a float (or int)")
+
+
+def scale_value(scale):
+    """scale as a Python float, or None (1/sqrt(head_dim)).
+
+    Any real number PyTorch takes for its scale (real_number) and any finite value, negative
+    and zero included. NaN, ±Inf and values beyond float32's range (the library computes with
+    a float32 scale) raise InvalidArgumentError: PyTorch computes with them (NaN or 0 rows);
+    flashattn refuses them.
+    """
+    if scale is None:
+        return None
+    value = real_number("scale", scale)
+    if math.isfinite(value) and abs(value) > FLOAT32_MAX:
+        raise _errors.InvalidArgumentError(
+            f"scale: is {value!r}, beyond float32's range (the library computes in float32); "
+            f"must be finite")
+    return value  # NaN and Inf go on to the library, which refuses them ("must be finite")
 
 
 def mask_name(causal, causal_alignment):
-    """The flashattn_mask name for `causal` with its alignment.
+    """The flashattn_mask name for `causal` (a bool) with its alignment.
 
     top_left: query i sees keys j <= i (PyTorch's is_causal). bottom_right: j <= i +
     seqlen_k - seqlen_q, the last query sees every key (FlashAttention >= 2.1).
     """
+    require_bool("causal", causal)
     if causal_alignment not in CAUSAL_ALIGNMENTS:
         raise _errors.InvalidArgumentError(
             f"causal_alignment: is {causal_alignment!r}, must be one of {CAUSAL_ALIGNMENTS}")
     return f"causal_{causal_alignment}" if causal else "none"
 
 
-def backend_name(backend):
-    """The flashattn_backend name; None chooses from the tensors' device."""
+def backend_value(backend):
+    """The flashattn_backend value for backend=: None or "auto" (chosen from the tensors'
+    device and dtype), or a name from flashattn.backends(), the loaded library's table."""
     if backend is None:
-        return "auto"
-    if backend not in _abi.BACKENDS:
-        raise _errors.InvalidArgumentError(
-            f"backend: is {backend!r}, must be None or one of {tuple(_abi.BACKENDS)}")
-    return backend
-
-
-def scale_value(scale):
-    """scale as a Python float (the library checks it is finite and > 0), or None."""
-    return None if scale is None else float(scale)
+        return _backends.AUTO
+    if isinstance(backend, str):
+        try:
+            return _backends.value(backend)
+        except KeyError:
+            pass
+    raise _errors.InvalidArgumentError(
+        f"backend: is {backend!r}, must be None or one of {('auto',) + _backends.names()} "
+        f"(flashattn.backends() describes them)")

@@ -1,8 +1,21 @@
 """flashattn.sdpa: torch.nn.functional.scaled_dot_product_attention's signature on flashattn."""
+import re
+
 from . import _attention, _errors, _options
 
+# The library and attention() name the inputs q, k and v ("k: head_dim is 4, must equal q's
+# head_dim (8)"); sdpa's messages call them what its signature does. Only the lone letters
+# are names: "cuda_f16x3" or "v1" keep theirs.
+_SDPA_NAMES = {"q": "query", "k": "key", "v": "value"}
+_LONE_NAME = re.compile(r"\b[qkv]\b")
 
-def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+
+def sdpa_message(message):
+    """message with the input names q, k, v replaced by query, key, value."""
+    return _LONE_NAME.sub(lambda m: _SDPA_NAMES[m.group()], message)
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
          enable_gqa=False):
     """Drop-in for torch.nn.functional.scaled_dot_product_attention on 4-d tensors.
 
@@ -11,10 +24,28 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     (a multiple of it) only with enable_gqa=True, as in PyTorch. attn_mask and dropout are
     not supported. Returns (batch, heads_q, seqlen_q, head_dim): a transposed view of
     flashattn's contiguous (batch, seqlen, heads, head_dim) output.
+
+    The arguments follow PyTorch's rules: is_causal and enable_gqa must be bools, dropout_p
+    and scale real numbers (an int, a float, a NumPy number, a 0-d tensor; a string raises
+    TypeError), scale any finite value, negative and zero included, and keyword-only. The
+    one deliberate difference: a NaN or infinite scale raises InvalidArgumentError, where
+    PyTorch computes NaN (or zero) rows. seqlen_q, seqlen_k and batch may be 0; a row
+    without keys (seqlen_k 0) gives 0. Messages name query, key and value.
     """
     torch_op = _attention.torch_op
     if torch_op is None:
         raise ImportError("flashattn.sdpa needs torch, which is not installed")
+    tensor = torch_op.torch.Tensor
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, tensor):
+            raise TypeError(f"{name}: is a {_options.type_name(t)}, must be a torch tensor")
+    if attn_mask is not None and not isinstance(attn_mask, tensor):
+        raise TypeError(f"attn_mask: is a {_options.type_name(attn_mask)}, must be a torch "
+                        f"tensor or None")
+    dropout_p = _options.real_number("dropout_p", dropout_p)
+    _options.require_bool("is_causal", is_causal)
+    scale = _options.scale_value(scale)
+    _options.require_bool("enable_gqa", enable_gqa)
     if attn_mask is not None:
         raise _errors.UnsupportedError(
             "attn_mask: flashattn.sdpa supports no explicit mask, only is_causal; pass "
@@ -23,9 +54,6 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         raise _errors.UnsupportedError(
             f"dropout_p: is {dropout_p}; flashattn has no dropout, so it must be 0.0")
     for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch_op.torch.Tensor):
-            raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}, must "
-                            f"be a torch tensor")
         if t.dim() != 4:
             raise _errors.InvalidArgumentError(
                 f"{name}: has shape {tuple(t.shape)}, must have 4 dimensions "
@@ -34,5 +62,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
         raise _errors.InvalidArgumentError(
             f"key: has {key.size(1)} heads and query {query.size(1)}; they may differ only "
             f"with enable_gqa=True (grouped-query attention)")
-    return torch_op.sdpa(query, key, value, causal=is_causal,
-                         scale=_options.scale_value(scale))
+    try:
+        return torch_op.sdpa(query, key, value, causal=is_causal, scale=scale)
+    except _errors.Error as e:
+        raise type(e)(sdpa_message(str(e))) from None

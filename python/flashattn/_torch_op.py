@@ -27,7 +27,7 @@ BACKWARD_MISSING = (
 
 def check(q, k, v, causal, causal_alignment, backend):
     """Checks what the output shapes depend on and the options; returns the library's mask
-    and backend names. The library checks everything else (sizes, devices, strides)."""
+    name and backend value. The library checks everything else (sizes, devices, strides)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _layout.require_4d(name, t.shape)
         if t.dtype not in DTYPES:
@@ -37,7 +37,7 @@ def check(q, k, v, causal, causal_alignment, backend):
         if not (t.is_cuda or t.is_cpu):
             raise _errors.UnsupportedError(
                 f"{name}: device is {t.device}, flashattn runs on cpu and cuda tensors")
-    return _options.mask_name(causal, causal_alignment), _options.backend_name(backend)
+    return _options.mask_name(causal, causal_alignment), _options.backend_value(backend)
 
 
 def seqlen_first(sizes, heads_first):
@@ -47,14 +47,17 @@ def seqlen_first(sizes, heads_first):
 
 def kernel_tensor(t, heads_first=False):
     """t itself when the kernels can read its strides, else one contiguous copy; and its view.
-    heads_first: t is (batch, heads, seqlen, head_dim), as in torch's SDPA."""
-    shape, strides = t.shape, t.stride()
-    if not _layout.kernels_accept(shape, strides):
-        t = t.contiguous()
-        strides = t.stride()
+    heads_first: t is (batch, heads, seqlen, head_dim), as in torch's SDPA. A tensor without
+    elements is never read (its data_ptr() is 0): its view gets row-major strides."""
+    shape = seqlen_first(t.shape, heads_first)
+    if t.numel() == 0:
+        strides = _layout.contiguous_strides(shape)
+    else:
+        if not _layout.kernels_accept(t.shape, t.stride()):
+            t = t.contiguous()
+        strides = seqlen_first(t.stride(), heads_first)
     device_index = t.get_device()  # -1 on the CPU
-    return t, _abi.view(t.data_ptr(), DTYPES[t.dtype], seqlen_first(shape, heads_first),
-                        seqlen_first(strides, heads_first),
+    return t, _abi.view(t.data_ptr(), DTYPES[t.dtype], shape, strides,
                         _abi.CUDA if device_index >= 0 else _abi.CPU, max(device_index, 0))
 
 
@@ -76,7 +79,8 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
 
     heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
     out is then a view of (batch, seqlen, heads, head_dim) contiguous memory. lib: a
-    _library.load() result to call instead of the package's library.
+    _library.load() result to call instead of the package's library, possibly one built
+    before the backend table: backend names are mapped to values by the package's library.
     """
     mask, backend = check(q, k, v, causal, causal_alignment, backend)
     # The inputs stay referenced until the call returns; on CUDA, a copy freed after that

@@ -4,6 +4,8 @@
 // (batch 1, seqlen N, heads h, head_dim d_model/h) layout, so solve is one
 // forward() call on the default stream, with no synchronisation and no
 // allocation, on the caller's current device. Invalid arguments write nothing; solve_last_error() says why.
+#include "solve.h"
+
 #include <cuda_runtime.h>
 
 #include <string>

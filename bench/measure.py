@@ -29,7 +29,7 @@ SLOW_MIN_OBSERVED_MS = 20
 # fresh random order, with 1/TIMING_ROUNDS of the budget. The GPU's clock follows its recent
 # power draw, so an implementation timed right after a light one runs faster than right after
 # a heavy one: on the H100 the same kernel measured up to 12% apart depending on which
-# implementation was timed just before it (docs/perf-notes.md, v4.9). Timed in one block
+# implementation was timed just before it (docs/perf/cuda_wgmma.md, v4.9). Timed in one block
 # each, in a fixed order, part of every ratio would be the order's.
 TIMING_ROUNDS = 5
 

@@ -1,8 +1,9 @@
 /* flashattn C ABI: the same call as flashattn::forward, for other languages.
  *
- * Every function returns FLASHATTN_OK or an error code; flashattn_last_error()
- * then gives the message (thread-local, valid until the next call on the thread).
- * Nothing is written to out or lse when an argument is rejected.
+ * flashattn_forward and flashattn_get_backend_info return FLASHATTN_OK or an
+ * error code; flashattn_last_error() then gives the message (thread-local, valid
+ * until the next of those two calls on the thread, "" after a success). Nothing
+ * is written to out or lse when an argument is rejected.
  *
  * Compatibility: a binary built against this header keeps working with later
  * libraries. The layout of flashattn_params and flashattn_tensor is frozen; a

@@ -46,7 +46,8 @@ TensorView contiguous_view(void* data, DType dtype, int64_t batch, int64_t seqle
 // to query i iff j <= i + off. A row that sees no key (bottom-right rows with
 // i + off < 0; every row when seqlen_k is 0) gets output 0 and lse -inf. Any
 // other row follows standard attention's arithmetic, non-finite values included:
-// a NaN score, or an infinite one, makes its row NaN (docs/guide.md).
+// a NaN or +inf score makes its row NaN, a -inf score among finite ones weighs 0,
+// and a row whose visible scores are all -inf is NaN (docs/guide.md).
 enum class Mask { none, causal_top_left, causal_bottom_right };
 
 // The backends; backends() describes each (device, dtypes, head_dim limit) from

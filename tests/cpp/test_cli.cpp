@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <fstream>
+#include <sstream>
 #include <string>
-
-#include <cstdlib>
 
 #include "flashattn/flashattn.hpp"
 #include "npy_io.h"
@@ -21,6 +21,9 @@
 
 #ifndef FLASHATTN_CLI_PATH
 #error "FLASHATTN_CLI_PATH must name the flashattn binary"
+#endif
+#ifndef FLASHATTN_SOURCE_DIR
+#error "FLASHATTN_SOURCE_DIR must name the source tree (its README and guide quote the CLI)"
 #endif
 
 namespace flashattn::test {
@@ -209,6 +212,45 @@ TEST_F(Cli, RunTwoDimensionalGroupedQueryMatchesReference) {
                                                     Mask::causal_top_left, std::nullopt);
   ASSERT_EQ(out.values.size(), want.size());
   EXPECT_LE(rel_l2(out.values, want), 1e-5);
+}
+
+// The backend tables in README.md and docs/guide.md are copies of
+// `flashattn backends --markdown`, kept between marker comments; a registry change
+// that is not copied there fails here.
+// The source tree: FLASHATTN_SOURCE_DIR from the environment (a build carried to
+// another machine, run in its copy of the tree), else the one this build came from.
+std::string source_dir() {
+  const char* from_env = std::getenv("FLASHATTN_SOURCE_DIR");
+  return from_env && *from_env ? from_env : FLASHATTN_SOURCE_DIR;
+}
+
+std::string generated_block(const std::string& document) {
+  std::ifstream in(source_dir() + "/" + document);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  const std::string begin = "<!-- backends:begin -->\n", end = "<!-- backends:end -->";
+  const size_t from = all.find(begin), to = all.find(end);
+  if (from == std::string::npos || to == std::string::npos || to < from) return "(no markers)";
+  return all.substr(from + begin.size(), to - from - begin.size());
+}
+
+TEST(CliDocs, BackendTablesInDocsMatchTheRegistry) {
+  const CliResult r = run_cli("backends --markdown");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* document : {"README.md", "docs/guide.md"}) {
+    EXPECT_EQ(generated_block(document), r.output)
+        << document << ": paste the output of `flashattn backends --markdown` between its markers";
+  }
+}
+
+TEST(CliDocs, BackendsListsEveryRegistryEntry) {
+  const CliResult r = run_cli("backends");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* name : {"reference", "cpu", "cuda_naive", "cuda_tiled", "cuda_tf32x3", "cuda_mma",
+                           "cuda_wgmma", "cuda_f16x3"}) {
+    EXPECT_THAT(r.output, HasSubstr(name));
+  }
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // The edges of the input space on every backend and dtype (src/core/softmax.h
 // and docs/guide.md state the rules):
 //   - NaN and Inf in q, k or v follow standard attention's arithmetic, against
-//     the float64 reference on the same inputs: a row whose scores hold a NaN,
-//     or an infinity, is NaN; only a row the mask leaves without keys gives 0
-//     and lse −inf;
+//     the float64 reference on the same inputs: a row whose scores hold a NaN
+//     or +inf is NaN, a −inf score weighs 0; only a row the mask leaves without
+//     keys gives 0 and lse −inf;
 //   - empty problems (batch 0, seqlen_q 0, seqlen_k 0) are legal;
 //   - any finite scale, zero and negative included.
 #include <gtest/gtest.h>

@@ -6,7 +6,7 @@
 // Lane (g, c) = (lane / 8, lane % 8) loads float4 column chunk c of keys
 // 4i + g, i < 8, of K and of V: each load instruction reads four whole rows, so a
 // warp issues 17 loads (Q's chunk, 8 of K, 8 of V) where a lane-per-key layout
-// issues 40 and waits about 300 cycles longer for them (perf-notes §v7). The
+// issues 40 and waits about 300 cycles longer for them (docs/perf/cuda_tiled_and_naive.md §v7). The
 // eight lanes of a group sum their chunks' products into key 4i + g's score;
 // P·V needs no shuffles, since each lane already holds p for the keys whose V
 // rows it loaded; the four groups' partial outputs are summed at the end.

@@ -14,7 +14,7 @@
 // (the turns), not under its own P·V_{j+1}: ptxas schedules the wait for P·V at
 // the top of the basic block that holds the softmax (seen in the SASS), and
 // putting a block boundary between them, which restores that overlap, measured
-// no faster (docs/perf-notes.md, v4.9). P stays in registers: the accumulator
+// no faster (docs/perf/cuda_wgmma.md, v4.9). P stays in registers: the accumulator
 // layout of S, packed to 16 bits, is wgmma's A-fragment layout.
 // Key blocks that need masking (the causal diagonal, the ragged end of
 // seqlen_k) come first; blocks above the diagonal are never loaded.

@@ -43,7 +43,7 @@ inline bool heads_fastest(const AttnParams& p, const TileGrid& grid) {
 // static walk balances worse than the hardware's block scheduler. With two Q
 // buffers and chained turns (v4.11), non-causal 2048 moved to the persistent
 // tiles too: +6% at d 128, +3–4% at d 64, and a tie at 4096 (interleaved
-// rounds, docs/perf-notes.md).
+// rounds, docs/perf/cuda_wgmma.md).
 inline bool use_persistent(const AttnParams& p) {
   constexpr int kMaxKeysCausal = 4096;
   constexpr int kMaxKeys = 2048;

@@ -69,7 +69,7 @@ __device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
 // the block before. A tile's last P·V is owed to the next turn, the next
 // tile's first: the next tile's first scores run with it, and that block's
 // softmax and then the finished tile's epilogue run under the other
-// warpgroups' products, with no drain between tiles (docs/perf-notes.md,
+// warpgroups' products, with no drain between tiles (docs/perf/cuda_wgmma.md,
 // v4.13). The last P·V of all takes one more turn at the end.
 //
 // A tile's first key blocks (in visiting order) may hold no key that a row of

@@ -61,7 +61,7 @@ struct Traits {
   static_assert(kSmemBytes <= 232448, "beyond the 227 KB a Hopper block may opt into");
 };
 
-// Per bucket, measured on the H100 (docs/perf-notes.md §v4). kBlockN: at 128,
+// Per bucket, measured on the H100 (docs/perf/cuda_wgmma.md §v4). kBlockN: at 128,
 // 192 and 256 the largest whose 2-stage K and V ring beside Q fits shared
 // memory (208, 216 and 224 KB; FlashAttention-3's choices), 2–6% faster than
 // 128, 96 and 64 at 16K tokens; at 64, 128, because 192 wastes an eighth of a
@@ -88,7 +88,7 @@ template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2
 // Persistent tiles in pairs (kCluster) where they can: at d 128, +0–5% at
 // 1024 and 2048 keys on the H100. At d 64 they lose (−2 to −4% at 1024 keys),
 // and so do per-tile blocks in pairs at d 128 and 256 (−3 to −8% from 4096
-// keys; docs/perf-notes.md, v4.12).
+// keys; docs/perf/cuda_wgmma.md, v4.12).
 template <int kHeadDim>
 struct PairedTraitsFor {
   using type = void;

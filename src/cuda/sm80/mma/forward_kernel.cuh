@@ -124,9 +124,9 @@ __device__ __forceinline__ void load_keys(const AttnParams& p, const BlockInfo& 
   cp_async_commit();
 }
 
-// V tiles, like K tiles, load without per-chunk bounds where whole (v3.5), but
-// not in the sm_80 build: there the head-dim-128 kernels, already at 255
-// registers, spill 4 bytes without them.
+// V tiles, like K tiles, load without per-chunk bounds where whole
+// (docs/perf/cuda_mma.md, v3.5), but not in the sm_80 build: there the
+// head-dim-128 kernels, already at 255 registers, spill 4 bytes without them.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 constexpr bool kWholeValuesWithoutBounds = false;
 #else

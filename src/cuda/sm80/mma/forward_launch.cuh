@@ -16,7 +16,7 @@ using sm80::TileShape;
 // product); at 192, 8 warps of 16 rows, where 32 rows of fp32 accumulators would
 // not fit in registers; at 256, 64 × 64 with 4 warps, whose 96 KB of shared memory
 // let two blocks share an H100 SM. Above 256 a block computes a 256-column slice
-// of the output over 64 rows (correct, not tuned). Measurements: docs/perf-notes.md.
+// of the output over 64 rows (correct, not tuned). Measurements: docs/perf/cuda_mma.md.
 template <int kHeadDim>
 struct ShapeFor;
 template <> struct ShapeFor<32> { using type = TileShape<32, 32, 128, 128, 4>; };

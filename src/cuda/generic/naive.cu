@@ -8,6 +8,7 @@
 
 #include "core/mask.h"
 #include "core/softmax.h"
+#include "core/variant.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
@@ -45,9 +46,12 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   const float c = p.softmax.scale_log2;
 
+  // The raw score of key j after the variant (core/variant.h), computed in both passes.
+  const auto score = [&](int j) { return IdentityScore{}(dot(q, k + j * p.k.row_stride, s.head_dim), i, j); };
+
   OnlineRow state;
   for (int j = key_begin; j < key_end; ++j) {
-    const float sj = dot(q, k + j * p.k.row_stride, s.head_dim);
+    const float sj = score(j);
     state.raise_max(sj, c);
     state.l += exp2f(fmaf(sj, c, state.neg_max_c(c)));
   }
@@ -56,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   for (int c0 = 0; c0 < s.head_dim; c0 += kOutChunk) {
     float acc[kOutChunk] = {};
     for (int j = key_begin; j < key_end; ++j) {
-      const float pj = exp2f(fmaf(dot(q, k + j * p.k.row_stride, s.head_dim), c, state.neg_max_c(c)));
+      const float pj = exp2f(fmaf(score(j), c, state.neg_max_c(c)));
       const T* vj = v + j * p.v.row_stride + c0;
 #pragma unroll
       for (int e = 0; e < kOutChunk; ++e)

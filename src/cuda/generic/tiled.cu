@@ -13,6 +13,7 @@
 
 #include "core/mask.h"
 #include "core/softmax.h"
+#include "core/variant.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
@@ -108,7 +109,9 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e) {
         const int key = n0 + tx + kSide * e;
-        if (key < key_begin[a] || key >= key_end[a]) s_ij[a][e] = -INFINITY;
+        s_ij[a][e] = key < key_begin[a] || key >= key_end[a]
+                         ? -INFINITY
+                         : IdentityScore{}(s_ij[a][e], m0 + ty + kSide * a, key);
         tile_max = fmaxf(tile_max, s_ij[a][e]);
       }
       const float alpha = row[a].raise_max(row_max(tile_max), c);

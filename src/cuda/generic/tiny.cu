@@ -10,6 +10,7 @@
 
 #include "core/mask.h"
 #include "core/softmax.h"
+#include "core/variant.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
         part.x = fmaf(a.x, x.x, part.x), part.y = fmaf(a.y, x.y, part.y);
         part.z = fmaf(a.z, x.z, part.z), part.w = fmaf(a.w, x.w, part.w);
       }
-      score[h] = ((part.x + part.y) + (part.z + part.w)) * c;
+      score[h] = IdentityScore{}((part.x + part.y) + (part.z + part.w), row, j) * c;
     }
   }
   const float m = lanes_max<31u>(fmaxf(score[0], score[1]));

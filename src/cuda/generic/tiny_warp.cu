@@ -15,6 +15,7 @@
 
 #include "core/mask.h"
 #include "core/softmax.h"
+#include "core/variant.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
@@ -119,7 +120,8 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
 #pragma unroll
   for (int i = 0; i < kKeySteps; ++i) {
     const int key = kGroups * i + g;
-    score[i] = key >= key_begin && key < key_end ? score[i] * p.scale_log2 : -INFINITY;
+    score[i] = key >= key_begin && key < key_end ? IdentityScore{}(score[i], row, key) * p.scale_log2
+                                                 : -INFINITY;
     m = fmaxf(m, score[i]);
   }
   m = lanes_max<kGroupBits>(m);

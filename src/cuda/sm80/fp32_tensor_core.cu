@@ -20,6 +20,7 @@
 
 #include "core/mask.h"
 #include "core/softmax.h"
+#include "core/variant.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/fp32_tile.cuh"
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
         for (int e = 0; e < 2; ++e) {
           float& x = s_ij[j][2 * r + e];
           const int key = n0 + 8 * j + 2 * t + e;
-          if (key < key_begin[r] || key >= key_end[r]) x = -INFINITY;
+          x = key < key_begin[r] || key >= key_end[r] ? -INFINITY : IdentityScore{}(x, my_row[r], key);
           tile_max = fmaxf(tile_max, x);
         }
       const float alpha = row[r].raise_max(quad_max(tile_max), c);

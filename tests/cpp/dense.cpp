@@ -66,6 +66,11 @@ std::vector<std::tuple<Backend, DType>> backend_dtypes() {
   return out;
 }
 
+std::string backend_dtype_name(const testing::TestParamInfo<std::tuple<Backend, DType>>& info) {
+  return std::string(to_string(std::get<0>(info.param))) + "_" +
+         std::string(to_string(std::get<1>(info.param)));
+}
+
 std::string skip_reason(Backend backend) {
   if (device_of(backend) != DeviceKind::cuda) return {};
   if (cuda_device_count() == 0)

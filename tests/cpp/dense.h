@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::test {
@@ -47,6 +49,22 @@ std::vector<std::tuple<Backend, DType>> backend_dtypes();
 // Why `backend` cannot run here (no GPU, or not this GPU's architecture), or
 // empty: a test of it skips with this reason.
 std::string skip_reason(Backend backend);
+
+// A test run once per (backend, dtype) pair, skipped with skip_reason() where the
+// backend cannot run here.
+class BackendDtypeTest : public testing::TestWithParam<std::tuple<Backend, DType>> {
+ protected:
+  void SetUp() override {
+    const std::string why = skip_reason(backend());
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+  Backend backend() const { return std::get<0>(GetParam()); }
+  DType dtype() const { return std::get<1>(GetParam()); }
+  Device device() const { return {device_of(backend()), 0}; }
+};
+
+// "cuda_mma_f16": a BackendDtypeTest instance's name.
+std::string backend_dtype_name(const testing::TestParamInfo<std::tuple<Backend, DType>>& info);
 
 // The value `x` becomes when stored in `dtype`.
 float round_to(DType dtype, float x);

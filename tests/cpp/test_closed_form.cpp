@@ -39,14 +39,8 @@ std::vector<double> row_of(const Dense& t, int b, int s, int h) {
   return row;
 }
 
-class ClosedForm : public testing::TestWithParam<std::tuple<Backend, DType>> {
+class ClosedForm : public BackendDtypeTest {
  protected:
-  void SetUp() override {
-    const std::string why = skip_reason(backend());
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  Backend backend() const { return std::get<0>(GetParam()); }
-  DType dtype() const { return std::get<1>(GetParam()); }
 
   // Rounds the inputs to the dtype, runs the backend, and checks that nothing
   // in out or lse is NaN: every element is written, and no row divides 0 by 0.
@@ -250,11 +244,6 @@ TEST_P(ClosedForm, CausalRowsAverageTheirVisiblePrefix) {
     }
 }
 
-std::string param_name(const testing::TestParamInfo<ClosedForm::ParamType>& info) {
-  return std::string(to_string(std::get<0>(info.param))) + "_" +
-         std::string(to_string(std::get<1>(info.param)));
-}
-
 // Every backend with every dtype it takes but cuda_wgmma, whose head_dim must be
 // a multiple of 8 (these problems have head_dim 2); it runs them in test_edges.
 std::vector<std::tuple<Backend, DType>> closed_form_backends() {
@@ -265,7 +254,7 @@ std::vector<std::tuple<Backend, DType>> closed_form_backends() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, ClosedForm, testing::ValuesIn(closed_form_backends()),
-                         param_name);
+                         backend_dtype_name);
 
 }  // namespace
 }  // namespace flashattn::test

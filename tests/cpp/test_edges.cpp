@@ -25,21 +25,7 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-class Edges : public testing::TestWithParam<std::tuple<Backend, DType>> {
- protected:
-  void SetUp() override {
-    const std::string why = skip_reason(backend());
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  Backend backend() const { return std::get<0>(GetParam()); }
-  DType dtype() const { return std::get<1>(GetParam()); }
-  Device device() const { return {device_of(backend()), 0}; }
-};
-
-std::string param_name(const testing::TestParamInfo<Edges::ParamType>& info) {
-  return std::string(to_string(std::get<0>(info.param))) + "_" +
-         std::string(to_string(std::get<1>(info.param)));
-}
+using Edges = BackendDtypeTest;
 
 // ---- non-finite values ------------------------------------------------------
 
@@ -243,7 +229,8 @@ TEST_P(Edges, AnyFiniteScaleMatchesTheReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, Edges, testing::ValuesIn(backend_dtypes()), param_name);
+INSTANTIATE_TEST_SUITE_P(AllBackends, Edges, testing::ValuesIn(backend_dtypes()),
+                         backend_dtype_name);
 
 // ---- the reference itself, in closed form ------------------------------------
 

@@ -50,21 +50,22 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
   const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kOOffset));
   const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
-  // out = acc·inv_l; a row that sees no key outputs 0 whatever acc holds (a
-  // masked key's 0·v can leave a NaN there), which costs a select per element,
-  // paid only in the rare warps that have such rows.
-  const bool select = first_row_empty &&
-                      __any_sync(0xffffffffu, finished[0].empty || finished[1].empty);
+  // out = acc·inv_l, or 0 on a row that sees no key whatever acc holds (a masked
+  // key's 0·v can leave a NaN there; with `empty`, acc is another tile's): a
+  // select per element, not a branch (a branch per element between this and a
+  // select-free path doubled the epilogue's code and cost 2-5% on short
+  // sequences, docs/perf/cuda_wgmma.md v4.16).
+  bool zero[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) zero[half] = empty || finished[half].empty;
 #pragma unroll
   for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const FinishedRow<float>& row = finished[q % 2];
-      const float x0 = acc[8 * jj + 2 * q], x1 = acc[8 * jj + 2 * q + 1];
-      r[q] = empty    ? 0u
-             : select ? pack_pair<T>(row.out(x0), row.out(x1))
-                      : pack_pair<T>(x0 * row.inv_l, x1 * row.inv_l);
+      const float inv_l = finished[q % 2].inv_l;
+      const float x0 = acc[8 * jj + 2 * q] * inv_l, x1 = acc[8 * jj + 2 * q + 1] * inv_l;
+      r[q] = pack_pair<T>(zero[q % 2] ? 0.0f : x0, zero[q % 2] ? 0.0f : x1);
     }
     stmatrix_x4(so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM), r[0], r[1],
                 r[2], r[3]);

@@ -31,7 +31,6 @@ __device__ __forceinline__ void store_output(
   // row): where the tile's first row sees a key, no row is asked.
   const bool first_row_empty = row_mask(p, info.b).empty(info.row0);
   FinishedRow<float> finished[Shape::kMTiles][2];
-  bool any_empty = false;
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
@@ -40,12 +39,11 @@ __device__ __forceinline__ void store_output(
       finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale,
                                    sm80::quad_sum(row_sum.l[mt][h]),
                                    first_row_empty && row_mask(p, info.b).empty(info.row0 + r));
-      any_empty |= finished[mt][h].empty;
     }
-  // out = acc·inv_l; a row that sees no key outputs 0 whatever acc holds (a
-  // masked key's 0·v can leave a NaN there), which costs a select per element,
-  // paid only in the rare warps that have such rows.
-  const bool select = first_row_empty && __any_sync(0xffffffffu, any_empty);
+  // out = acc·inv_l, or 0 on a row that sees no key whatever acc holds (a masked
+  // key's 0·v can leave a NaN there): a select per element, not a branch (a
+  // branch between this and a select-free path doubled the epilogue's code and
+  // cost 2-5% on short sequences, docs/perf/cuda_mma.md v3.9).
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
@@ -54,10 +52,9 @@ __device__ __forceinline__ void store_output(
       const FinishedRow<float>& row = finished[mt][h];
 #pragma unroll
       for (int ot = 0; ot < kOT; ++ot) {
-        const float x0 = acc[mt][ot][2 * h], x1 = acc[mt][ot][2 * h + 1];
+        const float x0 = acc[mt][ot][2 * h] * row.inv_l, x1 = acc[mt][ot][2 * h + 1] * row.inv_l;
         *reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t) =
-            select ? pack_pair<T>(row.out(x0), row.out(x1))
-                   : pack_pair<T>(x0 * row.inv_l, x1 * row.inv_l);
+            pack_pair<T>(row.empty ? 0.0f : x0, row.empty ? 0.0f : x1);
       }
       if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
         p.softmax.lse[(int64_t(info.b) * s.heads_q + info.hq) * s.seqlen_q + info.row0 + r] =

@@ -53,8 +53,8 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
   // out = acc·inv_l, or 0 on a row that sees no key whatever acc holds (a masked
   // key's 0·v can leave a NaN there; with `empty`, acc is another tile's): a
   // select per element, not a branch (a branch per element between this and a
-  // select-free path doubled the epilogue's code and cost 2-5% on short
-  // sequences, docs/perf/cuda_wgmma.md v4.16).
+  // select-free path doubled the epilogue's code and cost 1-3%, most at 512-2048
+  // keys, docs/perf/cuda_wgmma.md v4.16).
   bool zero[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) zero[half] = empty || finished[half].empty;

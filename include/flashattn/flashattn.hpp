@@ -73,6 +73,7 @@ struct BackendInfo {
   int compute_capability;    // 0: any GPU flashattn runs on (8.0 or newer); else only this one
   std::string_view summary;  // how it computes, in one line
   bool takes(DType dtype) const { return (dtypes >> int(dtype)) & 1u; }
+  bool takes_head_dim(int head_dim) const { return max_head_dim == 0 || head_dim <= max_head_dim; }
 };
 
 // Every backend of the library (automatic excluded), in enum order; those this

@@ -14,10 +14,6 @@ namespace {
 // The lowest compute capability our CUDA kernels are built for.
 constexpr int kMinCapability = 80;
 
-bool has_elements(const TensorView& t) {
-  return t.shape[0] > 0 && t.shape[1] > 0 && t.shape[2] > 0 && t.shape[3] > 0;
-}
-
 void check_cuda_device(const Params& p) {
   const int index = p.q.device.index;
   const int count = cuda::device_count();
@@ -28,7 +24,6 @@ void check_cuda_device(const Params& p) {
   if (cc < kMinCapability)
     fail(Status::unsupported, "q: cuda device ", index, " has compute capability ", cc / 10, ".",
          cc % 10, "; flashattn's CUDA kernels need 8.0 or newer");
-  // A tensor without elements is never read or written; its pointer may be anything.
   const struct {
     const TensorView& t;
     const char* name;
@@ -110,8 +105,7 @@ int cuda_device_count() { return cuda::device_count(); }
 bool backend_supports(Backend backend, DType dtype, int head_dim) {
   if (backend == Backend::automatic) return true;
   const BackendEntry* entry = find_backend(backend);
-  return entry != nullptr && entry->info.takes(dtype) &&
-         (entry->info.max_head_dim == 0 || head_dim <= entry->info.max_head_dim);
+  return entry != nullptr && entry->info.takes(dtype) && entry->info.takes_head_dim(head_dim);
 }
 
 std::vector<Backend> available_backends(DeviceKind device) {

@@ -61,10 +61,6 @@ bool f16x3_preferred(const Sizes& s) {
   return s.head_dim <= cuda::kF16x3MaxHeadDim && rows >= 64;
 }
 
-bool head_dim_fits(const BackendInfo& info, int head_dim) {
-  return info.max_head_dim == 0 || head_dim <= info.max_head_dim;
-}
-
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }
 
 }  // namespace
@@ -106,10 +102,10 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device) {
            : f16x3_preferred(p.sizes) ? Backend::cuda_f16x3
                                       : Backend::cuda_tf32x3;
   const int head_dim = p.sizes.head_dim;
-  if (head_dim_fits(find_backend(Backend::cuda_wgmma)->info, head_dim) &&
+  if (find_backend(Backend::cuda_wgmma)->info.takes_head_dim(head_dim) &&
       cuda::wgmma_unsupported(p).empty())
     return Backend::cuda_wgmma;
-  if (head_dim_fits(find_backend(Backend::cuda_mma)->info, head_dim)) return Backend::cuda_mma;
+  if (find_backend(Backend::cuda_mma)->info.takes_head_dim(head_dim)) return Backend::cuda_mma;
   return Backend::cuda_tiled;
 }
 
@@ -117,23 +113,25 @@ std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device)
   const BackendEntry* entry = find_backend(backend);
   if (entry == nullptr) return "backend: is not a known backend";
   const BackendInfo& info = entry->info;
-  const std::string instead =
-      " (backend auto runs it on " + std::string(to_string(automatic_backend(p, device))) + ")";
+  // Asked only when the backend cannot run p: it may query the device.
+  const auto instead = [&] {
+    return " (backend auto runs it on " + std::string(to_string(automatic_backend(p, device))) + ")";
+  };
   if (info.device != device)
     return "backend: " + std::string(info.name) + " runs on " + std::string(device_name(info.device)) +
            " tensors, but q is on " + std::string(device_name(device));
   if (!info.takes(p.dtype))
     return "backend: " + std::string(info.name) + " takes " + dtype_list(info) +
-           " tensors only, but q is " + std::string(to_string(p.dtype)) + instead;
-  if (!head_dim_fits(info, p.sizes.head_dim))
+           " tensors only, but q is " + std::string(to_string(p.dtype)) + instead();
+  if (!info.takes_head_dim(p.sizes.head_dim))
     return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds " +
-           std::string(info.name) + "'s limit of " + std::to_string(info.max_head_dim) + instead;
+           std::string(info.name) + "'s limit of " + std::to_string(info.max_head_dim) + instead();
   // cuda_wgmma's layout rules (TMA-describable strides) concern its kernel; a
   // problem without work runs no kernel of it.
   const Sizes& s = p.sizes;
   if (backend == Backend::cuda_wgmma && s.batch > 0 && s.seqlen_q > 0 && s.seqlen_k > 0) {
     const std::string why = cuda::wgmma_unsupported(p);
-    if (!why.empty()) return why + instead;
+    if (!why.empty()) return why + instead();
   }
   return {};
 }

@@ -16,10 +16,6 @@ struct Named {
   const TensorView& t;
 };
 
-bool has_elements(const TensorView& t) {
-  return t.shape[0] > 0 && t.shape[1] > 0 && t.shape[2] > 0 && t.shape[3] > 0;
-}
-
 // Batch and seqlen may be 0 (an empty problem); heads and head_dim may not: a
 // tensor of no heads or no columns has no attention to compute.
 void check_view(const Named& v) {
@@ -96,6 +92,10 @@ ByteRange byte_range(const Named& v) {
 bool overlaps(ByteRange a, ByteRange b) { return a.first < b.last && b.first < a.last; }
 
 }  // namespace
+
+bool has_elements(const TensorView& t) {
+  return t.shape[0] > 0 && t.shape[1] > 0 && t.shape[2] > 0 && t.shape[3] > 0;
+}
 
 AttnParams make_attn_params(const Params& p) {
   const Named q{"q", p.q}, k{"k", p.k}, v{"v", p.v}, out{"out", p.out};

@@ -80,13 +80,9 @@ inline AttnParams attn_params(const Params& p) {
   return a;
 }
 
-// The lengths of sequence b, and the key range its rows see: one function each,
-// so that a variable-length batch or a KV cache is a new case here (see
-// core/seqlen.h). Dense: every sequence has the batch's lengths and mask.
-FLASHATTN_HOST_DEVICE SequenceLengths sequence_lengths(const AttnParams& p, int /*batch*/) {
-  return {p.sizes.seqlen_q, p.sizes.seqlen_k};
-}
-
+// The key range the rows of sequence b see. Dense: every sequence has the batch's
+// mask, resolved once; a layout with per-sequence lengths resolves it per
+// sequence here (see core/seqlen.h).
 FLASHATTN_HOST_DEVICE const RowMask& row_mask(const AttnParams& p, int /*batch*/) { return p.mask; }
 
 }  // namespace flashattn

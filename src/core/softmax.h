@@ -74,8 +74,7 @@ FLASHATTN_HOST_DEVICE F natural_log(F x) {
 
 // A finished row: out = acc · inv_l and its lse, or 0 and −inf when empty. For
 // an empty row inv_l is 0, but acc may hold a NaN (a masked key's 0·v), so out()
-// selects; a kernel that zeroes the accumulators of empty rows first (in the
-// rare tiles that have them) may multiply by inv_l alone.
+// selects.
 template <typename F>
 struct FinishedRow {
   bool empty;

@@ -22,8 +22,8 @@ constexpr int kTurnBarrier = 4;
 // out = acc / l through the output staging buffer (this warpgroup's 64 rows of
 // it) and TMA stores, which drop rows past seqlen_q and columns past head_dim;
 // lse per row. Rows the mask leaves without keys get 0 and -inf (finish_row);
-// `empty`: no row of the warpgroup saw a key, and acc (another tile's) is not
-// read. The stores are left in flight: the next epilogue (or the block's end)
+// `empty`: no row of the warpgroup saw a key, and acc (another tile's) does not
+// reach the output. The stores are left in flight: the next epilogue (or the block's end)
 // waits for them to have read the buffer. (acc is only read here: a write to it
 // under a condition made ptxas serialise the kernel's wgmma, 0.7x measured.)
 template <typename T, class Tr>
@@ -41,31 +41,27 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
     float l = row_sum[half];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
+    // `empty`: the warpgroup walked no key block, so its rows finish as empty
+    // (their acc, row_max and row_sum are another tile's).
     finished[half] = finish_row(
         row_max[half] * p.scale, l,
-        first_row_empty && p.mask.empty(int64_t(t.row0) + at.row0 + 8 * half));
+        empty || (first_row_empty && p.mask.empty(int64_t(t.row0) + at.row0 + 8 * half)));
   }
   const bool storer = warp == 0 && lane == 0;
   if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
   const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kOOffset));
   const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
-  // out = acc·inv_l, or 0 on a row that sees no key whatever acc holds (a masked
-  // key's 0·v can leave a NaN there; with `empty`, acc is another tile's): a
-  // select per element, not a branch (a branch per element between this and a
-  // select-free path doubled the epilogue's code and cost 1-3%, most at 512-2048
-  // keys, docs/perf/cuda_wgmma.md v4.16).
-  bool zero[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) zero[half] = empty || finished[half].empty;
+  // FinishedRow::out selects per element, without a branch (a branch per element
+  // between it and a select-free path doubled the epilogue's code and cost 1-3%,
+  // most at 512-2048 keys, docs/perf/cuda_wgmma.md v4.16).
 #pragma unroll
   for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const float inv_l = finished[q % 2].inv_l;
-      const float x0 = acc[8 * jj + 2 * q] * inv_l, x1 = acc[8 * jj + 2 * q + 1] * inv_l;
-      r[q] = pack_pair<T>(zero[q % 2] ? 0.0f : x0, zero[q % 2] ? 0.0f : x1);
+      const FinishedRow<float>& row = finished[q % 2];
+      r[q] = pack_pair<T>(row.out(acc[8 * jj + 2 * q]), row.out(acc[8 * jj + 2 * q + 1]));
     }
     stmatrix_x4(so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM), r[0], r[1],
                 r[2], r[3]);
@@ -85,7 +81,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
       const int row = t.row0 + at.row0 + 8 * half;
       if (row >= 0 && row < p.sizes.seqlen_q)
         p.lse[(int64_t(t.batch) * p.sizes.heads_q + t.head_q) * p.sizes.seqlen_q + row] =
-            empty ? -INFINITY : finished[half].lse;
+            finished[half].lse;
     }
   }
 }

@@ -40,10 +40,9 @@ __device__ __forceinline__ void store_output(
                                    sm80::quad_sum(row_sum.l[mt][h]),
                                    first_row_empty && row_mask(p, info.b).empty(info.row0 + r));
     }
-  // out = acc·inv_l, or 0 on a row that sees no key whatever acc holds (a masked
-  // key's 0·v can leave a NaN there): a select per element, not a branch (a
-  // branch between this and a select-free path doubled the epilogue's code and
-  // cost 1-3% at 512-2048 keys, docs/perf/cuda_mma.md v3.9).
+  // FinishedRow::out selects per element, without a branch (a branch between it
+  // and a select-free path doubled the epilogue's code and cost 1-3% at 512-2048
+  // keys, docs/perf/cuda_mma.md v3.9).
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
@@ -52,9 +51,8 @@ __device__ __forceinline__ void store_output(
       const FinishedRow<float>& row = finished[mt][h];
 #pragma unroll
       for (int ot = 0; ot < kOT; ++ot) {
-        const float x0 = acc[mt][ot][2 * h] * row.inv_l, x1 = acc[mt][ot][2 * h + 1] * row.inv_l;
         *reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t) =
-            pack_pair<T>(row.empty ? 0.0f : x0, row.empty ? 0.0f : x1);
+            pack_pair<T>(row.out(acc[mt][ot][2 * h]), row.out(acc[mt][ot][2 * h + 1]));
       }
       if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
         p.softmax.lse[(int64_t(info.b) * s.heads_q + info.hq) * s.seqlen_q + info.row0 + r] =

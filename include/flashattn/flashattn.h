@@ -1,9 +1,10 @@
-/* flashattn C ABI: the same call as flashattn::forward, for other languages.
+/* flashattn C ABI: the same calls as flashattn::forward and flashattn::backward,
+ * for other languages.
  *
- * flashattn_forward and flashattn_get_backend_info return FLASHATTN_OK or an
- * error code; flashattn_last_error() then gives the message (thread-local, valid
- * until the next of those two calls on the thread, "" after a success). Nothing
- * is written to out or lse when an argument is rejected.
+ * flashattn_forward, flashattn_backward and flashattn_get_backend_info return
+ * FLASHATTN_OK or an error code; flashattn_last_error() then gives the message (thread-local, valid
+ * until the next of those calls on the thread, "" after a success). Nothing
+ * is written to the outputs when an argument is rejected.
  *
  * Compatibility: a binary built against this header keeps working with later
  * libraries. The layout of flashattn_params and flashattn_tensor is frozen; a
@@ -11,11 +12,13 @@
  * its size in bytes (struct_size, set by the caller to sizeof the struct it was
  * built with), and the library reads or writes only the fields that size covers,
  * so such structs grow at the end without breaking older binaries.
- * flashattn_backend_info is the first of them. Enum values are never reused. */
+ * flashattn_backend_info and flashattn_backward_params are such structs. Enum
+ * values are never reused. */
 #ifndef FLASHATTN_H_
 #define FLASHATTN_H_
 
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +85,7 @@ typedef struct {
   int32_t max_head_dim;       /* 0: any head_dim */
   int32_t compute_capability; /* 0: any GPU of 8.0 or newer; else only this one (major*10+minor) */
   const char* summary;        /* how it computes, in one line: static storage */
+  int32_t backward_max_head_dim; /* -1: no backward on this backend; 0: any head_dim; else the limit */
 } flashattn_backend_info;
 
 /* Number of backends (FLASHATTN_BACKEND_AUTO excluded); index them 0 .. count-1. */
@@ -100,6 +104,38 @@ flashattn_params flashattn_default_params(flashattn_tensor q, flashattn_tensor k
                                           flashattn_tensor v, flashattn_tensor out);
 
 flashattn_status flashattn_forward(const flashattn_params* params);
+
+/* The gradients dq, dk, dv of attention given dout, the gradient with respect to
+ * the forward's output (flashattn::backward in flashattn.hpp says the math).
+ * A sized struct: start from flashattn_backward_defaults(), which sets
+ * struct_size to the size this header declares, then set the tensors. Fields a
+ * later header adds come after `stream`; the library gives fields beyond a
+ * caller's struct_size their defaults. */
+typedef struct {
+  uint32_t struct_size;      /* sizeof(flashattn_backward_params) as the caller was built */
+  flashattn_tensor q, k, v;
+  flashattn_tensor out;      /* the forward's output (q's shape) */
+  flashattn_tensor dout;     /* gradient with respect to out (q's shape) */
+  const float* lse;          /* the forward's lse: float32 (batch, heads_q, seqlen_q) */
+  flashattn_tensor dq, dk, dv; /* written: the shapes of q, k, v */
+  int32_t has_scale;         /* 0: scale = 1/sqrt(head_dim); else scale, any finite value */
+  float scale;
+  int32_t mask;              /* flashattn_mask */
+  int32_t backend;           /* flashattn_backend */
+  int32_t deterministic;     /* nonzero: bit-identical gradients from run to run */
+  void* stream;              /* cudaStream_t, or NULL for the default stream */
+} flashattn_backward_params;
+
+/* Every field zero (automatic backend, default scale, no mask) and struct_size
+ * set; inline, so struct_size is the size the caller was compiled with. */
+static inline flashattn_backward_params flashattn_backward_defaults(void) {
+  flashattn_backward_params p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = (uint32_t)sizeof p;
+  return p;
+}
+
+flashattn_status flashattn_backward(const flashattn_backward_params* params);
 
 /* The message of the last failed call on this thread ("" after a success). */
 const char* flashattn_last_error(void);

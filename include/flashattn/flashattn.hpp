@@ -72,8 +72,15 @@ struct BackendInfo {
   int max_head_dim;          // 0: any head_dim
   int compute_capability;    // 0: any GPU flashattn runs on (8.0 or newer); else only this one
   std::string_view summary;  // how it computes, in one line
+  // backward() on this backend: -1 where it has none, else its head_dim limit
+  // (0: any). Its dtypes are the forward's.
+  int backward_max_head_dim = -1;
   bool takes(DType dtype) const { return (dtypes >> int(dtype)) & 1u; }
   bool takes_head_dim(int head_dim) const { return max_head_dim == 0 || head_dim <= max_head_dim; }
+  bool has_backward() const { return backward_max_head_dim >= 0; }
+  bool takes_backward_head_dim(int head_dim) const {
+    return backward_max_head_dim == 0 || head_dim <= backward_max_head_dim;
+  }
 };
 
 // Every backend of the library (automatic excluded), in enum order; those this
@@ -115,6 +122,38 @@ void forward(const Params& params);
 
 // The backend `forward` would run for these params (after validation).
 Backend select_backend(const Params& params);
+
+// The gradients of attention with respect to q, k and v, given the gradient dout
+// of a loss with respect to the forward's output. With S = scale·Q·Kᵀ (masked),
+// P = softmax(S) row by row, O = P·V:
+//   dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − D) with D_i = Σ_c dO_ic·O_ic,
+//   dQ = scale·dS·K,  dK = scale·dSᵀ·Q.
+// P is recomputed from q, k and the forward's lse, never stored. GQA: dk and dv
+// of a kv head sum over the query heads of its group. A row that sees no key gets
+// dq 0 and adds nothing to dk and dv; keys no row sees get dk = dv = 0.
+struct BackwardParams {
+  TensorView q, k, v;
+  TensorView out;   // the forward's output for q, k, v (q's shape)
+  TensorView dout;  // the gradient with respect to out (q's shape)
+  // The forward's lse: float32, contiguous (batch, heads_q, seqlen_q), on q's
+  // device. Required where q has elements.
+  const float* lse = nullptr;
+  TensorView dq, dk, dv;  // written; the shapes of q, k and v, q's dtype
+  std::optional<float> scale;  // as in the forward: any finite value, default 1/sqrt(head_dim)
+  Mask mask = Mask::none;
+  // Bit-identical gradients from run to run (no floating-point atomics whose
+  // order varies); on the fastest kernels this costs time (docs/guide.md).
+  bool deterministic = false;
+  void* stream = nullptr;
+  Backend backend = Backend::automatic;
+};
+
+// Checks every argument, then computes dq, dk and dv. Throws Error; nothing is
+// written to dq, dk or dv when an argument is rejected.
+void backward(const BackwardParams& params);
+
+// The backend `backward` would run for these params (after validation).
+Backend select_backward_backend(const BackwardParams& params);
 
 // The float64 reference on a sample of query rows of host tensors, for checking
 // problems too large to compute whole: outputs laid out (batch, rows.size(),

@@ -1,5 +1,6 @@
 // The C ABI: converts flashattn_params to Params and every exception to a code.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
@@ -40,13 +41,51 @@ flashattn::Params to_params(const flashattn_params& c) {
   p.out = to_view(c.out, "out");
   p.lse = c.lse;
   if (c.has_scale) p.scale = c.scale;
-  require(c.mask >= FLASHATTN_MASK_NONE && c.mask <= FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT,
-          "mask: ", c.mask, " is not a flashattn_mask value");
-  p.mask = static_cast<flashattn::Mask>(c.mask);
-  require(c.backend == FLASHATTN_BACKEND_AUTO ||
-              flashattn::find_backend(static_cast<flashattn::Backend>(c.backend)) != nullptr,
-          "backend: ", c.backend, " is not a flashattn_backend value");
-  p.backend = static_cast<flashattn::Backend>(c.backend);
+  p.mask = to_mask(c.mask);
+  p.backend = to_backend(c.backend);
+  p.stream = c.stream;
+  return p;
+}
+
+flashattn::Mask to_mask(int32_t mask) {
+  flashattn::require(mask >= FLASHATTN_MASK_NONE && mask <= FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+                     "mask: ", mask, " is not a flashattn_mask value");
+  return static_cast<flashattn::Mask>(mask);
+}
+
+flashattn::Backend to_backend(int32_t backend) {
+  flashattn::require(backend == FLASHATTN_BACKEND_AUTO ||
+                         flashattn::find_backend(static_cast<flashattn::Backend>(backend)) != nullptr,
+                     "backend: ", backend, " is not a flashattn_backend value");
+  return static_cast<flashattn::Backend>(backend);
+}
+
+// The first generation of flashattn_backward_params ends at `stream`; a caller's
+// struct_size must cover it. Fields past the caller's size keep their defaults.
+constexpr size_t kBackwardParamsV1 =
+    offsetof(flashattn_backward_params, stream) + sizeof(void*);
+
+flashattn::BackwardParams to_backward_params(const flashattn_backward_params* caller) {
+  using flashattn::require;
+  require(caller->struct_size >= kBackwardParamsV1, "params: struct_size is ",
+          caller->struct_size, ", must be at least ", kBackwardParamsV1,
+          " (start from flashattn_backward_defaults())");
+  flashattn_backward_params c = flashattn_backward_defaults();
+  std::memcpy(&c, caller, std::min<size_t>(caller->struct_size, sizeof c));
+  flashattn::BackwardParams p;
+  p.q = to_view(c.q, "q");
+  p.k = to_view(c.k, "k");
+  p.v = to_view(c.v, "v");
+  p.out = to_view(c.out, "out");
+  p.dout = to_view(c.dout, "dout");
+  p.lse = c.lse;
+  p.dq = to_view(c.dq, "dq");
+  p.dk = to_view(c.dk, "dk");
+  p.dv = to_view(c.dv, "dv");
+  if (c.has_scale) p.scale = c.scale;
+  p.mask = to_mask(c.mask);
+  p.backend = to_backend(c.backend);
+  p.deterministic = c.deterministic != 0;
   p.stream = c.stream;
   return p;
 }
@@ -108,6 +147,13 @@ flashattn_status flashattn_forward(const flashattn_params* params) {
   });
 }
 
+flashattn_status flashattn_backward(const flashattn_backward_params* params) {
+  return guarded([&] {
+    flashattn::require(params != nullptr, "params: pointer is null");
+    flashattn::backward(to_backward_params(params));
+  });
+}
+
 int32_t flashattn_backend_count(void) { return int32_t(flashattn::backends().size()); }
 
 flashattn_status flashattn_get_backend_info(int32_t index, flashattn_backend_info* info) {
@@ -129,6 +175,7 @@ flashattn_status flashattn_get_backend_info(int32_t index, flashattn_backend_inf
     full.max_head_dim = b.max_head_dim;
     full.compute_capability = b.compute_capability;
     full.summary = b.summary.data();
+    full.backward_max_head_dim = b.backward_max_head_dim;
     std::memcpy(info, &full, std::min<size_t>(info->struct_size, sizeof full));
   });
 }

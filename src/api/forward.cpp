@@ -2,6 +2,7 @@
 // helpers around them.
 #include <algorithm>
 
+#include "api/device_check.h"
 #include "api/registry.h"
 #include "api/validate.h"
 #include "core/error.h"
@@ -10,28 +11,6 @@
 
 namespace flashattn {
 namespace {
-
-// The lowest compute capability our CUDA kernels are built for.
-constexpr int kMinCapability = 80;
-
-void check_cuda_device(const Params& p) {
-  const int index = p.q.device.index;
-  const int count = cuda::device_count();
-  if (count == 0) fail(Status::unsupported, "q: device is cuda but no CUDA device is available");
-  require(index >= 0 && index < count, "q: cuda device index ", index, " is out of range [0, ",
-          count, ")");
-  const int cc = cuda::compute_capability(index);
-  if (cc < kMinCapability)
-    fail(Status::unsupported, "q: cuda device ", index, " has compute capability ", cc / 10, ".",
-         cc % 10, "; flashattn's CUDA kernels need 8.0 or newer");
-  const struct {
-    const TensorView& t;
-    const char* name;
-  } tensors[] = {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.out, "out"}};
-  for (const auto& [t, name] : tensors)
-    if (has_elements(t)) cuda::require_device_pointer(t.data, index, name);
-  if (p.lse && has_elements(p.q)) cuda::require_device_pointer(p.lse, index, "lse");
-}
 
 struct Plan {
   const BackendEntry* backend;
@@ -43,7 +22,12 @@ struct Plan {
 Plan plan(const Params& p) {
   const AttnParams attn = make_attn_params(p);
   const DeviceKind device = p.q.device.kind;
-  if (device == DeviceKind::cuda) check_cuda_device(p);
+  if (device == DeviceKind::cuda)
+    check_cuda_device(p.q.device.index, {{"q", p.q.data, has_elements(p.q)},
+                                         {"k", p.k.data, has_elements(p.k)},
+                                         {"v", p.v.data, has_elements(p.v)},
+                                         {"out", p.out.data, has_elements(p.out)},
+                                         {"lse", p.lse, p.lse && has_elements(p.q)}});
   const Backend backend =
       p.backend == Backend::automatic ? automatic_backend(attn, device) : p.backend;
   const std::string why = unsupported(backend, attn, device);

@@ -18,24 +18,24 @@ constexpr uint32_t kHalf = bit(DType::f16) | bit(DType::bf16);
 const std::vector<BackendEntry>& table() {
   static const std::vector<BackendEntry> entries = {
       {{Backend::reference, "reference", DeviceKind::cpu, kAll, 0, 0,
-        "float64 with each score row materialised: the oracle the tests compare with"},
-       cpu::reference_forward},
+        "float64 with each score row materialised: the oracle the tests compare with", 0},
+       cpu::reference_forward, cpu::reference_backward},
       {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
-        "tiled online softmax in fp32, threads over (batch, head, query tile)"},
-       cpu::flash_forward},
+        "tiled online softmax in fp32, threads over (batch, head, query tile)", 0},
+       cpu::flash_forward, cpu::flash_backward},
       {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
         "one thread per query row, scores recomputed: simple enough to be obviously right"},
        cuda::naive_forward},
       {{Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, kAll, 0, 0,
         "FlashAttention-1 style shared-memory tiles in fp32, any head_dim; tiny fp32 "
-        "problems in one round of loads"},
-       cuda::tiled_forward},
+        "problems in one round of loads", 0},
+       cuda::tiled_forward, cuda::tiled_backward},
       {{Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, kF32, 0, 0,
         "tensor cores at fp32 accuracy through a 3xTF32 split (mma.sync)"},
        cuda::tf32x3_forward},
       {{Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, kHalf, cuda::kMmaMaxHeadDim, 0,
-        "FlashAttention-2 style tensor-core kernel on mma.sync"},
-       cuda::mma_forward},
+        "FlashAttention-2 style tensor-core kernel on mma.sync", cuda::kMmaBackwardMaxHeadDim},
+       cuda::mma_forward, cuda::mma_backward},
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
         "of 8 and 16-byte strides"},
@@ -107,6 +107,39 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device) {
     return Backend::cuda_wgmma;
   if (find_backend(Backend::cuda_mma)->info.takes_head_dim(head_dim)) return Backend::cuda_mma;
   return Backend::cuda_tiled;
+}
+
+// The backward's policy. Host tensors: cpu. fp32 on the GPU: cuda_tiled (exact,
+// any head_dim). 16-bit: the mma.sync backward up to its head_dim limit (on
+// Hopper too, until a wgmma backward exists), cuda_tiled beyond it.
+Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
+  if (device == DeviceKind::cpu) return Backend::cpu;
+  if (p.dtype != DType::f32 &&
+      find_backend(Backend::cuda_mma)->info.takes_backward_head_dim(p.sizes.head_dim))
+    return Backend::cuda_mma;
+  return Backend::cuda_tiled;
+}
+
+std::string backward_unsupported(Backend backend, const BwdParams& p, DeviceKind device) {
+  const BackendEntry* entry = find_backend(backend);
+  if (entry == nullptr) return "backend: is not a known backend";
+  const BackendInfo& info = entry->info;
+  const auto instead = [&] {
+    return " (backend auto runs it on " +
+           std::string(to_string(automatic_backward_backend(p, device))) + ")";
+  };
+  if (info.device != device)
+    return "backend: " + std::string(info.name) + " runs on " + std::string(device_name(info.device)) +
+           " tensors, but q is on " + std::string(device_name(device));
+  if (!info.has_backward()) return "backend: " + std::string(info.name) + " has no backward" + instead();
+  if (!info.takes(p.dtype))
+    return "backend: " + std::string(info.name) + " takes " + dtype_list(info) +
+           " tensors only, but q is " + std::string(to_string(p.dtype)) + instead();
+  if (!info.takes_backward_head_dim(p.sizes.head_dim))
+    return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds the limit of " +
+           std::string(info.name) + "'s backward, " + std::to_string(info.backward_max_head_dim) +
+           instead();
+  return {};
 }
 
 std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device) {

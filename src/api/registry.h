@@ -14,6 +14,8 @@ namespace flashattn {
 struct BackendEntry {
   BackendInfo info;
   void (*forward)(const AttnParams&);  // host tensors: called directly; CUDA: via cuda::run_forward
+  // null where info.backward_max_head_dim is -1; CUDA: via cuda::run_backward
+  void (*backward)(const BwdParams&) = nullptr;
 };
 
 const BackendEntry* find_backend(Backend backend);
@@ -24,6 +26,10 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device);
 // Empty when `backend` can run p (validated), else why not, naming the argument
 // and the rule, with the backend automatic would run it on.
 std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device);
+
+// The same two for the backward.
+Backend automatic_backward_backend(const BwdParams& p, DeviceKind device);
+std::string backward_unsupported(Backend backend, const BwdParams& p, DeviceKind device);
 
 // "f32", "f16 or bf16", ...: the dtypes a backend takes, for messages and tables.
 std::string dtype_list(const BackendInfo& info);

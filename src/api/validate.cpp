@@ -97,26 +97,51 @@ bool has_elements(const TensorView& t) {
   return t.shape[0] > 0 && t.shape[1] > 0 && t.shape[2] > 0 && t.shape[3] > 0;
 }
 
-AttnParams make_attn_params(const Params& p) {
-  const Named q{"q", p.q}, k{"k", p.k}, v{"v", p.v}, out{"out", p.out};
-  for (const Named& t : {q, k, v, out}) check_view(t);
+namespace {
 
+// The forward's problem: q, k, v and an output of q's shape (out), each view
+// valid, their dtypes, devices and shapes agreeing, and the mask a known rule.
+void check_problem(const Named& q, const Named& k, const Named& v, const Named& out, Mask mask) {
+  for (const Named& t : {q, k, v, out}) check_view(t);
   for (const Named& t : {k, v, out}) {
-    require(t.t.dtype == p.q.dtype, t.name, ": dtype ", to_string(t.t.dtype),
-            " differs from q's dtype ", to_string(p.q.dtype));
-    require(t.t.device.kind == p.q.device.kind &&
-                (t.t.device.kind == DeviceKind::cpu || t.t.device.index == p.q.device.index),
+    require(t.t.dtype == q.t.dtype, t.name, ": dtype ", to_string(t.t.dtype),
+            " differs from q's dtype ", to_string(q.t.dtype));
+    require(t.t.device.kind == q.t.device.kind &&
+                (t.t.device.kind == DeviceKind::cpu || t.t.device.index == q.t.device.index),
             t.name, ": device differs from q's device");
   }
   require_dim(k, 0, q, 0);
   require_dim(k, 3, q, 3);
   for (int d = 0; d < 4; ++d) require_dim(v, d, k, d);
   for (int d = 0; d < 4; ++d) require_dim(out, d, q, d);
-  require(p.q.shape[2] % p.k.shape[2] == 0, "q: heads (", p.q.shape[2],
-          ") must be a multiple of k's heads (", p.k.shape[2], ")");
-  require(p.mask == Mask::none || p.mask == Mask::causal_top_left ||
-              p.mask == Mask::causal_bottom_right,
+  require(q.t.shape[2] % k.t.shape[2] == 0, "q: heads (", q.t.shape[2],
+          ") must be a multiple of k's heads (", k.t.shape[2], ")");
+  require(mask == Mask::none || mask == Mask::causal_top_left || mask == Mask::causal_bottom_right,
           "mask: is not one of none, causal_top_left, causal_bottom_right");
+}
+
+// A tensor of like's shape, dtype and device.
+void check_like(const Named& t, const Named& like) {
+  check_view(t);
+  require(t.t.dtype == like.t.dtype, t.name, ": dtype ", to_string(t.t.dtype), " differs from ",
+          like.name, "'s dtype ", to_string(like.t.dtype));
+  require(t.t.device.kind == like.t.device.kind &&
+              (t.t.device.kind == DeviceKind::cpu || t.t.device.index == like.t.device.index),
+          t.name, ": device differs from ", like.name, "'s device");
+  for (int d = 0; d < 4; ++d) require_dim(t, d, like, d);
+}
+
+// The bytes of an lse array (batch, heads_q, seqlen_q) of float32 at lse.
+ByteRange lse_range(const void* lse, const Sizes& s) {
+  const auto first = reinterpret_cast<uintptr_t>(lse);
+  return {first, first + uintptr_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float)};
+}
+
+}  // namespace
+
+AttnParams make_attn_params(const Params& p) {
+  const Named q{"q", p.q}, k{"k", p.k}, v{"v", p.v}, out{"out", p.out};
+  check_problem(q, k, v, out, p.mask);
 
   require_no_self_overlap(out);
   const ByteRange out_bytes = byte_range(out);
@@ -125,12 +150,39 @@ AttnParams make_attn_params(const Params& p) {
 
   const AttnParams a = attn_params(p);
   if (p.lse != nullptr) {
-    const auto first = reinterpret_cast<uintptr_t>(p.lse);
-    const ByteRange lse_bytes{first, first + uintptr_t(a.sizes.batch) * a.sizes.heads_q *
-                                                 a.sizes.seqlen_q * sizeof(float)};
+    const ByteRange lse_bytes = lse_range(p.lse, a.sizes);
     for (const Named& t : {q, k, v, out})
       require(!overlaps(lse_bytes, byte_range(t)), "lse: memory overlaps ", t.name);
   }
+  require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
+  return a;
+}
+
+BwdParams make_bwd_params(const BackwardParams& p) {
+  const Named q{"q", p.q}, k{"k", p.k}, v{"v", p.v}, out{"out", p.out}, dout{"dout", p.dout};
+  const Named dq{"dq", p.dq}, dk{"dk", p.dk}, dv{"dv", p.dv};
+  check_problem(q, k, v, out, p.mask);
+  check_like(dout, out);
+  check_like(dq, q);
+  check_like(dk, k);
+  check_like(dv, v);
+
+  const BwdParams a = bwd_params(p);
+  const Sizes& s = a.sizes;
+  const bool has_rows = s.batch > 0 && s.seqlen_q > 0;
+  require(p.lse != nullptr || !has_rows,
+          "lse: is null; the backward needs the forward's lse (batch, heads_q, seqlen_q)");
+  const ByteRange lse_bytes = lse_range(p.lse, s);
+  for (const Named& g : {dq, dk, dv}) {
+    require_no_self_overlap(g);
+    const ByteRange g_bytes = byte_range(g);
+    for (const Named& t : {q, k, v, out, dout})
+      require(!overlaps(g_bytes, byte_range(t)), g.name, ": memory overlaps ", t.name);
+    require(!overlaps(g_bytes, lse_bytes), g.name, ": memory overlaps lse");
+  }
+  require(!overlaps(byte_range(dq), byte_range(dk)), "dk: memory overlaps dq");
+  require(!overlaps(byte_range(dq), byte_range(dv)), "dv: memory overlaps dq");
+  require(!overlaps(byte_range(dk), byte_range(dv)), "dv: memory overlaps dk");
   require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
   return a;
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "core/host_device.h"
 #include "core/mask.h"
@@ -60,25 +61,64 @@ inline TensorRef tensor_ref(const TensorView& t) {
   return {t.data, t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// The AttnParams of the problem q, k, v, out, scale and mask describe, unchecked.
+inline AttnParams problem_params(const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const TensorView& out, std::optional<float> scale_or_default,
+                                 Mask mask) {
+  AttnParams a;
+  a.sizes = {int(q.shape[0]), int(q.shape[1]), int(k.shape[1]),
+             int(q.shape[2]), int(k.shape[2]), int(q.shape[3])};
+  a.q = tensor_ref(q);
+  a.k = tensor_ref(k);
+  a.v = tensor_ref(v);
+  a.o = tensor_ref(out);
+  const MaskRule rule{mask != Mask::none, mask == Mask::causal_bottom_right};
+  a.mask = resolve(rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
+  const float scale = scale_or_default.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
+  a.softmax = {scale, scale * kLog2e, nullptr};
+  a.dtype = q.dtype;
+  a.device_index = q.device.index;
+  return a;
+}
+
 // The AttnParams of public Params, unchecked: validate.cpp checks first, tools
 // that hold params the library already accepted call it directly.
 inline AttnParams attn_params(const Params& p) {
-  AttnParams a;
-  a.sizes = {int(p.q.shape[0]), int(p.q.shape[1]), int(p.k.shape[1]),
-             int(p.q.shape[2]), int(p.k.shape[2]), int(p.q.shape[3])};
-  a.q = tensor_ref(p.q);
-  a.k = tensor_ref(p.k);
-  a.v = tensor_ref(p.v);
-  a.o = tensor_ref(p.out);
-  const MaskRule rule{p.mask != Mask::none, p.mask == Mask::causal_bottom_right};
-  a.mask = resolve(rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
-  const float scale = p.scale.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
-  a.softmax = {scale, scale * kLog2e, p.lse};
-  a.dtype = p.q.dtype;
-  a.device_index = p.q.device.index;
+  AttnParams a = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask);
+  a.softmax.lse = p.lse;
   a.stream = p.stream;
   return a;
 }
+
+// The BwdParams of public BackwardParams, unchecked (validate.cpp checks first).
+inline BwdParams bwd_params(const BackwardParams& p) {
+  BwdParams a;
+  static_cast<AttnParams&>(a) = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask);
+  a.stream = p.stream;
+  a.grad.dout = tensor_ref(p.dout);
+  a.grad.dq = tensor_ref(p.dq);
+  a.grad.dk = tensor_ref(p.dk);
+  a.grad.dv = tensor_ref(p.dv);
+  a.grad.lse = p.lse;
+  a.grad.deterministic = p.deterministic;
+  return a;
+}
+
+// The backward's tensors beside the forward's. D_i = Σ_c dO_ic·O_ic is computed
+// once per row (cuda::run_backward and the CPU backends do it before their key
+// loops) into row_dot; every backend then reads it as a constant of the row.
+struct GradParams {
+  TensorRef dout, dq, dk, dv;  // dout read; dq, dk, dv written (q's, k's, v's shapes)
+  const float* lse = nullptr;  // the forward's, read: contiguous (batch, heads_q, seqlen_q)
+  float* row_dot = nullptr;    // D: contiguous (batch, heads_q, seqlen_q), fp32; set by the driver
+  bool deterministic = false;  // a fixed order for every sum that crosses blocks
+};
+
+// The backward's params: the forward's problem (q, k, v, o, sizes, mask, scale)
+// and the gradients. softmax.lse is null here: the backward reads grad.lse.
+struct BwdParams : AttnParams {
+  GradParams grad;
+};
 
 // The key range the rows of sequence b see. Dense: every sequence has the batch's
 // mask, resolved once; a layout with per-sequence lengths resolves it per

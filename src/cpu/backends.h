@@ -20,4 +20,14 @@ std::vector<double> reference_rows(const AttnParams& p, const std::vector<int>& 
 // (batch, head, query tile); extra memory O(tile) per thread.
 void flash_forward(const AttnParams& p);
 
+// The gradients in float64 from q, k, v and dout alone: the reference computes
+// its own softmax and output (it ignores out, lse and row_dot), so it is the
+// exact gradient of the forward it defines. The oracle of every backward.
+void reference_backward(const BwdParams& p);
+
+// The tiled backward in fp32 from the forward's out and lse: D, then dk and dv
+// over key tiles, then dq over query tiles (each recomputing P); extra memory
+// O(seqlen_q) for D and O(tile) per thread.
+void flash_backward(const BwdParams& p);
+
 }  // namespace flashattn::cpu

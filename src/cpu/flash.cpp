@@ -19,6 +19,7 @@
 #include "core/softmax.h"
 #include "core/variant.h"
 #include "cpu/backends.h"
+#include "cpu/tile_io.h"
 
 namespace flashattn::cpu {
 namespace {
@@ -37,20 +38,6 @@ struct Workspace {
       : q(size_t(kBlockM) * d), k_t(size_t(d) * kBlockN), v(size_t(kBlockN) * d),
         s(size_t(kBlockM) * kBlockN), acc(size_t(kBlockM) * d), rows(kBlockM) {}
 };
-
-// Copies rows [row0, row0 + rows) of one head of t into dst as fp32, head_dim apart.
-void load_tile(const AttnParams& p, const TensorRef& t, int b, int h, int row0, int rows,
-               float* dst) {
-  const int d = p.sizes.head_dim;
-  for (int r = 0; r < rows; ++r) {
-    const int64_t base = b * t.batch_stride + int64_t(row0 + r) * t.row_stride + h * t.head_stride;
-    if (p.dtype == DType::f32) {
-      std::copy_n(static_cast<const float*>(t.data) + base, d, dst + size_t(r) * d);
-    } else {
-      for (int c = 0; c < d; ++c) dst[size_t(r) * d + c] = load_float(t.data, p.dtype, base + c);
-    }
-  }
-}
 
 // k_t[c][r] = K[row0 + r][c] for r < rows, 0 for rows <= r < kBlockN.
 void load_tile_transposed(const AttnParams& p, const TensorRef& t, int b, int h, int row0,
@@ -163,7 +150,7 @@ void flash_forward(const AttnParams& p) {
     const int hk = hq / s.group();
     const int m0 = m_block * kBlockM, rows = std::min(kBlockM, s.seqlen_q - m0);
     const RowMask& mask = row_mask(p, b);
-    load_tile(p, p.q, b, hq, m0, rows, w.q.data());
+    load_rows(p, p.q, b, hq, m0, rows, w.q.data());
     std::fill(w.acc.begin(), w.acc.end(), 0.0f);
     std::fill(w.rows.begin(), w.rows.end(), OnlineRow{});
     // Keys past the last row's range, or before the first row's, are seen by no
@@ -172,7 +159,7 @@ void flash_forward(const AttnParams& p) {
     for (int n0 = mask.key_blocks(m0, rows, kBlockN).first() * kBlockN; n0 < key_hi; n0 += kBlockN) {
       const int cols = std::min(kBlockN, key_hi - n0);
       load_tile_transposed(p, p.k, b, hk, n0, cols, w.k_t.data());
-      load_tile(p, p.v, b, hk, n0, cols, w.v.data());
+      load_rows(p, p.v, b, hk, n0, cols, w.v.data());
       update_tile(p, mask, w, m0, rows, n0, cols);
     }
     write_tile(p, mask, w, b, hq, m0, rows);

@@ -53,6 +53,21 @@ inline constexpr int kWgmmaMaxHeadDim = 256;
 std::string wgmma_unsupported(const AttnParams& p);
 void wgmma_forward(const AttnParams& p);
 
+// Backward entry points: validated BwdParams with batch, seqlen_q and seqlen_k
+// all >= 1 and grad.row_dot filled; any finite scale (no changed q: the
+// backward kernels take P from lse and never form a running max). Run under
+// run_backward (below).
+void tiled_backward(const BwdParams& p);
+// cuda_mma's backward (mma.sync, FlashAttention-2's schedule): f16/bf16, head_dim
+// up to kMmaBackwardMaxHeadDim.
+inline constexpr int kMmaBackwardMaxHeadDim = 256;
+void mma_backward(const BwdParams& p);
+
+// Runs `backward` on p with p's device current: D = rowsum(dO∘O) into scratch
+// first; a problem without query rows or without keys by writing zeros (dk and
+// dv, or dq) without the backend's kernels.
+void run_backward(void (*backward)(const BwdParams&), const BwdParams& p);
+
 // Runs `forward` (one of the entry points above) on p with p's device current:
 // a problem without keys by writing its empty rows (output 0, lse −inf) without
 // a kernel of the backend's, and a scale <= 0 on a changed copy of q in scratch

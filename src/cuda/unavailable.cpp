@@ -28,12 +28,18 @@ void tf32x3_forward(const AttnParams&) { not_built("cuda_tf32x3"); }
 void f16x3_forward(const AttnParams&) { not_built("cuda_f16x3"); }
 void mma_forward(const AttnParams&) { not_built("cuda_mma"); }
 void wgmma_forward(const AttnParams&) { not_built("cuda_wgmma"); }
+void tiled_backward(const BwdParams&) { not_built("cuda_tiled"); }
+void mma_backward(const BwdParams&) { not_built("cuda_mma"); }
 
 std::string wgmma_unsupported(const AttnParams&) {
   return "backend: cuda_wgmma is not built (no CUDA support)";
 }
 
 void run_forward(void (*)(const AttnParams&), const AttnParams&) {
+  fail(Status::unsupported, "device: this flashattn build has no CUDA support");
+}
+
+void run_backward(void (*)(const BwdParams&), const BwdParams&) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 

@@ -1,0 +1,104 @@
+// Reference gradients in float64. For each query row i, the scores of the keys
+// the row sees (core/mask.h) are computed and kept, then, with p_j the row's
+// softmax (as the reference forward computes it, plain IEEE arithmetic):
+//   o_i = Σ_j p_j·v_j,  dp_j = dO_i·v_j,  D_i = Σ_j p_j·dp_j (= dO_i·o_i),
+//   ds_j = p_j·(dp_j − D_i),
+//   dq_i = scale·Σ_j ds_j·k_j,  dk_j += scale·ds_j·q_i,  dv_j += p_j·dO_i.
+// The reference computes its own softmax and output and ignores the forward's
+// out and lse: it is the exact gradient of the forward it defines. Keys a row
+// does not see take no part; a row that sees no key adds nothing and gets dq 0.
+// Work is split over (batch, kv head) slices, each summing its group's query
+// heads into dk and dv in a fixed order.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/half.h"
+#include "core/mask.h"
+#include "core/parallel.h"
+#include "core/variant.h"
+#include "cpu/backends.h"
+
+namespace flashattn::cpu {
+namespace {
+
+// Row r (head_dim values) of one head of t, in float64.
+void load_row(const AttnParams& p, const TensorRef& t, int b, int h, int r, double* dst) {
+  const int64_t base = b * t.batch_stride + int64_t(r) * t.row_stride + h * t.head_stride;
+  for (int c = 0; c < p.sizes.head_dim; ++c) dst[c] = load_float(t.data, p.dtype, base + c);
+}
+
+void store_row(const AttnParams& p, const TensorRef& t, int b, int h, int r, const double* src) {
+  const int64_t base = b * t.batch_stride + int64_t(r) * t.row_stride + h * t.head_stride;
+  for (int c = 0; c < p.sizes.head_dim; ++c) store_float(t.data, p.dtype, base + c, float(src[c]));
+}
+
+// One (batch, kv head) slice: dq of its group's rows, and its dk and dv.
+void backward_slice(const BwdParams& p, int b, int hk) {
+  const Sizes& s = p.sizes;
+  const int d = s.head_dim;
+  const double scale = p.softmax.scale;
+  std::vector<double> k(size_t(s.seqlen_k) * d), v(size_t(s.seqlen_k) * d);
+  for (int j = 0; j < s.seqlen_k; ++j) {
+    load_row(p, p.k, b, hk, j, &k[size_t(j) * d]);
+    load_row(p, p.v, b, hk, j, &v[size_t(j) * d]);
+  }
+  std::vector<double> dk(k.size(), 0.0), dv(v.size(), 0.0);
+  std::vector<double> q(d), dout(d), dq(d), scores(s.seqlen_k), dp(s.seqlen_k);
+  const RowMask& mask = row_mask(p, b);
+
+  for (int g = 0; g < s.group(); ++g) {
+    const int hq = hk * s.group() + g;
+    for (int i = 0; i < s.seqlen_q; ++i) {
+      std::fill(dq.begin(), dq.end(), 0.0);
+      const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
+      if (key_begin < key_end) {
+        load_row(p, p.q, b, hq, i, q.data());
+        load_row(p, p.grad.dout, b, hq, i, dout.data());
+        double m = -std::numeric_limits<double>::infinity();
+        for (int j = key_begin; j < key_end; ++j) {
+          double dot = 0.0;
+          for (int c = 0; c < d; ++c) dot += q[c] * k[size_t(j) * d + c];
+          scores[j] = IdentityScore{}(dot, i, j) * scale;
+          m = std::isnan(scores[j]) || std::isnan(m) ? NAN : std::max(m, scores[j]);
+        }
+        double l = 0.0;
+        for (int j = key_begin; j < key_end; ++j) l += std::exp(scores[j] - m);
+        double row_dot = 0.0;  // D_i = Σ_j p_j·dp_j
+        for (int j = key_begin; j < key_end; ++j) {
+          scores[j] = std::exp(scores[j] - m) / l;  // now p_j
+          double dot = 0.0;
+          for (int c = 0; c < d; ++c) dot += dout[c] * v[size_t(j) * d + c];
+          dp[j] = dot;
+          row_dot += scores[j] * dot;
+        }
+        for (int j = key_begin; j < key_end; ++j) {
+          const double p_j = scores[j], ds_j = p_j * (dp[j] - row_dot);
+          for (int c = 0; c < d; ++c) {
+            dq[c] += ds_j * k[size_t(j) * d + c];
+            dk[size_t(j) * d + c] += ds_j * q[c];
+            dv[size_t(j) * d + c] += p_j * dout[c];
+          }
+        }
+        for (int c = 0; c < d; ++c) dq[c] *= scale;
+      }
+      store_row(p, p.grad.dq, b, hq, i, dq.data());
+    }
+  }
+  for (int j = 0; j < s.seqlen_k; ++j) {
+    for (int c = 0; c < d; ++c) dk[size_t(j) * d + c] *= scale;
+    store_row(p, p.grad.dk, b, hk, j, &dk[size_t(j) * d]);
+    store_row(p, p.grad.dv, b, hk, j, &dv[size_t(j) * d]);
+  }
+}
+
+}  // namespace
+
+void reference_backward(const BwdParams& p) {
+  const Sizes& s = p.sizes;
+  parallel_for(int64_t(s.batch) * s.heads_kv, [&](int64_t slice, int) {
+    backward_slice(p, int(slice / s.heads_kv), int(slice % s.heads_kv));
+  });
+}
+
+}  // namespace flashattn::cpu

@@ -1,0 +1,100 @@
+// cuda::run_backward: what every CUDA backward shares, done once around its
+// entry point. D_i = Σ_c dO_ic·O_ic is computed here, one warp per row, into
+// scratch (batch, heads_q, seqlen_q): every backward kernel needs it as a row
+// constant (dS = P∘(dP − D)), and computing it inside a key-tile kernel would
+// repeat it for every key tile. A problem without query rows or without keys
+// has gradients of 0 (no row sees a key), written here without the backend's
+// kernels. Unlike the forward, no scale needs a changed q: the backward takes P
+// from the forward's lse (P = e^(scale·s − lse)) and keeps no running max.
+#include <algorithm>
+
+#include "cuda/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/element.cuh"
+#include "cuda/common/lanes.cuh"
+#include "cuda/common/scratch.h"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+unsigned blocks_for(int64_t n, int per_block) {
+  constexpr int64_t kMaxBlocks = int64_t(1) << 20;
+  return unsigned(std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks));
+}
+
+// t = 0 over (batch, rows, heads, head_dim).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) zero_kernel(TensorRef t, int batch, int rows,
+                                                        int heads, int head_dim) {
+  const int64_t n = int64_t(batch) * rows * heads * head_dim;
+  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * kThreads) {
+    const int c = int(e % head_dim);
+    const int64_t h = e / head_dim % heads, r = e / head_dim / heads % rows;
+    const int64_t b = e / head_dim / heads / rows;
+    static_cast<T*>(t.data)[b * t.batch_stride + r * t.row_stride + h * t.head_stride + c] =
+        from_float<T>(0.0f);
+  }
+}
+
+// row_dot[(b·heads_q + h)·seqlen_q + i] = Σ_c dO[b, i, h, c]·O[b, i, h, c], a warp per row.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) row_dot_kernel(const BwdParams p, float* row_dot) {
+  const Sizes s = p.sizes;
+  const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += int64_t(gridDim.x) * kWarps) {
+    const int64_t i = row % s.seqlen_q, h = row / s.seqlen_q % s.heads_q;
+    const int64_t b = row / s.seqlen_q / s.heads_q;
+    const T* o = static_cast<const T*>(p.o.data) + b * p.o.batch_stride + i * p.o.row_stride +
+                 h * p.o.head_stride;
+    const T* dout = static_cast<const T*>(p.grad.dout.data) + b * p.grad.dout.batch_stride +
+                    i * p.grad.dout.row_stride + h * p.grad.dout.head_stride;
+    float sum = 0.0f;
+    for (int c = lane; c < s.head_dim; c += 32) sum += to_float(o[c]) * to_float(dout[c]);
+    sum = lanes_sum<31>(sum);
+    if (lane == 0) row_dot[row] = sum;
+  }
+}
+
+template <typename T>
+void zero(const TensorRef& t, int batch, int rows, int heads, int head_dim, cudaStream_t stream) {
+  const int64_t n = int64_t(batch) * rows * heads * head_dim;
+  if (n == 0) return;
+  zero_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(t, batch, rows, heads, head_dim);
+  check_launch("zero_kernel");
+}
+
+}  // namespace
+
+void run_backward(void (*backward)(const BwdParams&), const BwdParams& p) {
+  DeviceGuard device(p.device_index);
+  const Sizes& s = p.sizes;
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  if (s.seqlen_q == 0 || s.seqlen_k == 0) {
+    with_element_type(p.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      zero<T>(p.grad.dq, s.batch, s.seqlen_q, s.heads_q, s.head_dim, stream);
+      zero<T>(p.grad.dk, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, stream);
+      zero<T>(p.grad.dv, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, stream);
+    });
+    return;
+  }
+  const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
+  Scratch row_dot(size_t(rows) * sizeof(float), p.device_index, p.stream);
+  with_element_type(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    row_dot_kernel<T><<<blocks_for(rows, kWarps), kThreads, 0, stream>>>(
+        p, static_cast<float*>(row_dot.data()));
+  });
+  check_launch("row_dot_kernel");
+  BwdParams with_dots = p;
+  with_dots.grad.row_dot = static_cast<float*>(row_dot.data());
+  backward(with_dots);
+}
+
+}  // namespace flashattn::cuda

@@ -32,6 +32,19 @@ flashattn::TensorView to_view(const flashattn_tensor& t, const char* name) {
   return v;
 }
 
+flashattn::Mask to_mask(int32_t mask) {
+  flashattn::require(mask >= FLASHATTN_MASK_NONE && mask <= FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+                     "mask: ", mask, " is not a flashattn_mask value");
+  return static_cast<flashattn::Mask>(mask);
+}
+
+flashattn::Backend to_backend(int32_t backend) {
+  flashattn::require(backend == FLASHATTN_BACKEND_AUTO ||
+                         flashattn::find_backend(static_cast<flashattn::Backend>(backend)) != nullptr,
+                     "backend: ", backend, " is not a flashattn_backend value");
+  return static_cast<flashattn::Backend>(backend);
+}
+
 flashattn::Params to_params(const flashattn_params& c) {
   using flashattn::require;
   flashattn::Params p;
@@ -45,19 +58,6 @@ flashattn::Params to_params(const flashattn_params& c) {
   p.backend = to_backend(c.backend);
   p.stream = c.stream;
   return p;
-}
-
-flashattn::Mask to_mask(int32_t mask) {
-  flashattn::require(mask >= FLASHATTN_MASK_NONE && mask <= FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT,
-                     "mask: ", mask, " is not a flashattn_mask value");
-  return static_cast<flashattn::Mask>(mask);
-}
-
-flashattn::Backend to_backend(int32_t backend) {
-  flashattn::require(backend == FLASHATTN_BACKEND_AUTO ||
-                         flashattn::find_backend(static_cast<flashattn::Backend>(backend)) != nullptr,
-                     "backend: ", backend, " is not a flashattn_backend value");
-  return static_cast<flashattn::Backend>(backend);
 }
 
 // The first generation of flashattn_backward_params ends at `stream`; a caller's

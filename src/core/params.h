@@ -57,6 +57,22 @@ struct AttnParams {
   void* stream = nullptr;
 };
 
+// The backward's tensors beside the forward's. D_i = Σ_c dO_ic·O_ic is computed
+// once per row (cuda::run_backward and the CPU backends do it before their key
+// loops) into row_dot; every backend then reads it as a constant of the row.
+struct GradParams {
+  TensorRef dout, dq, dk, dv;  // dout read; dq, dk, dv written (q's, k's, v's shapes)
+  const float* lse = nullptr;  // the forward's, read: contiguous (batch, heads_q, seqlen_q)
+  float* row_dot = nullptr;    // D: contiguous (batch, heads_q, seqlen_q), fp32; set by the driver
+  bool deterministic = false;  // a fixed order for every sum that crosses blocks
+};
+
+// The backward's params: the forward's problem (q, k, v, o, sizes, mask, scale)
+// and the gradients. softmax.lse is null here: the backward reads grad.lse.
+struct BwdParams : AttnParams {
+  GradParams grad;
+};
+
 inline TensorRef tensor_ref(const TensorView& t) {
   return {t.data, t.stride[0], t.stride[1], t.stride[2]};
 }
@@ -103,22 +119,6 @@ inline BwdParams bwd_params(const BackwardParams& p) {
   a.grad.deterministic = p.deterministic;
   return a;
 }
-
-// The backward's tensors beside the forward's. D_i = Σ_c dO_ic·O_ic is computed
-// once per row (cuda::run_backward and the CPU backends do it before their key
-// loops) into row_dot; every backend then reads it as a constant of the row.
-struct GradParams {
-  TensorRef dout, dq, dk, dv;  // dout read; dq, dk, dv written (q's, k's, v's shapes)
-  const float* lse = nullptr;  // the forward's, read: contiguous (batch, heads_q, seqlen_q)
-  float* row_dot = nullptr;    // D: contiguous (batch, heads_q, seqlen_q), fp32; set by the driver
-  bool deterministic = false;  // a fixed order for every sum that crosses blocks
-};
-
-// The backward's params: the forward's problem (q, k, v, o, sizes, mask, scale)
-// and the gradients. softmax.lse is null here: the backward reads grad.lse.
-struct BwdParams : AttnParams {
-  GradParams grad;
-};
 
 // The key range the rows of sequence b see. Dense: every sequence has the batch's
 // mask, resolved once; a layout with per-sequence lengths resolves it per

@@ -131,4 +131,60 @@ DenseResult run_dense(const DenseProblem& p, Backend backend) {
   return result;
 }
 
+DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float>& dout_values,
+                                  Backend backend) {
+  const Device device{device_of(backend), 0};
+  const DType dtype = p.dtype;
+  DenseGradients g{Dense(p.q.batch, p.q.seqlen, p.q.heads, p.q.head_dim),
+                   Dense(p.k.batch, p.k.seqlen, p.k.heads, p.k.head_dim),
+                   Dense(p.v.batch, p.v.seqlen, p.v.heads, p.v.head_dim)};
+  Dense dout = g.dq, out = g.dq;
+  dout.values = dout_values;
+  for (Dense* t : {&g.dq, &g.dk, &g.dv}) std::fill(t->values.begin(), t->values.end(), kNaN);
+  std::vector<uint8_t> q = encode(p.q, dtype), k = encode(p.k, dtype), v = encode(p.v, dtype),
+                       o = encode(out, dtype), d_o = encode(dout, dtype), dq = encode(g.dq, dtype),
+                       dk = encode(g.dk, dtype), dv = encode(g.dv, dtype);
+  std::vector<uint8_t> lse(size_t(p.q.batch) * p.q.heads * p.q.seqlen * sizeof(float));
+  Placed q_at(q, device), k_at(k, device), v_at(v, device), o_at(o, device), do_at(d_o, device),
+      dq_at(dq, device), dk_at(dk, device), dv_at(dv, device), lse_at(lse, device);
+  auto view = [&](Placed& placed, const Dense& t) {
+    return contiguous_view(placed.data(), dtype, t.batch, t.seqlen, t.heads, t.head_dim, device);
+  };
+  Params fwd;
+  fwd.q = view(q_at, p.q);
+  fwd.k = view(k_at, p.k);
+  fwd.v = view(v_at, p.v);
+  fwd.out = view(o_at, out);
+  fwd.lse = static_cast<float*>(lse_at.data());
+  fwd.scale = p.scale;
+  fwd.mask = p.mask;
+  fwd.backend = backend;
+  forward(fwd);
+  BackwardParams bwd;
+  bwd.q = fwd.q;
+  bwd.k = fwd.k;
+  bwd.v = fwd.v;
+  bwd.out = fwd.out;
+  bwd.lse = fwd.lse;
+  bwd.dout = view(do_at, dout);
+  bwd.dq = view(dq_at, g.dq);
+  bwd.dk = view(dk_at, g.dk);
+  bwd.dv = view(dv_at, g.dv);
+  bwd.scale = p.scale;
+  bwd.mask = p.mask;
+  bwd.backend = backend;
+  backward(bwd);
+  if (device.kind == DeviceKind::cuda) harness::device_synchronize(device.index);
+  const struct {
+    Placed& placed;
+    std::vector<uint8_t>& bytes;
+    Dense& t;
+  } grads[] = {{dq_at, dq, g.dq}, {dk_at, dk, g.dk}, {dv_at, dv, g.dv}};
+  for (const auto& [placed, bytes, t] : grads) {
+    placed.fetch();
+    for (size_t e = 0; e < t.values.size(); ++e) t.values[e] = load_float(bytes.data(), dtype, int64_t(e));
+  }
+  return g;
+}
+
 }  // namespace flashattn::test

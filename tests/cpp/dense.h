@@ -76,4 +76,13 @@ void round_inputs(DenseProblem& problem);
 // Runs `backend` with out and lse poisoned with NaN beforehand.
 DenseResult run_dense(const DenseProblem& problem, Backend backend);
 
+struct DenseGradients {
+  Dense dq, dk, dv;
+};
+
+// Runs `backend`'s forward on the problem, then its backward with dout (q's
+// shape, contiguous), dq, dk and dv poisoned with NaN beforehand.
+DenseGradients run_dense_backward(const DenseProblem& problem, const std::vector<float>& dout,
+                                  Backend backend);
+
 }  // namespace flashattn::test

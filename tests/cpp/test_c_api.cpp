@@ -276,3 +276,79 @@ TEST(CApi, LastErrorIsPerThread) {
 
 }  // namespace
 }  // namespace flashattn::test
+
+namespace flashattn::test {
+namespace {
+
+// flashattn_backward: the sized struct from flashattn_backward_defaults() gives
+// the C++ API's gradients bit for bit; a struct_size short of the first
+// generation is refused naming it; the backend table reports which backends
+// have a backward.
+TEST(CApiBackward, MatchesCppApiBitForBit) {
+  constexpr int kN = 6, kH = 2, kD = 8, kElems = kN * kH * kD;
+  std::vector<float> q(kElems), k(kElems), v(kElems), out(kElems), dout(kElems), lse(kN * kH);
+  for (int e = 0; e < kElems; ++e) {
+    q[e] = std::sin(0.3f * e);
+    k[e] = std::cos(0.7f * e);
+    v[e] = std::sin(1.1f * e + 0.5f);
+    dout[e] = std::cos(0.2f * e + 1.0f);
+  }
+  std::vector<float> dq(kElems, kSentinel), dk = dq, dv = dq, dq_cpp = dq, dk_cpp = dq, dv_cpp = dq;
+  auto c_view = [&](std::vector<float>& t) {
+    return flashattn_contiguous(t.data(), FLASHATTN_F32, 1, kN, kH, kD, FLASHATTN_CPU, 0);
+  };
+  flashattn_params fwd = flashattn_default_params(c_view(q), c_view(k), c_view(v), c_view(out));
+  fwd.lse = lse.data();
+  fwd.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
+  ASSERT_EQ(flashattn_forward(&fwd), FLASHATTN_OK) << flashattn_last_error();
+
+  flashattn_backward_params bwd = flashattn_backward_defaults();
+  EXPECT_EQ(bwd.struct_size, sizeof(flashattn_backward_params));
+  bwd.q = c_view(q);
+  bwd.k = c_view(k);
+  bwd.v = c_view(v);
+  bwd.out = c_view(out);
+  bwd.dout = c_view(dout);
+  bwd.lse = lse.data();
+  bwd.dq = c_view(dq);
+  bwd.dk = c_view(dk);
+  bwd.dv = c_view(dv);
+  bwd.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
+  ASSERT_EQ(flashattn_backward(&bwd), FLASHATTN_OK) << flashattn_last_error();
+
+  BackwardParams p;
+  auto view = [&](std::vector<float>& t) { return contiguous_view(t.data(), DType::f32, 1, kN, kH, kD); };
+  p.q = view(q);
+  p.k = view(k);
+  p.v = view(v);
+  p.out = view(out);
+  p.dout = view(dout);
+  p.lse = lse.data();
+  p.dq = view(dq_cpp);
+  p.dk = view(dk_cpp);
+  p.dv = view(dv_cpp);
+  p.mask = Mask::causal_top_left;
+  backward(p);
+  EXPECT_EQ(0, std::memcmp(dq.data(), dq_cpp.data(), dq.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dk.data(), dk_cpp.data(), dk.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dv.data(), dv_cpp.data(), dv.size() * sizeof(float)));
+
+  bwd.struct_size = 8;
+  std::fill(dq.begin(), dq.end(), kSentinel);
+  EXPECT_EQ(flashattn_backward(&bwd), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(flashattn_last_error(), HasSubstr("params: struct_size is 8"));
+  for (float x : dq) ASSERT_EQ(x, kSentinel);
+  EXPECT_EQ(flashattn_backward(nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
+}
+
+TEST(CApiBackward, BackendInfoReportsTheBackward) {
+  for (int32_t i = 0; i < flashattn_backend_count(); ++i) {
+    flashattn_backend_info info{};
+    info.struct_size = sizeof info;
+    ASSERT_EQ(flashattn_get_backend_info(i, &info), FLASHATTN_OK);
+    EXPECT_EQ(info.backward_max_head_dim, backends()[size_t(i)].backward_max_head_dim) << info.name;
+  }
+}
+
+}  // namespace
+}  // namespace flashattn::test

@@ -7,44 +7,11 @@
 #include <random>
 #include <sstream>
 
+#include "buffer.h"
 #include "core/half.h"
 #include "standard.h"
 
 namespace flashattn::harness {
-namespace {
-
-// A host tensor and its view geometry; for CUDA problems a device mirror.
-struct Buffer {
-  std::vector<uint8_t> host;
-  DeviceBuffer device;
-  int64_t shape[4] = {};
-  int64_t stride[4] = {};
-};
-
-void layout(Buffer& buf, DType dtype, int batch, int seqlen, int heads, int head_dim,
-            bool padded, int pad, bool transposed) {
-  const int64_t shape[4] = {batch, seqlen, heads, head_dim};
-  std::copy(shape, shape + 4, buf.shape);
-  int64_t elements;
-  if (transposed) {  // memory order (batch, heads, seqlen, head_dim)
-    const int64_t stride[4] = {int64_t(heads) * seqlen * head_dim, head_dim,
-                               int64_t(seqlen) * head_dim, 1};
-    std::copy(stride, stride + 4, buf.stride);
-    elements = int64_t(batch) * heads * seqlen * head_dim;
-  } else {
-    const int64_t h = padded ? heads + 1 : heads, d = padded ? head_dim + pad : head_dim;
-    const int64_t stride[4] = {seqlen * h * d, h * d, d, 1};
-    std::copy(stride, stride + 4, buf.stride);
-    elements = int64_t(batch) * seqlen * h * d;
-  }
-  buf.host.assign(size_t(elements) * dtype_size(dtype), 0);
-}
-
-int64_t offset(const Buffer& buf, int64_t b, int64_t s, int64_t h, int64_t c) {
-  return b * buf.stride[0] + s * buf.stride[1] + h * buf.stride[2] + c;
-}
-
-}  // namespace
 
 struct Problem::Storage {
   Buffer q, k, v, out;
@@ -111,15 +78,7 @@ Params Problem::params(Backend backend) const { return views(backend, device_); 
 Params Problem::views(Backend backend, Device device) const {
   const Storage& st = *storage_;
   const bool on_gpu = device.kind == DeviceKind::cuda;
-  auto view = [&](const Buffer& buf) {
-    TensorView t;
-    t.data = on_gpu ? buf.device.data() : const_cast<uint8_t*>(buf.host.data());
-    t.dtype = case_.dtype;
-    t.device = device;
-    std::copy(buf.shape, buf.shape + 4, t.shape);
-    std::copy(buf.stride, buf.stride + 4, t.stride);
-    return t;
-  };
+  auto view = [&](const Buffer& buf) { return view_of(buf, case_.dtype, device); };
   Params p;
   p.q = view(st.q);
   p.k = view(st.k);

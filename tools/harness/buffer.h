@@ -1,0 +1,59 @@
+// A host tensor in the (batch, seqlen, heads, head_dim) view geometry the
+// harness's problems use, with a device mirror for CUDA problems.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "device_memory.h"
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::harness {
+
+struct Buffer {
+  std::vector<uint8_t> host;
+  DeviceBuffer device;
+  int64_t shape[4] = {};
+  int64_t stride[4] = {};
+};
+
+// Shapes buf as (batch, seqlen, heads, head_dim) in dtype, zero-filled: row-major;
+// padded, a slice of a (heads + 1, head_dim + pad) tensor; transposed, memory
+// in (batch, heads, seqlen, head_dim) order.
+inline void layout(Buffer& buf, DType dtype, int batch, int seqlen, int heads, int head_dim,
+                   bool padded, int pad, bool transposed) {
+  const int64_t shape[4] = {batch, seqlen, heads, head_dim};
+  std::copy(shape, shape + 4, buf.shape);
+  int64_t elements;
+  if (transposed) {
+    const int64_t stride[4] = {int64_t(heads) * seqlen * head_dim, head_dim,
+                               int64_t(seqlen) * head_dim, 1};
+    std::copy(stride, stride + 4, buf.stride);
+    elements = int64_t(batch) * heads * seqlen * head_dim;
+  } else {
+    const int64_t h = padded ? heads + 1 : heads, d = padded ? head_dim + pad : head_dim;
+    const int64_t stride[4] = {seqlen * h * d, h * d, d, 1};
+    std::copy(stride, stride + 4, buf.stride);
+    elements = int64_t(batch) * seqlen * h * d;
+  }
+  buf.host.assign(size_t(elements) * dtype_size(dtype), 0);
+}
+
+inline int64_t offset(const Buffer& buf, int64_t b, int64_t s, int64_t h, int64_t c) {
+  return b * buf.stride[0] + s * buf.stride[1] + h * buf.stride[2] + c;
+}
+
+// A view of buf's host bytes or, on a GPU, of its device mirror.
+inline TensorView view_of(const Buffer& buf, DType dtype, Device device) {
+  TensorView t;
+  t.data = device.kind == DeviceKind::cuda ? buf.device.data()
+                                           : const_cast<uint8_t*>(buf.host.data());
+  t.dtype = dtype;
+  t.device = device;
+  std::copy(buf.shape, buf.shape + 4, t.shape);
+  std::copy(buf.stride, buf.stride + 4, t.stride);
+  return t;
+}
+
+}  // namespace flashattn::harness

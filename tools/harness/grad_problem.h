@@ -1,0 +1,56 @@
+// One backward problem with fresh random inputs (q, k, v, dout), on the CPU or a
+// GPU: a backend's forward gives out and lse, its backward the gradients, and
+// evaluate() scores dq, dk and dv, each on its own, against a float64 oracle.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "problem.h"
+
+namespace flashattn::harness {
+
+struct TensorAccuracy {
+  double rel_l2 = 0;           // ‖got − ref‖ / ‖ref‖ (‖got − ref‖ where ref is 0)
+  double standard_rel_l2 = 0;  // standard attention's backward in the dtype (16-bit only)
+  double tolerance = 0;
+  int64_t unwritten = 0;       // elements still NaN (poison)
+  bool passed() const { return unwritten == 0 && rel_l2 <= tolerance; }
+};
+
+struct GradAccuracy {
+  TensorAccuracy dq, dk, dv;
+  bool passed() const { return dq.passed() && dk.passed() && dv.passed(); }
+  std::string summary() const;
+};
+
+class GradProblem {
+ public:
+  GradProblem(const Case& c, Device device, uint64_t seed);
+  ~GradProblem();
+
+  const Case& spec() const { return case_; }
+  Params forward_params(Backend backend) const;
+  BackwardParams backward_params(Backend backend, bool deterministic = false) const;
+  // NaN into every element of dq, dk and dv.
+  void poison_gradients();
+  // forward() then backward() on `backend`, the gradients poisoned first.
+  void run(Backend backend, bool deterministic = false);
+  // The gradients last written, as raw bytes (dq, dk, dv), for bitwise comparison.
+  std::vector<uint8_t> gradient_bytes() const;
+  // Scores the gradients against the library's reference backward (float64),
+  // or, for the reference backend itself, against the harness's own float64
+  // standard backward (standard_backward.h). fp32: each within 1e-5; 16-bit:
+  // twice standard attention's backward in the dtype, plus output rounding.
+  GradAccuracy evaluate(Backend backend);
+
+ private:
+  struct Storage;
+  Case case_;
+  Device device_;
+  std::unique_ptr<Storage> storage_;
+};
+
+}  // namespace flashattn::harness

@@ -55,6 +55,23 @@ struct SmemTile {
     return {base + uint32_t(r * 128), uint32_t((h ^ (r % 8)) << 4),
             base + uint32_t(kFullPanels * kRows * 128 + r * 64), uint32_t((h ^ ((r / 2) % 4)) << 4)};
   }
+  // As lane(), for a lane whose columns start at c0 instead of 0: address(ln,
+  // dr, j) is then chunk c0 / 8 + 2·j + h. c0 is a multiple of the 16·J columns
+  // the lane walks (j < J, a power of two), and those stay inside one 64-column
+  // panel (or the trailing 32-column one), unless c0 is a multiple of 64: then
+  // the chunk offset inside the panel has no bit in common with 2·j + h, and
+  // folds into the xor masks.
+  __device__ __forceinline__ static Lane lane_at(uint32_t base, int r, int h, int c0) {
+    Lane ln = lane(base, r, h);
+    const uint32_t inner = uint32_t((c0 % 64) / 8) << 4;
+    if (kCols % 64 == 0) {
+      ln.row += uint32_t(c0 / 64 * kRows * 128);
+      ln.xmask ^= inner;
+    } else {
+      ln.half_xmask ^= inner;
+    }
+    return ln;
+  }
   // Shared address of chunk 2·j + h of row r + dr.
   __device__ __forceinline__ static uint32_t address(const Lane& ln, int dr, int j) {
     const int panel = (2 * j) / 8;
@@ -133,6 +150,29 @@ __device__ __forceinline__ void for_each_warp_chunk(int lane, int row0, Visit&& 
 #pragma unroll
     for (int i = 0; i < kWarpRows * width / 32; ++i)
       visit((i % 2 ? odd : even) + uint32_t(i * row_step * row_bytes), r + i * row_step, chunk);
+  }
+}
+
+// Stores rows [0, rows) and columns [0, cols) of the tile to dst[r·row_stride + c],
+// a block of kThreads threads together, after a barrier that follows the tile's
+// last write: 16-byte stores where vec16 (dst and row_stride 16-byte aligned)
+// and a chunk lies wholly inside cols, else element by element.
+template <typename Tile, int kThreads>
+__device__ __forceinline__ void store_tile(const char* base, uint16_t* dst, int64_t row_stride,
+                                           int rows, int cols, bool vec16) {
+  for (int e = thread_index(); e < Tile::kRowCount * Tile::kChunks; e += kThreads) {
+    const int r = e / Tile::kChunks, c0 = 8 * (e % Tile::kChunks);
+    if (r >= rows || c0 >= cols) continue;
+    const uint4 chunk = *reinterpret_cast<const uint4*>(base + Tile::offset(r, e % Tile::kChunks));
+    uint16_t* to = dst + r * row_stride + c0;
+    if (vec16 && c0 + 8 <= cols) {
+      *reinterpret_cast<uint4*>(to) = chunk;
+    } else {
+      const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (c0 + j < cols) to[j] = uint16_t(words[j / 2] >> (16 * (j % 2)));
+    }
   }
 }
 

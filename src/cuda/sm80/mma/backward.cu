@@ -1,8 +1,32 @@
+// cuda_mma's backward: picks the instantiation for the dtype and head-dim bucket.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "core/error.h"
 #include "cuda/backends.h"
+#include "cuda/common/head_dim_bucket.h"
+#include "cuda/sm80/mma/backward.h"
 
 namespace flashattn::cuda {
+namespace {
 
-void mma_backward(const BwdParams&) { fail(Status::unsupported, "backend: cuda_mma backward: in progress"); }
+template <typename T>
+void run_bucket(const BwdParams& p) {
+  switch (head_dim_bucket(mma::kBackwardHeadDimBuckets, p.sizes.head_dim)) {
+    case 32: mma::run_backward<T, 32>(p); return;
+    case 64: mma::run_backward<T, 64>(p); return;
+    case 128: mma::run_backward<T, 128>(p); return;
+    case 256: mma::run_backward<T, 256>(p); return;
+  }
+  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_mma's backward above its limit");
+}
+
+}  // namespace
+
+void mma_backward(const BwdParams& p) {
+  if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);
+  else if (p.dtype == DType::f16) run_bucket<__half>(p);
+  else fail(Status::internal, "dtype: cuda_mma takes f16 or bf16");
+}
 
 }  // namespace flashattn::cuda

@@ -1,0 +1,24 @@
+// The 16-bit tensor-core backward's instantiations: run_backward<T, kHeadDim>
+// for T in {__half, __nv_bfloat16} and kHeadDim one of kBackwardHeadDimBuckets,
+// each defined in its own file under inst/; write_dq (dq_output.cu) finishes dq.
+#pragma once
+
+#include "core/params.h"
+#include "cuda/backends.h"
+
+namespace flashattn::cuda::mma {
+
+// Head dims 65..128 and 129..256 run on the 128 and 256 kernels: buckets of 96
+// and 192 would need warp column shares that straddle the tiles' 64-column
+// panels (backward_shape.cuh).
+inline constexpr int kBackwardHeadDimBuckets[] = {32, 64, 128, 256};
+static_assert(kBackwardHeadDimBuckets[3] == kMmaBackwardMaxHeadDim);
+
+template <typename T, int kHeadDim>
+void run_backward(const BwdParams& p);
+
+// dq = scale·accum for every row and head, accum laid out (batch, heads_q,
+// rows_padded, cols) in fp32, cols >= head_dim.
+void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols);
+
+}  // namespace flashattn::cuda::mma

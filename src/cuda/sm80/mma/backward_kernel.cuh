@@ -1,0 +1,285 @@
+// The 16-bit attention backward on tensor cores (mma.sync m16n8k16, fp32
+// accumulation), FlashAttention-2's schedule, for sm_80 and later.
+//
+// A block owns the kBlockN keys of key tile n of one (batch, kv head): K and V
+// stay in shared memory, dK and dV in fp32 registers, while it walks, for each
+// query head of the kv head's GQA group, the query tiles that see its keys
+// (RowMask::rows_seeing; under a causal mask those at and below the diagonal).
+// So dK and dV of a kv head sum over its group inside the block. Per query tile,
+// with c = scale·log2(e) and lse2 = lse·log2(e):
+//   S = Q·Kᵀ, dP = dO·Vᵀ                        (registers)
+//   P = 2^(S·c − lse2), dS = P∘(dP − D)          (registers, then 16-bit in shared memory)
+//   dV += Pᵀ·dO, dK += dSᵀ·Q                     (registers)
+//   dQ += dS·K                                   (fp32 in global memory, by atomic adds)
+// P comes from the forward's lse, never from a running max, so it needs no
+// score to be −inf: a key the row does not see, a row past seqlen_q and every
+// key of a row without keys (whose lse is −inf) get P = dS = 0 by a select,
+// right for any scale, a scale <= 0 included. Only tiles that the mask or the
+// ragged ends cut pay for it. dK takes `scale` at the end; dQ takes it where
+// dq_output.cu turns the fp32 sums into the output.
+//
+// Query tile loads (Q, dO, lse, D) are double-buffered: tile i + 1 is loaded by
+// cp.async while tile i is computed.
+//
+// Deterministic mode: the dQ adds of a query tile are made in key-tile order.
+// turns[(b·heads_q + hq)·query_tiles + m] counts the key tiles that have added
+// into that tile; key tile n waits for n before its adds and counts itself after
+// them. Every key tile before n sees any query tile that n sees, and comes
+// earlier in the grid (key tiles are blockIdx.x's slowest index), so the wait
+// ends.
+#pragma once
+
+#include <cstdint>
+
+#include "core/mask.h"
+#include "core/params.h"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/common/opaque.cuh"
+#include "cuda/sm80/mma/backward_shape.cuh"
+#include "cuda/sm80/operands.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+
+namespace flashattn::cuda::mma {
+
+// dst[0..1] += (x, y) in global memory: one 8-byte reduction on sm_90.
+__device__ __forceinline__ void add_pair(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+#else
+  atomicAdd(dst, x);
+  atomicAdd(dst + 1, y);
+#endif
+}
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// What the block walks: steps = group × tiles_per_head query tiles, the query
+// heads of the group in turn, each from query tile m_first on.
+struct BackwardWalk {
+  int b, hk, n;
+  int key0, keys;  // first key of the tile, and how many exist
+  int m_first, tiles_per_head, steps;
+
+  __device__ __forceinline__ int hq(const Sizes& s, int step) const {
+    return hk * s.group() + step / tiles_per_head;
+  }
+  __device__ __forceinline__ int m(int step) const { return m_first + step % tiles_per_head; }
+};
+
+template <typename Shape>
+__device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int query_tiles) {
+  const Sizes& s = p.sizes;
+  const int slices = s.batch * s.heads_kv;
+  BackwardWalk w;
+  w.n = int(blockIdx.x) / slices;
+  w.b = int(blockIdx.x) % slices / s.heads_kv;
+  w.hk = int(blockIdx.x) % s.heads_kv;
+  w.key0 = w.n * Shape::kBlockN;
+  w.keys = min(Shape::kBlockN, s.seqlen_k - w.key0);
+  const RowRange rows = row_mask(p, w.b).rows_seeing(w.key0, w.keys);
+  w.m_first = rows.begin / Shape::kBlockM;
+  w.tiles_per_head =
+      rows.end > rows.begin ? min(query_tiles, (rows.end + Shape::kBlockM - 1) / Shape::kBlockM) - w.m_first
+                            : 0;
+  w.steps = w.tiles_per_head * s.group();
+  return w;
+}
+
+// Starts loading the query tile of `step` (Q, dO, lse and D rows) into `stage`.
+template <typename Shape>
+__device__ __forceinline__ void load_query_tile(const BwdParams& p, const BackwardWalk& w,
+                                                char* smem, int step, int stage, bool vec16) {
+  using QTile = typename Shape::QTile;
+  const Sizes& s = p.sizes;
+  const int hq = w.hq(s, step), row0 = w.m(step) * Shape::kBlockM;
+  const auto* q = static_cast<const uint16_t*>(p.q.data) + w.b * p.q.batch_stride +
+                  hq * p.q.head_stride + row0 * p.q.row_stride;
+  const auto* dout = static_cast<const uint16_t*>(p.grad.dout.data) +
+                     w.b * p.grad.dout.batch_stride + hq * p.grad.dout.head_stride +
+                     row0 * p.grad.dout.row_stride;
+  load_tile<QTile, Shape::kThreads>(smem + Shape::kQOffset + stage * QTile::kBytes, q,
+                                    p.q.row_stride, s.seqlen_q - row0, s.head_dim, vec16);
+  load_tile<QTile, Shape::kThreads>(smem + Shape::kDOutOffset + stage * QTile::kBytes, dout,
+                                    p.grad.dout.row_stride, s.seqlen_q - row0, s.head_dim, vec16);
+  const int tid = thread_index();
+  if (tid < Shape::kBlockM) {
+    const int64_t row = (int64_t(w.b) * s.heads_q + hq) * s.seqlen_q + row0 + tid;
+    const bool exists = row0 + tid < s.seqlen_q;
+    auto* lse = reinterpret_cast<float*>(smem + Shape::kLseOffset) + stage * Shape::kBlockM;
+    auto* dot = reinterpret_cast<float*>(smem + Shape::kRowDotOffset) + stage * Shape::kBlockM;
+    cp_async_4(lse + tid, exists ? p.grad.lse + row : p.grad.lse, exists);
+    cp_async_4(dot + tid, exists ? p.grad.row_dot + row : p.grad.row_dot, exists);
+  }
+  cp_async_commit();
+}
+
+template <typename T, typename Shape>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    backward_kernel(const BwdParams p, int query_tiles, float* dq_accum, int* turns, bool vec16) {
+  using QTile = typename Shape::QTile;
+  using KTile = typename Shape::KTile;
+  using PTile = typename Shape::PTile;
+  using sm80::AStoredKM;
+  using sm80::AStoredMK;
+  using sm80::BStoredKN;
+  using sm80::BStoredNK;
+  using sm80::warp_mma;
+  constexpr int kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN, kD = Shape::kD;
+  constexpr int kSMT = Shape::kSMTiles, kSNT = Shape::kSNTiles;
+  constexpr int kKVMT = Shape::kKVMTiles, kKVNT = Shape::kKVNTiles;
+  constexpr int kQMT = Shape::kQMTiles, kQNT = Shape::kQNTiles;
+
+  extern __shared__ __align__(128) char smem[];
+  char* const k_tile = smem + Shape::kKOffset;
+  char* const v_tile = smem + Shape::kVOffset;
+  const Sizes& s = p.sizes;
+  const BackwardWalk w = backward_walk<Shape>(p, query_tiles);
+  const RowMask& mask = row_mask(p, w.b);
+
+  const int warp = thread_index() / 32, lane = thread_index() % 32, g = lane / 4, t = lane % 4;
+  const int s_row0 = warp / Shape::kSWarpsN * Shape::kSRows;
+  const int s_col0 = warp % Shape::kSWarpsN * Shape::kSCols;
+  const int kv_row0 = warp / Shape::kKVWarpsD * Shape::kKVRows;
+  const int kv_col0 = warp % Shape::kKVWarpsD * Shape::kKVCols;
+  const int q_row0 = warp / Shape::kQWarpsD * Shape::kQRows;
+  const int q_col0 = warp % Shape::kQWarpsD * Shape::kQCols * Shape::kQPasses;
+
+  auto turn = [&](int step) {
+    return turns + (int64_t(w.b) * s.heads_q + w.hq(s, step)) * query_tiles + w.m(step);
+  };
+  auto pass_turn = [&](int step) {
+    __threadfence();
+    atomicAdd(turn(step), 1);
+  };
+
+  if (w.steps > 0) {
+    const auto* k = static_cast<const uint16_t*>(p.k.data) + w.b * p.k.batch_stride +
+                    w.hk * p.k.head_stride + w.key0 * p.k.row_stride;
+    const auto* v = static_cast<const uint16_t*>(p.v.data) + w.b * p.v.batch_stride +
+                    w.hk * p.v.head_stride + w.key0 * p.v.row_stride;
+    load_tile<KTile, Shape::kThreads>(k_tile, k, p.k.row_stride, w.keys, s.head_dim, vec16);
+    load_tile<KTile, Shape::kThreads>(v_tile, v, p.v.row_stride, w.keys, s.head_dim, vec16);
+    load_query_tile<Shape>(p, w, smem, 0, 0, vec16);
+  }
+
+  float dv[kKVMT][kKVNT][4] = {};
+  float dk[kKVMT][kKVNT][4] = {};
+  for (int step = 0; step < w.steps; ++step) {
+    cp_async_wait<0>();
+    __syncthreads();  // this step's tiles have landed; every warp is done with the last step's
+    if (turns && step > 0 && thread_index() == 0) pass_turn(step - 1);
+    if (step + 1 < w.steps) load_query_tile<Shape>(p, w, smem, step + 1, (step + 1) % 2, vec16);
+
+    const int stage = step % 2, hq = w.hq(s, step), row0 = w.m(step) * kBlockM;
+    const uint32_t q_tile = smem_address(smem + Shape::kQOffset + stage * QTile::kBytes);
+    const uint32_t dout_tile = smem_address(smem + Shape::kDOutOffset + stage * QTile::kBytes);
+    char* const p_tile = smem + Shape::kPOffset;
+    char* const ds_tile = smem + Shape::kDSOffset;
+
+    float sc[kSMT][kSNT][4] = {};
+    float dp[kSMT][kSNT][4] = {};
+    warp_mma<T, kD / 16>(sc, AStoredMK<QTile>(q_tile, s_row0, lane),
+                         BStoredNK<KTile>(smem_address(k_tile), s_col0, lane));
+    warp_mma<T, kD / 16>(dp, AStoredMK<QTile>(dout_tile, s_row0, lane),
+                         BStoredNK<KTile>(smem_address(v_tile), s_col0, lane));
+
+    // P and dS in place of S and dP. `whole`: every row exists and sees every key.
+    const bool whole = row0 + kBlockM <= s.seqlen_q && mask.key_end(row0) >= w.key0 + kBlockN;
+    const float* lse = reinterpret_cast<const float*>(smem + Shape::kLseOffset) + stage * kBlockM;
+    const float* row_dot =
+        reinterpret_cast<const float*>(smem + Shape::kRowDotOffset) + stage * kBlockM;
+#pragma unroll
+    for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = s_row0 + 16 * mt + g + 8 * h;
+        const float neg_lse2 = -lse[r] * kLog2e, d = row_dot[r];
+        // Keys of the tile this row sees: columns [0, seen), counted from this thread's first.
+        const int seen = row0 + r < s.seqlen_q ? mask.key_end(row0 + r) - w.key0 - s_col0 - 2 * t : 0;
+#pragma unroll
+        for (int nt = 0; nt < kSNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = sc[mt][nt][2 * h + e];
+            float& y = dp[mt][nt][2 * h + e];
+            const float prob = fast_exp2(fmaf(x, p.softmax.scale_log2, neg_lse2));
+            const bool visible = whole || 8 * nt + e < seen;
+            x = visible ? prob : 0.0f;
+            y = visible ? prob * (y - d) : 0.0f;
+          }
+#pragma unroll
+        for (int nt = 0; nt < kSNT; ++nt) {
+          const uint32_t offset = PTile::offset(r, (s_col0 + 8 * nt) / 8) + 4 * t;
+          *reinterpret_cast<uint32_t*>(p_tile + offset) =
+              pack_pair<T>(sc[mt][nt][2 * h], sc[mt][nt][2 * h + 1]);
+          *reinterpret_cast<uint32_t*>(ds_tile + offset) =
+              pack_pair<T>(dp[mt][nt][2 * h], dp[mt][nt][2 * h + 1]);
+        }
+      }
+    if (turns && thread_index() == 0)
+      while (load_acquire(turn(step)) != w.n) {
+      }
+    __syncthreads();  // P and dS are in shared memory
+
+    warp_mma<T, kBlockM / 16>(dv, AStoredKM<PTile>(smem_address(p_tile), kv_row0, lane),
+                              BStoredKN<QTile>(dout_tile, kv_col0, lane));
+    warp_mma<T, kBlockM / 16>(dk, AStoredKM<PTile>(smem_address(ds_tile), kv_row0, lane),
+                              BStoredKN<QTile>(q_tile, kv_col0, lane));
+
+    float* dq_rows =
+        dq_accum + ((int64_t(w.b) * s.heads_q + hq) * query_tiles * kBlockM + row0) * kD;
+#pragma unroll
+    for (int pass = 0; pass < Shape::kQPasses; ++pass) {
+      const int col0 = q_col0 + pass * Shape::kQCols;
+      float dq[kQMT][kQNT][4] = {};
+      warp_mma<T, kBlockN / 16>(dq, AStoredMK<PTile>(smem_address(ds_tile), q_row0, lane),
+                                BStoredKN<KTile>(smem_address(k_tile), col0, lane));
+#pragma unroll
+      for (int mt = 0; mt < kQMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nt = 0; nt < kQNT; ++nt)
+            add_pair(dq_rows + (q_row0 + 16 * mt + g + 8 * h) * kD + col0 + 8 * nt + 2 * t,
+                     dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
+    }
+    if (turns) __threadfence();
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with K and V, and has made its dQ adds
+  if (turns && w.steps > 0 && thread_index() == 0) pass_turn(w.steps - 1);
+
+  // dV and scale·dK through the V and K tiles, then out as 16-byte rows.
+#pragma unroll
+  for (int mt = 0; mt < kKVMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int nt = 0; nt < kKVNT; ++nt) {
+        const uint32_t offset =
+            KTile::offset(kv_row0 + 16 * mt + g + 8 * h, (kv_col0 + 8 * nt) / 8) + 4 * t;
+        *reinterpret_cast<uint32_t*>(v_tile + offset) =
+            pack_pair<T>(dv[mt][nt][2 * h], dv[mt][nt][2 * h + 1]);
+        *reinterpret_cast<uint32_t*>(k_tile + offset) = pack_pair<T>(
+            dk[mt][nt][2 * h] * p.softmax.scale, dk[mt][nt][2 * h + 1] * p.softmax.scale);
+      }
+  __syncthreads();
+  const GradParams& grad = p.grad;
+  store_tile<KTile, Shape::kThreads>(
+      k_tile,
+      static_cast<uint16_t*>(grad.dk.data) + w.b * grad.dk.batch_stride +
+          w.hk * grad.dk.head_stride + w.key0 * grad.dk.row_stride,
+      grad.dk.row_stride, w.keys, s.head_dim, vec16);
+  store_tile<KTile, Shape::kThreads>(
+      v_tile,
+      static_cast<uint16_t*>(grad.dv.data) + w.b * grad.dv.batch_stride +
+          w.hk * grad.dv.head_stride + w.key0 * grad.dv.row_stride,
+      grad.dv.row_stride, w.keys, s.head_dim, vec16);
+}
+
+}  // namespace flashattn::cuda::mma

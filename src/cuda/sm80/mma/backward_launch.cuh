@@ -1,0 +1,65 @@
+// Tile shapes per head-dim bucket and the launch of one instantiation of the
+// 16-bit tensor-core backward: the fp32 dQ sums (and, in deterministic mode,
+// the per-tile turn counters) in scratch memory, zeroed; the key-tile kernel;
+// then write_dq. Each (dtype, bucket) pair is compiled in its own file under
+// inst/, so the instantiations build in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+#include "cuda/common/check.h"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/scratch.h"
+#include "cuda/sm80/mma/backward.h"
+#include "cuda/sm80/mma/backward_kernel.cuh"
+
+namespace flashattn::cuda::mma {
+
+// BackwardShape<kD, kBlockM, kBlockN, kSWarpsM, kKVWarpsN, kQWarpsM, kQPasses>,
+// after FlashAttention-2's choices for sm_80: 64 query rows per tile, 128 keys
+// per block up to d = 128, 64 at 256, where dK and dV (2 × 64 × 256 fp32 over
+// 256 threads: 128 registers a thread) leave no room for more. Each warp's share
+// of dK and dV (32 keys × kD / 2 or kD / 4 columns) is as square as the 8 warps
+// allow, which minimises its operand reads. Measurements: docs/perf/cuda_mma_backward.md.
+template <int kHeadDim>
+struct BackwardShapeFor;
+template <> struct BackwardShapeFor<32> { using type = BackwardShape<32, 64, 128, 2, 4, 4, 1>; };
+template <> struct BackwardShapeFor<64> { using type = BackwardShape<64, 64, 128, 2, 4, 2, 1>; };
+template <> struct BackwardShapeFor<128> { using type = BackwardShape<128, 64, 128, 2, 4, 2, 1>; };
+template <> struct BackwardShapeFor<256> { using type = BackwardShape<256, 64, 64, 2, 2, 2, 2>; };
+
+template <typename T, int kHeadDim>
+void run_backward(const BwdParams& p) {
+  using Shape = typename BackwardShapeFor<kHeadDim>::type;
+  const Sizes& s = p.sizes;
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  const int query_tiles = (s.seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM;
+  const int key_tiles = (s.seqlen_k + Shape::kBlockN - 1) / Shape::kBlockN;
+  const int64_t blocks = int64_t(key_tiles) * s.batch * s.heads_kv;
+  if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: shape too large for cuda_mma's grid");
+
+  const int64_t dq_rows = int64_t(s.batch) * s.heads_q * query_tiles * Shape::kBlockM;
+  const size_t accum_bytes = size_t(dq_rows) * Shape::kD * sizeof(float);
+  const size_t turn_bytes =
+      p.grad.deterministic ? size_t(s.batch) * s.heads_q * query_tiles * sizeof(int) : 0;
+  Scratch scratch(accum_bytes + turn_bytes, p.device_index, p.stream);
+  float* accum = static_cast<float*>(scratch.data());
+  int* turns = p.grad.deterministic
+                   ? reinterpret_cast<int*>(static_cast<char*>(scratch.data()) + accum_bytes)
+                   : nullptr;
+  FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, accum_bytes + turn_bytes, stream));
+
+  bool vec16 = true;
+  for (const TensorRef* t : {&p.q, &p.k, &p.v, &p.grad.dout, &p.grad.dk, &p.grad.dv})
+    vec16 = vec16 && rows_16b_aligned(*t, 2);
+  const auto kernel = backward_kernel<T, Shape>;
+  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Shape::kSmemBytes));
+  kernel<<<unsigned(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(p, query_tiles, accum,
+                                                                           turns, vec16);
+  check_launch("cuda_mma backward_kernel");
+  write_dq(p, accum, query_tiles * Shape::kBlockM, Shape::kD);
+}
+
+}  // namespace flashattn::cuda::mma

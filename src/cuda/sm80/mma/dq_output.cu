@@ -1,0 +1,64 @@
+// The last step of cuda_mma's backward: dq = scale·(the fp32 sums the key tiles
+// added), rounded to the dtype. A thread per 8 columns of a row, in dq's
+// (batch, row, head) order, so neighbouring threads write neighbouring memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/common/check.h"
+#include "cuda/common/cp_async.cuh"
+#include "cuda/common/element.cuh"
+#include "cuda/sm80/mma/backward.h"
+
+namespace flashattn::cuda::mma {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(TensorRef dq, Sizes s, const float* accum, int rows_padded, int cols, float scale,
+              bool vec16) {
+  const int chunks = (s.head_dim + 7) / 8;
+  const int64_t total = int64_t(s.batch) * s.seqlen_q * s.heads_q * chunks;
+  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * kThreads) {
+    const int c0 = 8 * int(e % chunks);
+    const int64_t h = e / chunks % s.heads_q, r = e / chunks / s.heads_q % s.seqlen_q;
+    const int64_t b = e / chunks / s.heads_q / s.seqlen_q;
+    const float* from = accum + ((b * s.heads_q + h) * rows_padded + r) * cols + c0;
+    T* to = static_cast<T*>(dq.data) + b * dq.batch_stride + r * dq.row_stride +
+            h * dq.head_stride + c0;
+    if (vec16 && c0 + 8 <= s.head_dim) {
+      const float4 lo = *reinterpret_cast<const float4*>(from);
+      const float4 hi = *reinterpret_cast<const float4*>(from + 4);
+      alignas(16) T out[8] = {from_float<T>(scale * lo.x), from_float<T>(scale * lo.y),
+                  from_float<T>(scale * lo.z), from_float<T>(scale * lo.w),
+                  from_float<T>(scale * hi.x), from_float<T>(scale * hi.y),
+                  from_float<T>(scale * hi.z), from_float<T>(scale * hi.w)};
+      *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(out);
+    } else {
+      for (int j = 0; j < 8 && c0 + j < s.head_dim; ++j) to[j] = from_float<T>(scale * from[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols) {
+  const Sizes& s = p.sizes;
+  const int64_t total = int64_t(s.batch) * s.seqlen_q * s.heads_q * ((s.head_dim + 7) / 8);
+  const unsigned blocks = unsigned(std::min<int64_t>((total + kThreads - 1) / kThreads, 1 << 20));
+  const bool vec16 = rows_16b_aligned(p.grad.dq, 2);
+  with_element_type(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (sizeof(T) == 2)
+      dq_kernel<T><<<blocks, kThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
+          p.grad.dq, s, accum, rows_padded, cols, p.softmax.scale, vec16);
+  });
+  check_launch("cuda_mma dq_kernel");
+}
+
+}  // namespace flashattn::cuda::mma

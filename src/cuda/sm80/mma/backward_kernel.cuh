@@ -59,16 +59,20 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 }
 
 // What the block walks: steps = group × tiles_per_head query tiles, the query
-// heads of the group in turn, each from query tile m_first on.
+// heads of the group in turn, each from query tile m_first to m_end − 1.
 struct BackwardWalk {
   int b, hk, n;
   int key0, keys;  // first key of the tile, and how many exist
-  int m_first, tiles_per_head, steps;
+  int m_first, m_end, steps;
+};
 
-  __device__ __forceinline__ int hq(const Sizes& s, int step) const {
-    return hk * s.group() + step / tiles_per_head;
+// A step of the walk: query head hq, query tile m.
+struct QueryTile {
+  int hq, m;
+  // The step after this one (no division per step).
+  __device__ __forceinline__ QueryTile next(const BackwardWalk& w) const {
+    return m + 1 < w.m_end ? QueryTile{hq, m + 1} : QueryTile{hq + 1, w.m_first};
   }
-  __device__ __forceinline__ int m(int step) const { return m_first + step % tiles_per_head; }
 };
 
 template <typename Shape>
@@ -83,20 +87,20 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   w.keys = min(Shape::kBlockN, s.seqlen_k - w.key0);
   const RowRange rows = row_mask(p, w.b).rows_seeing(w.key0, w.keys);
   w.m_first = rows.begin / Shape::kBlockM;
-  w.tiles_per_head =
-      rows.end > rows.begin ? min(query_tiles, (rows.end + Shape::kBlockM - 1) / Shape::kBlockM) - w.m_first
-                            : 0;
-  w.steps = w.tiles_per_head * s.group();
+  w.m_end = rows.end > rows.begin
+                ? min(query_tiles, (rows.end + Shape::kBlockM - 1) / Shape::kBlockM)
+                : w.m_first;
+  w.steps = (w.m_end - w.m_first) * s.group();
   return w;
 }
 
-// Starts loading the query tile of `step` (Q, dO, lse and D rows) into `stage`.
+// Starts loading query tile `tile` (Q, dO, lse and D rows) into `stage`.
 template <typename Shape>
 __device__ __forceinline__ void load_query_tile(const BwdParams& p, const BackwardWalk& w,
-                                                char* smem, int step, int stage, bool vec16) {
+                                                char* smem, QueryTile tile, int stage, bool vec16) {
   using QTile = typename Shape::QTile;
   const Sizes& s = p.sizes;
-  const int hq = w.hq(s, step), row0 = w.m(step) * Shape::kBlockM;
+  const int hq = tile.hq, row0 = tile.m * Shape::kBlockM;
   const auto* q = static_cast<const uint16_t*>(p.q.data) + w.b * p.q.batch_stride +
                   hq * p.q.head_stride + row0 * p.q.row_stride;
   const auto* dout = static_cast<const uint16_t*>(p.grad.dout.data) +
@@ -149,13 +153,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int q_row0 = warp / Shape::kQWarpsD * Shape::kQRows;
   const int q_col0 = warp % Shape::kQWarpsD * Shape::kQCols * Shape::kQPasses;
 
-  auto turn = [&](int step) {
-    return turns + (int64_t(w.b) * s.heads_q + w.hq(s, step)) * query_tiles + w.m(step);
+  auto turn = [&](QueryTile tile) {
+    return turns + (int64_t(w.b) * s.heads_q + tile.hq) * query_tiles + tile.m;
   };
-  auto pass_turn = [&](int step) {
+  auto pass_turn = [&](QueryTile tile) {
     __threadfence();
-    atomicAdd(turn(step), 1);
+    atomicAdd(turn(tile), 1);
   };
+  QueryTile tile{w.hk * s.group(), w.m_first};
 
   if (w.steps > 0) {
     const auto* k = static_cast<const uint16_t*>(p.k.data) + w.b * p.k.batch_stride +
@@ -164,18 +169,19 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                     w.hk * p.v.head_stride + w.key0 * p.v.row_stride;
     load_tile<KTile, Shape::kThreads>(k_tile, k, p.k.row_stride, w.keys, s.head_dim, vec16);
     load_tile<KTile, Shape::kThreads>(v_tile, v, p.v.row_stride, w.keys, s.head_dim, vec16);
-    load_query_tile<Shape>(p, w, smem, 0, 0, vec16);
+    load_query_tile<Shape>(p, w, smem, tile, 0, vec16);
   }
 
   float dv[kKVMT][kKVNT][4] = {};
   float dk[kKVMT][kKVNT][4] = {};
-  for (int step = 0; step < w.steps; ++step) {
+  QueryTile last = tile;
+  for (int step = 0; step < w.steps; ++step, last = tile, tile = tile.next(w)) {
     cp_async_wait<0>();
     __syncthreads();  // this step's tiles have landed; every warp is done with the last step's
-    if (turns && step > 0 && thread_index() == 0) pass_turn(step - 1);
-    if (step + 1 < w.steps) load_query_tile<Shape>(p, w, smem, step + 1, (step + 1) % 2, vec16);
+    if (turns && step > 0 && thread_index() == 0) pass_turn(last);
+    if (step + 1 < w.steps) load_query_tile<Shape>(p, w, smem, tile.next(w), (step + 1) % 2, vec16);
 
-    const int stage = step % 2, hq = w.hq(s, step), row0 = w.m(step) * kBlockM;
+    const int stage = step % 2, hq = tile.hq, row0 = tile.m * kBlockM;
     const uint32_t q_tile = smem_address(smem + Shape::kQOffset + stage * QTile::kBytes);
     const uint32_t dout_tile = smem_address(smem + Shape::kDOutOffset + stage * QTile::kBytes);
     char* const p_tile = smem + Shape::kPOffset;
@@ -222,7 +228,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         }
       }
     if (turns && thread_index() == 0)
-      while (load_acquire(turn(step)) != w.n) {
+      while (load_acquire(turn(tile)) != w.n) {
       }
     __syncthreads();  // P and dS are in shared memory
 
@@ -252,7 +258,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with K and V, and has made its dQ adds
-  if (turns && w.steps > 0 && thread_index() == 0) pass_turn(w.steps - 1);
+  if (turns && w.steps > 0 && thread_index() == 0) pass_turn(last);
 
   // dV and scale·dK through the V and K tiles, then out as 16-byte rows.
 #pragma unroll

@@ -17,8 +17,8 @@ static_assert(kBackwardHeadDimBuckets[3] == kMmaBackwardMaxHeadDim);
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p);
 
-// dq = scale·accum for every row and head, accum laid out (batch, heads_q,
-// rows_padded, cols) in fp32, cols >= head_dim.
+// dq = scale·accum for every row and head: accum holds (batch, heads_q) blocks
+// of rows_padded × cols fp32 sums (cols >= head_dim) in dq_accum.cuh's layout.
 void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols);
 
 }  // namespace flashattn::cuda::mma

@@ -37,18 +37,19 @@
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/common/opaque.cuh"
 #include "cuda/sm80/mma/backward_shape.cuh"
+#include "cuda/sm80/mma/dq_accum.cuh"
 #include "cuda/sm80/operands.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 
 namespace flashattn::cuda::mma {
 
-// dst[0..1] += (x, y) in global memory: one 8-byte reduction on sm_90.
-__device__ __forceinline__ void add_pair(float* dst, float x, float y) {
+// dst[0..3] += x in global memory: one 16-byte reduction on sm_90.
+__device__ __forceinline__ void add_four(float* dst, const float (&x)[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+  atomicAdd(reinterpret_cast<float4*>(dst), make_float4(x[0], x[1], x[2], x[3]));
 #else
-  atomicAdd(dst, x);
-  atomicAdd(dst + 1, y);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) atomicAdd(dst + e, x[e]);
 #endif
 }
 
@@ -58,8 +59,11 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
-// What the block walks: steps = group × tiles_per_head query tiles, the query
-// heads of the group in turn, each from query tile m_first to m_end − 1.
+// What the block walks: steps = group × (m_end − m_first) query tiles, the
+// query heads of the group in turn, each from query tile m_first to m_end − 1.
+// (Starting each key tile's walk at a different query tile, so that the key
+// tiles of a head do not add into the same dQ rows at once, gained nothing and
+// cost 12% at head dim 256 under a causal mask: docs/perf/cuda_mma_backward.md, v4.)
 struct BackwardWalk {
   int b, hk, n;
   int key0, keys;  // first key of the tile, and how many exist
@@ -232,13 +236,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       }
     __syncthreads();  // P and dS are in shared memory
 
-    warp_mma<T, kBlockM / 16>(dv, AStoredKM<PTile>(smem_address(p_tile), kv_row0, lane),
-                              BStoredKN<QTile>(dout_tile, kv_col0, lane));
-    warp_mma<T, kBlockM / 16>(dk, AStoredKM<PTile>(smem_address(ds_tile), kv_row0, lane),
-                              BStoredKN<QTile>(q_tile, kv_col0, lane));
-
-    float* dq_rows =
-        dq_accum + ((int64_t(w.b) * s.heads_q + hq) * query_tiles * kBlockM + row0) * kD;
+    // dQ first: its adds then drain while the tensor cores work on dV and dK
+    // (+4% at d = 128, +12% at d = 64 over adding after them, v4).
+    float* dq_head = dq_accum + (int64_t(w.b) * s.heads_q + hq) * query_tiles * kBlockM * kD;
 #pragma unroll
     for (int pass = 0; pass < Shape::kQPasses; ++pass) {
       const int col0 = q_col0 + pass * Shape::kQCols;
@@ -248,12 +248,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 #pragma unroll
       for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int nt = 0; nt < kQNT; ++nt)
-            add_pair(dq_rows + (q_row0 + 16 * mt + g + 8 * h) * kD + col0 + 8 * nt + 2 * t,
-                     dq[mt][nt][2 * h], dq[mt][nt][2 * h + 1]);
+        for (int nt = 0; nt < kQNT; ++nt)
+          add_four(dq_head + dq_tile_offset(row0 + q_row0 + 16 * mt, col0 + 8 * nt, kD) + 4 * lane,
+                   dq[mt][nt]);
     }
+    warp_mma<T, kBlockM / 16>(dv, AStoredKM<PTile>(smem_address(p_tile), kv_row0, lane),
+                              BStoredKN<QTile>(dout_tile, kv_col0, lane));
+    warp_mma<T, kBlockM / 16>(dk, AStoredKM<PTile>(smem_address(ds_tile), kv_row0, lane),
+                              BStoredKN<QTile>(q_tile, kv_col0, lane));
     if (turns) __threadfence();
   }
   cp_async_wait<0>();

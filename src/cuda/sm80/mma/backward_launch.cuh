@@ -17,15 +17,17 @@
 namespace flashattn::cuda::mma {
 
 // BackwardShape<kD, kBlockM, kBlockN, kSWarpsM, kKVWarpsN, kQWarpsM, kQPasses>,
-// after FlashAttention-2's choices for sm_80: 64 query rows per tile, 128 keys
-// per block up to d = 128, 64 at 256, where dK and dV (2 × 64 × 256 fp32 over
-// 256 threads: 128 registers a thread) leave no room for more. Each warp's share
-// of dK and dV (32 keys × kD / 2 or kD / 4 columns) is as square as the 8 warps
-// allow, which minimises its operand reads. Measurements: docs/perf/cuda_mma_backward.md.
+// after FlashAttention-2's choices for sm_80: 128 keys per block up to d = 128,
+// 64 at 256, where dK and dV (2 × 64 × 256 fp32 over 256 threads: 128 registers
+// a thread) leave no room for more; 64 query rows per tile, 128 at d = 64, where
+// the per-tile costs (barriers, lse and D, the mask test) weigh most (+16 to 27%,
+// at the price of 56 bytes of spills). Each warp's share of dK and dV
+// (32 keys × kD / 2 or kD / 4 columns) is as square as the 8 warps allow, which
+// minimises its operand reads. Measurements: docs/perf/cuda_mma_backward.md.
 template <int kHeadDim>
 struct BackwardShapeFor;
 template <> struct BackwardShapeFor<32> { using type = BackwardShape<32, 64, 128, 2, 4, 4, 1>; };
-template <> struct BackwardShapeFor<64> { using type = BackwardShape<64, 64, 128, 2, 4, 2, 1>; };
+template <> struct BackwardShapeFor<64> { using type = BackwardShape<64, 128, 128, 2, 4, 4, 1>; };
 template <> struct BackwardShapeFor<128> { using type = BackwardShape<128, 64, 128, 2, 4, 2, 1>; };
 template <> struct BackwardShapeFor<256> { using type = BackwardShape<256, 64, 64, 2, 2, 2, 2>; };
 

@@ -11,6 +11,7 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
 #include "cuda/sm80/mma/backward.h"
+#include "cuda/sm80/mma/dq_accum.cuh"
 
 namespace flashattn::cuda::mma {
 namespace {
@@ -28,19 +29,22 @@ __global__ void __launch_bounds__(kThreads)
     const int c0 = 8 * int(e % chunks);
     const int64_t h = e / chunks % s.heads_q, r = e / chunks / s.heads_q % s.seqlen_q;
     const int64_t b = e / chunks / s.heads_q / s.seqlen_q;
-    const float* from = accum + ((b * s.heads_q + h) * rows_padded + r) * cols + c0;
+    // Columns c0 + 2j and c0 + 2j + 1 of row r sit side by side, pairs 4 floats apart.
+    const float* from = accum + (b * s.heads_q + h) * rows_padded * cols +
+                        dq_tile_offset(r, c0, cols) + dq_in_tile_offset(int(r % 16), 0);
+    alignas(16) T out[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 pair = *reinterpret_cast<const float2*>(from + 4 * j);
+      out[2 * j] = from_float<T>(scale * pair.x);
+      out[2 * j + 1] = from_float<T>(scale * pair.y);
+    }
     T* to = static_cast<T*>(dq.data) + b * dq.batch_stride + r * dq.row_stride +
             h * dq.head_stride + c0;
     if (vec16 && c0 + 8 <= s.head_dim) {
-      const float4 lo = *reinterpret_cast<const float4*>(from);
-      const float4 hi = *reinterpret_cast<const float4*>(from + 4);
-      alignas(16) T out[8] = {from_float<T>(scale * lo.x), from_float<T>(scale * lo.y),
-                  from_float<T>(scale * lo.z), from_float<T>(scale * lo.w),
-                  from_float<T>(scale * hi.x), from_float<T>(scale * hi.y),
-                  from_float<T>(scale * hi.z), from_float<T>(scale * hi.w)};
       *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(out);
     } else {
-      for (int j = 0; j < 8 && c0 + j < s.head_dim; ++j) to[j] = from_float<T>(scale * from[j]);
+      for (int j = 0; j < 8 && c0 + j < s.head_dim; ++j) to[j] = out[j];
     }
   }
 }

@@ -48,3 +48,24 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse):
     _library.forward(qv, kv, vv, out_view, lse=None if lse is None else lse.ctypes.data,
                      scale=scale, mask=mask, backend=backend)
     return out, lse
+
+
+def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
+                       deterministic):
+    """(dq, dk, dv) for NumPy arrays; see flashattn.attention_backward."""
+    mask = _options.mask_name(causal, causal_alignment)
+    backend = _options.backend_value(backend)
+    _options.require_bool("deterministic", deterministic)
+    arrays = [kernel_array(n, a) for n, a in (("q", q), ("k", k), ("v", v), ("out", out),
+                                               ("dout", dout))]
+    (q, qv), (k, kv), (v, vv), (out, ov), (dout, dov) = arrays
+    if not isinstance(lse, np.ndarray):
+        raise TypeError(f"lse: is a {_options.type_name(lse)}, must be a NumPy array like q")
+    _layout.require_lse(lse.shape, lse.dtype, lse.dtype == np.float32, q.shape)
+    lse = np.require(lse, requirements=("C_CONTIGUOUS", "ALIGNED"))
+    grads = [kernel_array(n, np.empty(t.shape, q.dtype)) for n, t in (("dq", q), ("dk", k),
+                                                                     ("dv", v))]
+    (dq, dqv), (dk, dkv), (dv, dvv) = grads
+    _library.backward(qv, kv, vv, ov, dov, lse.ctypes.data, dqv, dkv, dvv, scale=scale,
+                      mask=mask, backend=backend, deterministic=deterministic)
+    return dq, dk, dv

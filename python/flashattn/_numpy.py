@@ -21,8 +21,8 @@ def kernel_array(name, a):
     array without elements (batch or seqlen 0) is never read: its view gets row-major strides.
     """
     if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name}: is a {type(a).__module__}.{type(a).__qualname__}; q, k and "
-                        f"v must all be NumPy arrays or all torch tensors")
+        raise TypeError(f"{name}: is a {type(a).__module__}.{type(a).__qualname__}; the "
+                        f"inputs must all be NumPy arrays or all torch tensors")
     _layout.require_4d(name, a.shape)
     if a.dtype not in DTYPES:
         raise _errors.InvalidArgumentError(
@@ -60,7 +60,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
                                                ("dout", dout))]
     (q, qv), (k, kv), (v, vv), (out, ov), (dout, dov) = arrays
     if not isinstance(lse, np.ndarray):
-        raise TypeError(f"lse: is a {_options.type_name(lse)}, must be a NumPy array like q")
+        raise TypeError(f"lse: is a {type(lse).__module__}.{type(lse).__qualname__}; the "
+                        f"inputs must all be NumPy arrays or all torch tensors")
     _layout.require_lse(lse.shape, lse.dtype, lse.dtype == np.float32, q.shape)
     lse = np.require(lse, requirements=("C_CONTIGUOUS", "ALIGNED"))
     grads = [kernel_array(n, np.empty(t.shape, q.dtype)) for n, t in (("dq", q), ("dk", k),

@@ -239,8 +239,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
     tensors run the body directly; torch.compile and tensor subclasses go through the op."""
     for name, t in (("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: is a {_options.type_name(t)}; q, k, v, out, dout and lse "
-                            f"must all be torch tensors or all NumPy arrays")
+            raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; the "
+                            f"inputs must all be torch tensors or all NumPy arrays")
     if torch.compiler.is_compiling() or any(
             type(t) is not torch.Tensor for t in (q, k, v, out, dout, lse)):
         return attention_bwd(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,

@@ -36,7 +36,9 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
 
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
-    softmax denominator. Rejected arguments raise flashattn.InvalidArgumentError (a
+    softmax denominator. On torch tensors out is differentiable (autograd, torch.compile;
+    the backward is attention_backward's, on this backend where it has one, else the
+    automatic choice); lse is not. Rejected arguments raise flashattn.InvalidArgumentError (a
     ValueError) with the library's message, naming the argument and the rule it broke; an
     argument of the wrong type raises TypeError.
     """

@@ -96,8 +96,8 @@ def base_row(point, impl):
     row = {"impl": impl.name, "family": impl.family, "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
            "heads_q": point.heads, "heads_kv": point.heads, "head_dim": point.head_dim,
-           "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None, "peak_extra_bytes": None,
-           "rel_l2_err": None, "status": "ok"}
+           "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
+           "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     if point.exercise:
         row["exercise"] = list(point.exercise)
     return row

@@ -394,9 +394,9 @@ def run_ratios(results):
     """The speed ratios of one bench/run file, keyed "OURS/ALT GRID" over all the points
     both ran, and "OURS/ALT paper N>=1024" over the paper points from 1024 keys; GRID of a
     backward grid names its pass: "paper bwd", "exercise fwd+bwd", "paper bwd N>=1024".
-    OURS is each flashattn backend, or "flashattn" for the fastest of them at each point; ALT is each
-    alternative, or "best" for the fastest. Also each real pair's prediction interval from
-    the rounds where every point has several (see round_range)."""
+    OURS is each flashattn backend, or "flashattn" for the fastest of them at each point;
+    ALT is each alternative, or "best" for the fastest. Also each real pair's prediction
+    interval from the rounds where every point has several (see round_range)."""
     pairs, rounds = defaultdict(list), defaultdict(list)
     for grid in SPEED_GRIDS:
         for key, impl_rows in by_point(results["rows"], grid).items():

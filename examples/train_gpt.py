@@ -9,7 +9,7 @@ itself, measured in the same invocation: a third run (PyTorch's SDPA, the next s
 the spread between two equally valid runs, and the loss's step-to-step scatter gives the
 noise of a window mean.
 
-    python examples/train_gpt.py                          # GPU: 4 layers, d_model 256, 8 heads, bf16
+    python examples/train_gpt.py                   # GPU: 4 layers, d_model 256, 8 heads, bf16
     python examples/train_gpt.py --device cpu --steps 20 --layers 1 --d-model 64 --context 64
 
 On CUDA the model trains under bf16 autocast (parameters and optimizer in fp32); on the CPU in

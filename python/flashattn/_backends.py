@@ -59,8 +59,8 @@ def backends():
     """The backends of the library this package uses (see flashattn._library), in the
     library's order: what each is called (backend=), where its tensors live, the dtypes it
     takes, its head_dim limit, the GPU it needs, how it computes, and whether it has a
-    backward (attention_backward, autograd) with that backward's head_dim limit. The command-line tool
-    prints the same table (`flashattn backends`)."""
+    backward (attention_backward, autograd) with that backward's head_dim limit. The
+    command-line tool prints the same table (`flashattn backends`)."""
     return [backend for _, backend in table(_library.library()).values()]
 
 

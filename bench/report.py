@@ -247,7 +247,9 @@ def markdown(results, json_name, plot_names=None):
             parts += ["", f"![peak extra memory against seqlen]({plot_names['memory']})"]
         parts += ["", t]
     parts += ["", "## Accuracy", "", "Relative L2 error against a float64 reference on 64 "
-              "sampled query rows (all heads, batch element 0).", "", accuracy_table(results)]
+              "sampled query rows (all heads, batch element 0); on the backward grids the "
+              "largest of dq's at those rows and dk's and dv's at the keys of the same "
+              "indices.", "", accuracy_table(results)]
     hosts = host_table(results)
     if hosts:
         parts += ["", "## Host time per call", "", "Timings above are GPU time: the timed calls "

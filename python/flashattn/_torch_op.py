@@ -114,13 +114,17 @@ def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend):
             q.new_empty(_layout.lse_shape(q.shape), dtype=torch.float32))
 
 
-def backward_backend(backend):
-    """The backend the autograd backward runs on: the forward's where it has a backward,
-    else (None) the automatic choice, e.g. cuda_mma's backward after a cuda_wgmma forward."""
+def backward_backend(backend, head_dim):
+    """The backend the autograd backward runs on: the forward's where it has a backward for
+    this head_dim, else (None) the automatic choice, e.g. cuda_mma's backward after a
+    cuda_wgmma forward. (A backward takes the dtypes of its forward.)"""
     if backend is None:
         return None
     entry = _backends.table(_library.library()).get(backend)
-    return backend if entry is not None and entry[1].has_backward else None
+    if entry is None or not entry[1].has_backward:
+        return None
+    limit = entry[1].backward_max_head_dim
+    return backend if limit is None or head_dim <= limit else None
 
 
 def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
@@ -176,7 +180,7 @@ def _setup_context(ctx, inputs, output):
     out, lse = output
     ctx.mark_non_differentiable(lse)  # as the lse of torch's own fused attention
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.options = (causal, causal_alignment, scale, backward_backend(backend))
+    ctx.options = (causal, causal_alignment, scale, backward_backend(backend, q.shape[-1]))
 
 
 def _backward(ctx, grad_out, grad_lse):

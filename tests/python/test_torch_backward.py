@@ -183,8 +183,11 @@ def test_backward_runs_on_the_forwards_backend_where_it_has_one(monkeypatch):
                                         [flashattn._options.backend_value(b.name)
                                          for b in flashattn.backends()])}
     assert [c["backend"] for c in calls] == [values["reference"], values["cpu"], 0]
-    assert _torch_op.backward_backend("cuda_naive") is None  # no backward: automatic
-    assert _torch_op.backward_backend("cuda_tiled") == "cuda_tiled"
+    assert _torch_op.backward_backend("cuda_naive", 64) is None  # no backward: automatic
+    assert _torch_op.backward_backend("cuda_tiled", 1024) == "cuda_tiled"
+    limit = {b.name: b.backward_max_head_dim for b in flashattn.backends()}["cuda_mma"]
+    assert _torch_op.backward_backend("cuda_mma", limit) == "cuda_mma"
+    assert _torch_op.backward_backend("cuda_mma", limit + 8) is None  # past its limit
 
 
 def test_backward_op_passes_opcheck():

@@ -1,4 +1,5 @@
-"""Accuracy of one output against a float64 reference on a sample of query rows.
+"""Accuracy of one output (or of the gradients dq, dk, dv) against a float64 reference on a
+sample of query rows (and, for dk and dv, of keys).
 
 The reference is computed once per point, on the GPU in float64, for batch element 0, all
 heads, and up to SAMPLE_ROWS query rows spread evenly over the sequence (the first and last
@@ -35,3 +36,58 @@ def rel_l2_err(out, reference, rows):
     err = (torch.linalg.vector_norm(sampled - reference) /
            torch.linalg.vector_norm(reference)).item()
     return err if math.isfinite(err) else None
+
+
+# Query rows per chunk of the gradient reference: bounds its float64 score block to about
+# 1 GiB whatever the sequence length.
+CHUNK_ELEMENTS = 1 << 27
+
+
+def reference_gradients(q, k, v, dout, causal, rows):
+    """float64 gradients of batch 0 with dout: dq at query `rows`, dk and dv at the keys of
+    the same indices, each (heads, rows, head_dim). q, k, v, dout are (batch, seqlen, heads,
+    head_dim) with seqlen_q = seqlen_k; causal is top-left.
+
+    dk and dv of a key sum over every query row, so every row's probabilities are needed:
+    the rows go through in chunks, each recomputing its scores against all keys (lse and
+    D_i = Σ dout_i·out_i from them), and adds its share to the sampled keys' dk and dv.
+    """
+    q0, k0, v0, do0 = (t[0].transpose(0, 1).double() for t in (q, k, v, dout))  # (h, n, d)
+    heads, seqlen, head_dim = q0.shape
+    scale = 1.0 / math.sqrt(head_dim)
+    keys = torch.arange(seqlen, device=q.device)
+    dq = torch.zeros(heads, len(rows), head_dim, dtype=torch.float64, device=q.device)
+    dk, dv = torch.zeros_like(dq), torch.zeros_like(dq)
+    step = max(1, CHUNK_ELEMENTS // (heads * seqlen))
+    for first in range(0, seqlen, step):
+        chunk = torch.arange(first, min(first + step, seqlen), device=q.device)
+        s = torch.matmul(q0[:, chunk], k0.transpose(-2, -1)) * scale
+        if causal:
+            s.masked_fill_(keys[None, :] > chunk[:, None], float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        row_dot = (do0[:, chunk] * torch.matmul(p, v0)).sum(-1, keepdim=True)  # D_i
+        dp = torch.matmul(do0[:, chunk], v0[:, rows].transpose(-2, -1))  # sampled keys only
+        ds = p[:, :, rows] * (dp - row_dot)
+        dk += torch.matmul(ds.transpose(-2, -1), q0[:, chunk]) * scale
+        dv += torch.matmul(p[:, :, rows].transpose(-2, -1), do0[:, chunk])
+        inside = (rows >= chunk[0]) & (rows <= chunk[-1])
+        if inside.any():
+            local = rows[inside] - first
+            dp_rows = torch.matmul(do0[:, chunk[local]], v0.transpose(-2, -1))
+            ds_rows = p[:, local] * (dp_rows - row_dot[:, local])
+            dq[:, inside] = torch.matmul(ds_rows, k0) * scale
+    return dq, dk, dv
+
+
+def gradients_err(grads, reference, rows):
+    """The largest relative L2 error of dq, dk and dv ((batch, seqlen, heads, head_dim)
+    each) against reference_gradients at the sampled rows and keys; None where one holds NaN
+    or inf."""
+    errors = []
+    for grad, ref in zip(grads, reference):
+        sampled = grad[0, rows].transpose(0, 1).double()
+        err = (torch.linalg.vector_norm(sampled - ref) / torch.linalg.vector_norm(ref)).item()
+        if not math.isfinite(err):
+            return None
+        errors.append(err)
+    return max(errors)

@@ -1,12 +1,15 @@
 """The benchmark's points: which shapes, dtypes and masks each part of the suite runs.
 
-Three grids:
+Five grids:
 - "paper": the FlashAttention papers' forward grid: batch × seqlen = 16384 tokens and
   heads × head_dim = 2048, so every point does the same work per token.
 - "exercise": the multi-head exercise's fp32 shapes (N, d_model, h): Q, K, V are N × d_model
   row-major, i.e. batch 1, seqlen N, h heads of head_dim d_model / h.
 - "memory": one long sequence, doubled until each implementation runs out of memory; run
   once per implementation to read its peak extra memory, not timed.
+- "paper_bwd", "exercise_bwd": the backward on the paper grid and on three exercise shapes,
+  each shape twice: the backward alone (pass "bwd": dq, dk, dv from the forward's saved
+  results) and a forward and backward together (pass "fwd+bwd", a training step's work).
 
 Pure Python (no torch), so the grids can be listed and tested anywhere.
 """
@@ -23,6 +26,17 @@ PAPER_DTYPES = ("bf16", "f16")
 
 EXERCISE_SHAPES = ((1000, 1024, 16), (1000, 1024, 1), (1000, 1024, 1024), (1, 2, 1),
                    (17, 96, 3), (1000, 512, 8), (4096, 1024, 16), (16384, 1024, 16))
+
+# The exercise shapes the backward is timed on.
+EXERCISE_BWD_SHAPES = ((1000, 1024, 16), (4096, 1024, 16), (1000, 512, 8))
+# What a point times: the forward, the backward alone, or both. FLOPs of each as a multiple
+# of the forward's: the backward does five matrix products of the forward's size to its two
+# (S = Q·Kᵀ recomputed, dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q), 2.5×.
+PASSES = ("fwd", "bwd", "fwd+bwd")
+PASS_FLOPS = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+# Tensors of q's size each pass must at least read or write once: fwd q, k, v, out; bwd
+# q, k, v, out, dout, dq, dk, dv; fwd+bwd both.
+PASS_TENSORS = {"fwd": 4, "bwd": 8, "fwd+bwd": 12}
 
 MEMORY_SEQLENS = tuple(512 * 2**i for i in range(8))  # 512 … 65536
 MEMORY_HEADS = 16
@@ -44,19 +58,22 @@ class Point:
     causal: str = "none"
     timed: bool = True
     exercise: tuple = None  # (N, d_model, h) for the exercise grid
+    pass_: str = "fwd"      # one of PASSES
 
     def flops(self):
-        """4·B·H·Nq·Nk·d (two matrix products of 2·Nq·Nk·d each), halved for causal."""
+        """The forward's 4·B·H·Nq·Nk·d (two matrix products of 2·Nq·Nk·d each), halved for
+        causal; times 2.5 for the backward, 3.5 for forward and backward (PASS_FLOPS)."""
         full = 4 * self.batch * self.heads * self.seqlen * self.seqlen * self.head_dim
-        return full / 2 if self.causal != "none" else full
+        return PASS_FLOPS[self.pass_] * (full / 2 if self.causal != "none" else full)
 
     def tensor_bytes(self):
         """Bytes of one of q, k, v or out."""
         return self.batch * self.seqlen * self.heads * self.head_dim * ITEM_BYTES[self.dtype]
 
     def min_bytes(self):
-        """The fewest bytes one call must move: read q, k, v once and write out once."""
-        return 4 * self.tensor_bytes()
+        """The fewest bytes one call must move: each tensor of the pass read or written once
+        (the forward reads q, k, v and writes out)."""
+        return PASS_TENSORS[self.pass_] * self.tensor_bytes()
 
     def label(self):
         mask = "" if self.causal == "none" else " causal"
@@ -64,18 +81,33 @@ class Point:
         if self.exercise:
             n, d_model, h = self.exercise
             shape = f"N={n} d_model={d_model} h={h} (d{self.head_dim})"
-        return f"{shape} {self.dtype}{mask}"
+        step = "" if self.pass_ == "fwd" else f" {self.pass_}"
+        return f"{shape} {self.dtype}{mask}{step}"
 
 
 def paper_points(seqlens=PAPER_SEQLENS, head_dims=PAPER_HEAD_DIMS, dtypes=PAPER_DTYPES,
-                 masks=MASKS):
-    return [Point("paper", dtype, PAPER_TOKENS // n, n, PAPER_MODEL_DIM // d, d, mask)
-            for dtype in dtypes for d in head_dims for mask in masks for n in seqlens]
+                 masks=MASKS, passes=("fwd",), grid="paper"):
+    return [Point(grid, dtype, PAPER_TOKENS // n, n, PAPER_MODEL_DIM // d, d, mask,
+                  pass_=pass_)
+            for dtype in dtypes for d in head_dims for mask in masks for n in seqlens
+            for pass_ in passes]
 
 
-def exercise_points(shapes=EXERCISE_SHAPES, masks=MASKS):
-    return [Point("exercise", "f32", 1, n, h, d_model // h, mask, exercise=(n, d_model, h))
-            for n, d_model, h in shapes for mask in masks]
+def exercise_points(shapes=EXERCISE_SHAPES, masks=MASKS, passes=("fwd",), grid="exercise"):
+    return [Point(grid, "f32", 1, n, h, d_model // h, mask, exercise=(n, d_model, h),
+                  pass_=pass_)
+            for n, d_model, h in shapes for mask in masks for pass_ in passes]
+
+
+BACKWARD_PASSES = ("bwd", "fwd+bwd")
+
+
+def paper_bwd_points(**kwargs):
+    return paper_points(passes=BACKWARD_PASSES, grid="paper_bwd", **kwargs)
+
+
+def exercise_bwd_points(shapes=EXERCISE_BWD_SHAPES, **kwargs):
+    return exercise_points(shapes, passes=BACKWARD_PASSES, grid="exercise_bwd", **kwargs)
 
 
 def memory_points(seqlens=MEMORY_SEQLENS):
@@ -84,13 +116,18 @@ def memory_points(seqlens=MEMORY_SEQLENS):
 
 
 def full_suite():
-    return {"paper": paper_points(), "exercise": exercise_points(), "memory": memory_points()}
+    return {"paper": paper_points(), "exercise": exercise_points(), "memory": memory_points(),
+            "paper_bwd": paper_bwd_points(), "exercise_bwd": exercise_bwd_points()}
 
 
 def quick_suite():
-    """A few representative points, about two minutes of GPU time: the headline shape
-    (head_dim 128) short and long, two exercise shapes, memory at three sizes."""
+    """A few representative points, about two minutes of GPU time (forward): the headline
+    shape (head_dim 128) short and long, two exercise shapes, memory at three sizes; the
+    backward on the same headline shapes and one exercise shape."""
     return {"paper": paper_points(seqlens=(2048, 8192), head_dims=(128,), dtypes=("bf16",)),
             "exercise": exercise_points(shapes=((1000, 1024, 16), (4096, 1024, 16)),
                                         masks=("none",)),
-            "memory": memory_points(seqlens=(2048, 8192, 32768))}
+            "memory": memory_points(seqlens=(2048, 8192, 32768)),
+            "paper_bwd": paper_bwd_points(seqlens=(2048, 8192), head_dims=(128,),
+                                          dtypes=("bf16",)),
+            "exercise_bwd": exercise_bwd_points(shapes=((1000, 1024, 16),), masks=("none",))}

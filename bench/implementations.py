@@ -5,6 +5,13 @@ FlashAttention API's, and the exercise's N × d_model row-major matrices. PyTorc
 (batch, heads, seqlen, head_dim) functions get transposed views of the same storage, as a
 model with a fused QKV projection hands them. Every callable returns (batch, heads, seqlen,
 head_dim) (a view where that is free) so outputs compare alike.
+
+The backward (grids paper_bwd, exercise_bwd): an implementation with `gradients` prepares,
+for every input copy (q, k, v, dout), what its timed call needs and returns call(i) -> (dq,
+dk, dv), each (batch, seqlen, heads, head_dim). Pass "bwd" times the backward alone:
+flashattn_backward on the forward's out and lse for ours, autograd.grad through a graph
+kept from one forward (retain_graph) for PyTorch's. Pass "fwd+bwd" times a forward and a
+backward through autograd, as a training step runs them.
 """
 import contextlib
 import math
@@ -26,6 +33,11 @@ SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EF
 
 # cuda_naive is one thread per query row: the obviously-right baseline, about 0.1 TFLOP/s.
 SLOW_BACKENDS = ("cuda_naive",)
+# Backwards timed only where one call is predicted to be short enough (--slow-limit-s), and
+# their rate (TFLOP/s, backward FLOPs) before one has been seen: cuda_tiled's backward is
+# fp32 arithmetic on CUDA cores.
+SLOW_BACKWARDS = {"cuda_tiled": 1.0}
+AUTO = "auto"  # flashattn's automatic choice (backend=None), as an implementation's name
 
 
 @dataclass
@@ -34,7 +46,77 @@ class Impl:
     family: str                  # FLASHATTN or ALTERNATIVE
     call: Callable               # call(q, k, v, causal) -> out (batch, heads, seqlen, head_dim)
     context: Callable = contextlib.nullcontext  # entered around all calls of one point
-    slow: bool = False           # skipped where one call would take too long
+    slow: bool = False           # the forward is skipped where one call would take too long
+    gradients: Callable = None   # gradients(pass_, inputs, causal) -> call(i); None: no
+    #                              backward
+    slow_backward_tflops: float = None  # the backward is slow: its prior rate (SlowRate)
+    forward: bool = True         # timed on forward points too
+
+    def runs(self, pass_):
+        """Whether it takes part in points of this pass."""
+        return self.forward if pass_ == "fwd" else self.gradients is not None
+
+    def slow_prior(self, pass_):
+        """The prior rate (TFLOP/s) of a pass that is skipped where too slow, else None."""
+        if pass_ == "fwd":
+            return SLOW_PRIOR_TFLOPS if self.slow else None
+        return self.slow_backward_tflops
+
+
+# A slow forward's rate (TFLOP/s) before it has been seen on a kind of point: cuda_naive's
+# slowest measured earlier (bf16, head_dim 128), so predictions err towards skipping.
+SLOW_PRIOR_TFLOPS = 0.075
+
+
+def leaves(inputs):
+    """Per input copy: q, k, v as fresh leaves that need a gradient, and dout."""
+    return [(*(t.detach().requires_grad_() for t in copy[:3]), copy[3]) for copy in inputs]
+
+
+def autograd_gradients(forward):
+    """gradients() of a differentiable forward(q, k, v, causal) -> (batch, heads, seqlen,
+    head_dim): "bwd" runs autograd.grad through a graph kept from one forward per copy,
+    "fwd+bwd" a forward and autograd.grad."""
+    def gradients(pass_, inputs, causal):
+        copies = leaves(inputs)
+        if pass_ == "bwd":
+            with torch.enable_grad():
+                outs = [forward(q, k, v, causal) for q, k, v, _ in copies]
+
+            def call(i):
+                q, k, v, dout = copies[i]
+                return torch.autograd.grad(outs[i], (q, k, v), dout.transpose(1, 2),
+                                           retain_graph=True)
+            return call
+
+        def step(i):
+            q, k, v, dout = copies[i]
+            with torch.enable_grad():
+                out = forward(q, k, v, causal)
+            return torch.autograd.grad(out, (q, k, v), dout.transpose(1, 2))
+        return step
+    return gradients
+
+
+def flashattn_gradients(backend):
+    """gradients() of one flashattn backend (None: automatic): "bwd" calls
+    flashattn.attention_backward on the out and lse of the automatic forward, computed once
+    per copy; "fwd+bwd" runs flashattn.attention and its backward through autograd."""
+    def gradients(pass_, inputs, causal):
+        if pass_ == "fwd+bwd":
+            return autograd_gradients(
+                lambda q, k, v, c: flashattn.attention(q, k, v, causal=c, backend=backend)
+                .transpose(1, 2))(pass_, inputs, causal)
+        saved = [flashattn.attention(q, k, v, causal=causal, return_lse=True)
+                 for q, k, v, _ in inputs]
+
+        def call(i):
+            q, k, v, dout = inputs[i]
+            out, lse = saved[i]
+            return flashattn.attention_backward(q, k, v, out, dout, lse, causal=causal,
+                                                backend=backend)
+        return call
+    return gradients
 
 
 def flashattn_backends():
@@ -42,10 +124,21 @@ def flashattn_backends():
     return [b.name for b in flashattn.backends() if b.name.startswith("cuda_")]
 
 
+def has_backward(backend):
+    return {b.name: b.has_backward for b in flashattn.backends()}.get(backend, False)
+
+
 def flashattn_impl(backend):
+    """One backend by name, or AUTO: the library's choice for both passes. AUTO times only
+    the backward grids (its forward is one of the backends, timed by name already)."""
+    chosen = None if backend == AUTO else backend
+
     def call(q, k, v, causal):
-        return flashattn.attention(q, k, v, causal=causal, backend=backend).transpose(1, 2)
-    return Impl(backend, FLASHATTN, call, slow=backend in SLOW_BACKENDS)
+        return flashattn.attention(q, k, v, causal=causal, backend=chosen).transpose(1, 2)
+    backward = backend == AUTO or has_backward(backend)
+    return Impl(backend, FLASHATTN, call, slow=backend in SLOW_BACKENDS,
+                gradients=flashattn_gradients(chosen) if backward else None,
+                slow_backward_tflops=SLOW_BACKWARDS.get(backend), forward=backend != AUTO)
 
 
 def build_impl(backend, build, path):
@@ -76,7 +169,8 @@ def sdpa_impl(name, backend):
     def call(q, k, v, causal):
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                               v.transpose(1, 2), is_causal=causal)
-    return Impl(name, ALTERNATIVE, call, context=lambda: sdpa_kernel([backend]))
+    return Impl(name, ALTERNATIVE, call, context=lambda: sdpa_kernel([backend]),
+                gradients=autograd_gradients(call))
 
 
 def standard_attention(q, k, v, causal):
@@ -97,11 +191,12 @@ def standard_attention(q, k, v, causal):
 def all_impls(builds=None):
     """Every implementation; `builds` ({name: library path}) adds each flashattn backend of
     each of those builds."""
-    impls = [flashattn_impl(b) for b in flashattn_backends()]
+    impls = [flashattn_impl(AUTO)] + [flashattn_impl(b) for b in flashattn_backends()]
     impls += [build_impl(b, name, path) for name, path in (builds or {}).items()
               for b in flashattn_backends()]
     impls += [sdpa_impl(name, backend) for name, backend in SDPA_BACKENDS.items()]
-    impls.append(Impl("standard_cublas", ALTERNATIVE, standard_attention))
+    impls.append(Impl("standard_cublas", ALTERNATIVE, standard_attention,
+                      gradients=autograd_gradients(standard_attention)))
     return impls
 
 

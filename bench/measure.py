@@ -1,10 +1,12 @@
 """One point, every implementation: inputs and reference, then per implementation a
 warm-up call and one call for peak extra memory and accuracy; on timed points, then, the
-timed calls of all of them in interleaved rounds (time_in_rounds).
+timed calls of all of them in interleaved rounds (time_in_rounds). A backward point's
+call is its pass (implementations.py): the backward alone, or forward and backward; its
+accuracy is that of dq, dk and dv.
 
 A row's "status" says what happened: "ok"; "unsupported" (the implementation declines the
-dtype or head_dim); "oom" (torch.OutOfMemoryError); "skipped" (a slow baseline whose
-predicted time per call is over the limit); "error" (anything else, message in "note").
+dtype or head_dim); "oom" (torch.OutOfMemoryError); "skipped" (a slow implementation
+whose predicted time per call is over the limit); "error" (anything else, message in "note").
 """
 import gc
 import random
@@ -20,9 +22,6 @@ import timing
 
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
-# A slow baseline's rate (TFLOP/s) before it has been seen on a kind of point: cuda_naive's
-# slowest measured earlier (bf16, head_dim 128), so predictions err towards skipping.
-SLOW_PRIOR_TFLOPS = 0.075
 # Calls shorter than this say more about launch overhead than about the rate.
 SLOW_MIN_OBSERVED_MS = 20
 # Timed calls come in rounds: each round times every implementation of the point once, in a
@@ -35,43 +34,70 @@ TIMING_ROUNDS = 5
 
 
 class SlowRate:
-    """Predicts a slow baseline's time per call from its slowest rate seen on points of the
-    same dtype, head_dim and mask (its rate falls steeply with head_dim)."""
+    """Predicts a slow implementation's time per call (Impl.slow_prior: cuda_naive's
+    forward, cuda_tiled's backward) from its slowest rate seen on points of the same pass,
+    dtype, head_dim and mask (its rate falls steeply with head_dim), else its prior."""
 
     def __init__(self, limit_s):
         self.limit_s = limit_s
         self.tflops = {}
 
     @staticmethod
-    def kind(point):
-        return point.dtype, point.head_dim, point.causal
+    def kind(point, impl):
+        return impl.name, point.pass_, point.dtype, point.head_dim, point.causal
 
-    def rate(self, point):
-        return self.tflops.get(self.kind(point), SLOW_PRIOR_TFLOPS)
+    def rate(self, point, impl):
+        return self.tflops.get(self.kind(point, impl), impl.slow_prior(point.pass_))
 
-    def predicted_s(self, point):
-        return point.flops() / (self.rate(point) * 1e12)
+    def predicted_s(self, point, impl):
+        return point.flops() / (self.rate(point, impl) * 1e12)
 
-    def observe(self, point, ms):
-        if ms >= SLOW_MIN_OBSERVED_MS:
+    def too_slow(self, point, impl):
+        return (impl.slow_prior(point.pass_) is not None and
+                self.predicted_s(point, impl) > self.limit_s)
+
+    def observe(self, point, impl, ms):
+        if impl.slow_prior(point.pass_) is not None and ms >= SLOW_MIN_OBSERVED_MS:
             tflops = point.flops() / (ms * 1e9)
-            self.tflops[self.kind(point)] = min(self.rate(point), tflops)
+            self.tflops[self.kind(point, impl)] = min(self.rate(point, impl), tflops)
+
+
+def tensors_per_copy(point):
+    """q, k, v; and dout for a backward point."""
+    return 3 if point.pass_ == "fwd" else 4
 
 
 def make_inputs(point, copies):
-    """`copies` independent (q, k, v) sets of fresh standard-normal data."""
+    """`copies` independent (q, k, v) sets, (q, k, v, dout) for a backward point, of fresh
+    standard-normal data."""
     shape = (point.batch, point.seqlen, point.heads, point.head_dim)
     dtype = TORCH_DTYPES[point.dtype]
-    return [tuple(torch.randn(shape, dtype=dtype, device="cuda") for _ in range(3))
+    return [tuple(torch.randn(shape, dtype=dtype, device="cuda")
+                  for _ in range(tensors_per_copy(point)))
             for _ in range(copies)]
+
+
+def operation(point, impl, inputs):
+    """call(i): what a point times, on input copy i; its preparation (a backward's saved
+    forward) is done here, before any timing."""
+    causal = point.causal != "none"
+    if point.pass_ == "fwd":
+        return lambda i: impl.call(*inputs[i], causal)
+    return impl.gradients(point.pass_, inputs, causal)
+
+
+def output_err(point, out, reference, rows):
+    if point.pass_ == "fwd":
+        return accuracy.rel_l2_err(out, reference, rows)
+    return accuracy.gradients_err(out, reference, rows)
 
 
 def base_row(point, impl):
     row = {"impl": impl.name, "family": impl.family, "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
            "heads_q": point.heads, "heads_kv": point.heads, "head_dim": point.head_dim,
-           "causal": point.causal, "ms": None, "tflops": None, "peak_extra_bytes": None,
-           "rel_l2_err": None, "status": "ok"}
+           "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
+           "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     if point.exercise:
         row["exercise"] = list(point.exercise)
     return row
@@ -114,25 +140,27 @@ def guarded(row, work):
 
 
 def run_impl(point, impl, inputs, reference, rows):
-    """The row of one implementation at one point, before timing. The first call is a
-    warm-up (module loads, plans, workspaces); the second gives the peak extra memory, the
-    accuracy and the estimate ("single_call_ms") that sizes the timed calls."""
+    """The row of one implementation at one point, before timing, and its call(i) (None if
+    it failed). The first call is a warm-up (module loads, plans, workspaces); the second
+    gives the peak extra memory, the accuracy and the estimate ("single_call_ms") that sizes
+    the timed calls."""
     row = base_row(point, impl)
-    causal = point.causal != "none"
+    calls = []
 
     def first_calls():
         with impl.context():
-            impl.call(*inputs[0], causal)
-            out, estimate, row["peak_extra_bytes"] = timing.measured_call(
-                lambda: impl.call(*inputs[0], causal))
-            row["rel_l2_err"] = accuracy.rel_l2_err(out, reference, rows)
+            call = operation(point, impl, inputs)
+            call(0)
+            out, estimate, row["peak_extra_bytes"] = timing.measured_call(lambda: call(0))
+            row["rel_l2_err"] = output_err(point, out, reference, rows)
             if row["rel_l2_err"] is None:
                 row["note"] = "output holds NaN or inf"
             del out
             row["single_call_ms"] = estimate
+            calls.append(call)
 
     guarded(row, first_calls)
-    return row
+    return row, (calls[0] if calls else None)
 
 
 def round_budget(budget, estimate_ms):
@@ -156,27 +184,25 @@ def round_orders(names, rounds, seed):
 
 
 def time_in_rounds(point, timed, inputs, budget):
-    """Times the (impl, row) pairs of `timed` in interleaved rounds (TIMING_ROUNDS) and fills
-    each row's ms (the median of all its timed calls), spread, reps, host time and
+    """Times the (impl, row, call) triples of `timed` in interleaved rounds (TIMING_ROUNDS)
+    and fills each row's ms (the median of all its timed calls), spread, reps, host time and
     "round_medians_ms"."""
-    causal = point.causal != "none"
-    plans = {impl.name: (impl, row, *round_budget(budget, row["single_call_ms"]))
-             for impl, row in timed}
+    plans = {impl.name: (impl, row, call, *round_budget(budget, row["single_call_ms"]))
+             for impl, row, call in timed}
     rounds_done = {name: [] for name in plans}  # per round: (times, host_ms, queued_ahead)
     for r, order in enumerate(round_orders(list(plans), TIMING_ROUNDS, point.label())):
         for name in order:
-            impl, row, rounds, share = plans[name]
+            impl, row, call, rounds, share = plans[name]
             if r >= rounds or row["status"] != "ok":
                 continue
 
             def timed_round():
                 with impl.context():
                     rounds_done[name].append(timing.time_calls(
-                        lambda i: impl.call(*inputs[i], causal), len(inputs), share,
-                        row["single_call_ms"]))
+                        call, len(inputs), share, row["single_call_ms"]))
 
             guarded(row, timed_round)
-    for name, (impl, row, _, _) in plans.items():
+    for name, (impl, row, _, _, _) in plans.items():
         done = rounds_done[name]
         if row["status"] != "ok" or not done:
             continue
@@ -198,28 +224,32 @@ def release_memory():
 
 
 def measure_point(point, impls, budget, slow_rate):
-    """Rows for every implementation in `impls` at `point`."""
-    copies = timing.copies_needed(3 * point.tensor_bytes()) if point.timed else 1
+    """Rows for every implementation in `impls` that takes part in `point`'s pass."""
+    # A backward's copies also hold out (and lse, or a kept graph).
+    set_bytes = (tensors_per_copy(point) + (point.pass_ != "fwd")) * point.tensor_bytes()
+    copies = timing.copies_needed(set_bytes) if point.timed else 1
     inputs = make_inputs(point, copies)
     rows = accuracy.sample_rows(point.seqlen, "cuda")
-    reference = accuracy.reference_rows(*inputs[0], point.causal != "none", rows)
+    causal = point.causal != "none"
+    reference = (accuracy.reference_rows(*inputs[0], causal, rows) if point.pass_ == "fwd"
+                 else accuracy.reference_gradients(*inputs[0], causal, rows))
     results = []
     timed = []
-    for impl in impls:
-        if impl.slow and slow_rate.predicted_s(point) > slow_rate.limit_s:
+    for impl in (impl for impl in impls if impl.runs(point.pass_)):
+        if slow_rate.too_slow(point, impl):
             row = base_row(point, impl)
             row["status"] = "skipped"
-            row["note"] = (f"predicted {slow_rate.predicted_s(point):.0f} s per call at "
-                           f"{slow_rate.rate(point):.3g} TFLOP/s, over the "
-                           f"{slow_rate.limit_s:g} s limit")
+            predicted, rate = slow_rate.predicted_s(point, impl), slow_rate.rate(point, impl)
+            row["note"] = (f"predicted {predicted:.0f} s per call at {rate:.3g} TFLOP/s, "
+                           f"over the {slow_rate.limit_s:g} s limit")
         else:
-            row = run_impl(point, impl, inputs, reference, rows)
-            if impl.slow and row["status"] == "ok":
-                slow_rate.observe(point, row["single_call_ms"])
+            row, call = run_impl(point, impl, inputs, reference, rows)
+            if row["status"] == "ok":
+                slow_rate.observe(point, impl, row["single_call_ms"])
             if point.timed and row["status"] == "ok":
-                timed.append((impl, row))
+                timed.append((impl, row, call))
         results.append(row)
     if timed:
         time_in_rounds(point, timed, inputs, budget)
-    del inputs, reference
+    del inputs, reference, timed  # the calls hold a backward's saved forward
     return results

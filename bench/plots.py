@@ -54,8 +54,12 @@ def figure_legend(fig, axes):
                frameon=False, bbox_to_anchor=(0.5, 0.0))
 
 
-def paper_figure(results, dtype, path):
-    rows = [r for r in results["rows"] if r["grid"] == "paper" and r["dtype"] == dtype]
+WHAT = {"fwd": "forward", "bwd": "backward alone", "fwd+bwd": "forward + backward"}
+
+
+def paper_figure(results, dtype, path, grid="paper", pass_="fwd"):
+    rows = [r for r in results["rows"]
+            if r["grid"] == grid and r["dtype"] == dtype and r.get("pass", "fwd") == pass_]
     head_dims = sorted({r["head_dim"] for r in rows})
     masks = [m for m in ("none", "top_left") if any(r["causal"] == m for r in rows)]
     seqlens = sorted({r["seqlen_q"] for r in rows})
@@ -83,13 +87,13 @@ def paper_figure(results, dtype, path):
             seqlen_axis(ax, seqlens)
             ax.set_title(f"head dim {d}, {'causal' if mask != 'none' else 'not causal'}")
             if j == 0:
-                ax.set_ylabel("TFLOP/s (forward)")
+                ax.set_ylabel(f"TFLOP/s ({WHAT[pass_]})")
             if j == len(head_dims) - 1:
                 right = ax.secondary_yaxis("right", functions=(lambda y: 100 * y / ceiling,
                                                                lambda p: p * ceiling / 100))
                 right.yaxis.set_major_formatter(FuncFormatter(lambda p, _: f"{p:g}"))
                 right.set_ylabel("% of the bf16 matmul rate")
-    fig.suptitle(f"Attention forward, {dtype}, {results['device']} "
+    fig.suptitle(f"Attention {WHAT[pass_]}, {dtype}, {results['device']} "
                  f"(batch × seqlen = 16k tokens, heads × head dim = 2048)")
     figure_legend(fig, axes.flat)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
@@ -97,8 +101,8 @@ def paper_figure(results, dtype, path):
     plt.close(fig)
 
 
-def exercise_figure(results, path):
-    rows = [r for r in results["rows"] if r["grid"] == "exercise"]
+def exercise_figure(results, path, grid="exercise", pass_="fwd"):
+    rows = [r for r in results["rows"] if r["grid"] == grid and r.get("pass", "fwd") == pass_]
     masks = [m for m in ("none", "top_left") if any(r["causal"] == m for r in rows)]
     style = styles(results)
     impls = [n for n in style if any(timed(r) for r in rows if r["impl"] == n)]
@@ -106,7 +110,7 @@ def exercise_figure(results, path):
     fig, axes = plt.subplots(len(masks), 1, squeeze=False, figsize=(14, 3.6 * len(masks) + 0.8))
     width = 0.8 / len(impls)
     for ax, mask in zip(axes[:, 0], masks):
-        points = [(key, impl_rows) for key, impl_rows in by_point(rows, "exercise").items()
+        points = [(key, impl_rows) for key, impl_rows in by_point(rows, grid).items()
                   if key[6] == mask]
         for x, (key, impl_rows) in enumerate(points):
             for k, impl in enumerate(impls):
@@ -128,7 +132,7 @@ def exercise_figure(results, path):
         ax.grid(True, axis="y", alpha=0.3)
         ax.set_title(f"fp32 exercise shapes, {'causal' if mask != 'none' else 'not causal'} "
                      f"(n/a: declines fp32 or the head dim; skip: over the time limit)")
-    fig.suptitle(f"Attention forward, fp32, {results['device']}" +
+    fig.suptitle(f"Attention {WHAT[pass_]}, fp32, {results['device']}" +
                  (f"; not drawn (no fp32 run): {', '.join(absent)}" if absent else ""))
     fig.legend([Patch(color=style[n]["color"]) for n in impls], impls, loc="lower center",
                ncol=len(impls), frameon=False)
@@ -194,6 +198,18 @@ def write_all(results, stem):
         path = stem.with_name(f"{stem.name}-exercise.png")
         exercise_figure(results, path)
         names["exercise"] = path.name
+    for pass_ in ("bwd", "fwd+bwd"):
+        file_pass = pass_.replace("+", "")
+        passes = {r["dtype"] for r in results["rows"]
+                  if r["grid"] == "paper_bwd" and r.get("pass") == pass_}
+        for dtype in sorted(passes):
+            path = stem.with_name(f"{stem.name}-paper_bwd-{file_pass}-{dtype}.png")
+            paper_figure(results, dtype, path, "paper_bwd", pass_)
+            names[f"paper_bwd {pass_} {dtype}"] = path.name
+        if any(r["grid"] == "exercise_bwd" and r.get("pass") == pass_ for r in results["rows"]):
+            path = stem.with_name(f"{stem.name}-exercise_bwd-{file_pass}.png")
+            exercise_figure(results, path, "exercise_bwd", pass_)
+            names[f"exercise_bwd {pass_}"] = path.name
     if "memory" in grids:
         path = stem.with_name(f"{stem.name}-memory.png")
         memory_figure(results, path)

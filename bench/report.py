@@ -19,9 +19,9 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-from result_rows import (FLASHATTN, best_alternative, by_point, exercise_shape,  # noqa: F401
-                         family_of, geomean, impl_order, run_label, sig,
-                         status_mark, timed)
+from result_rows import (FLASHATTN, PASS_NAMES, SPEED_GRIDS, best_alternative,  # noqa: F401
+                         by_point, exercise_shape, family_of, geomean, impl_order, pass_of,
+                         run_label, scope, sig, status_mark, timed)
 
 MIB = 2**20
 
@@ -32,13 +32,17 @@ ROW_KEY = ("impl", "grid", "dtype", "batch", "seqlen_q", "seqlen_k", "heads_q", 
            "head_dim", "causal")
 
 
+def row_key(row):
+    return tuple(row[k] for k in ROW_KEY) + (pass_of(row),)
+
+
 def merge_rounds(rows):
     """One row per point and implementation from rounds of the same grid: the round whose
     median time is the median of the rounds' (its spread and accuracy with it), and
     "round_ms", every round's median in order. A point with one round keeps its row."""
     groups = {}
     for row in rows:
-        groups.setdefault(tuple(row[k] for k in ROW_KEY), []).append(row)
+        groups.setdefault(row_key(row), []).append(row)
     merged = []
     for group in groups.values():
         if len(group) == 1:
@@ -72,11 +76,12 @@ def table(header, body):
 
 # ---- sections -----------------------------------------------------------------------------
 
-def speed_table(results, grid, dtype, shape_cells, shape_header, value, unit):
+def speed_table(results, grid, dtype, shape_cells, shape_header, value, unit, pass_="fwd"):
     """One row per point: each implementation's `value`, the best alternative, and each
     flashattn backend's speed ratio to it (its time over ours: above 1 means ours is
     faster) and its fraction of the ceiling."""
-    rows = [r for r in results["rows"] if r["grid"] == grid and r["dtype"] == dtype]
+    rows = [r for r in results["rows"]
+            if r["grid"] == grid and r["dtype"] == dtype and pass_of(r) == pass_]
     if not rows:
         return ""
     impls = [n for n in impl_order(results, rows)
@@ -179,7 +184,7 @@ def not_run(results):
 def preamble(results):
     c, env = results["ceilings"], results.get("environment", {})
     return "\n".join([
-        f"# Attention forward: {results['device']}",
+        f"# Attention: {results['device']}",
         "",
         f"Commit `{results['commit']}`, {results['date']}, {results.get('mode', 'full')} run; "
         f"torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}, "
@@ -192,7 +197,8 @@ def preamble(results):
         "",
         "Times are medians of repeated calls timed with CUDA events after warm-up, on fresh "
         "random inputs rotated among copies when they would fit in L2. TFLOP/s counts "
-        "4·B·H·N²·d, halved for causal. *vs best* is the best alternative's time over ours "
+        "4·B·H·N²·d, halved for causal, for a forward; 2.5× that for a backward alone and "
+        "3.5× for a forward and backward. *vs best* is the best alternative's time over ours "
         "(above 1: ours is faster); *% of ceiling* is the floor time (the larger of FLOPs at "
         "the matrix rate of the dtype and bytes at the copy bandwidth) over the time. "
         "n/a: the implementation declines the dtype or head_dim; OOM: out of memory; skip: "
@@ -231,6 +237,7 @@ def markdown(results, json_name, plot_names=None):
         if "exercise" in plot_names:
             parts += ["", f"![fp32 exercise shapes]({plot_names['exercise']})"]
         parts += ["", t]
+    parts += backward_sections(results, plot_names)
     t = memory_table(results)
     if t:
         parts += ["", "## Peak extra memory of one forward call (MiB)", "",
@@ -240,7 +247,9 @@ def markdown(results, json_name, plot_names=None):
             parts += ["", f"![peak extra memory against seqlen]({plot_names['memory']})"]
         parts += ["", t]
     parts += ["", "## Accuracy", "", "Relative L2 error against a float64 reference on 64 "
-              "sampled query rows (all heads, batch element 0).", "", accuracy_table(results)]
+              "sampled query rows (all heads, batch element 0); on the backward grids the "
+              "largest of dq's at those rows and dk's and dv's at the keys of the same "
+              "indices.", "", accuracy_table(results)]
     hosts = host_table(results)
     if hosts:
         parts += ["", "## Host time per call", "", "Timings above are GPU time: the timed calls "
@@ -252,6 +261,42 @@ def markdown(results, json_name, plot_names=None):
         parts += ["", "## Not run", "", missing]
     parts += ["", f"Data: `{json_name}`.", ""]
     return "\n".join(parts)
+
+
+BACKWARD_NOTE = (
+    "*backward alone*: dq, dk and dv from dout and the forward's saved results (ours: "
+    "flashattn.attention_backward on the forward's out and lse; PyTorch's: autograd.grad "
+    "through a graph kept from one forward). *forward + backward*: both through autograd, a "
+    "training step's attention. `auto` is flashattn's automatic choice for each. Accuracy: "
+    "the largest relative L2 error of dq (sampled rows), dk and dv (sampled keys).")
+
+
+def backward_sections(results, plot_names):
+    """The backward grids' tables: per dtype and pass on the paper grid (TFLOP/s), per
+    pass on the exercise shapes (ms)."""
+    parts = []
+    for pass_ in ("bwd", "fwd+bwd"):
+        for dtype in ("bf16", "f16"):
+            t = speed_table(results, "paper_bwd", dtype, paper_shape,
+                            ["head dim", "mask", "seqlen", "batch×heads"],
+                            lambda r: r["tflops"], "TFLOP/s", pass_)
+            if t:
+                parts += ["", f"## Backward, FlashAttention-paper grid, {dtype}: "
+                          f"{PASS_NAMES[pass_]} (TFLOP/s)", "", BACKWARD_NOTE]
+                name = plot_names.get(f"paper_bwd {pass_} {dtype}")
+                if name:
+                    parts += ["", f"![TFLOP/s against seqlen, {dtype}, {pass_}]({name})"]
+                parts += ["", t]
+        t = speed_table(results, "exercise_bwd", "f32", exercise_shape,
+                        ["(N, d_model, h)", "head dim", "mask"], lambda r: r["ms"], "ms", pass_)
+        if t:
+            parts += ["", f"## Backward, exercise shapes, fp32: {PASS_NAMES[pass_]} (ms)", "",
+                      BACKWARD_NOTE]
+            name = plot_names.get(f"exercise_bwd {pass_}")
+            if name:
+                parts += ["", f"![fp32 exercise shapes, {pass_}]({name})"]
+            parts += ["", t]
+    return parts
 
 
 # Student's t, 97.5th percentile, by degrees of freedom (two-sided 95%).
@@ -279,11 +324,11 @@ def headline(results):
     a quick run also each point's timings with their spread."""
     ratios = defaultdict(lambda: defaultdict(list))
     per_round = defaultdict(lambda: defaultdict(list))  # [(alt ms, our ms) per round] per point
-    for grid in ("paper", "exercise"):
+    for grid in SPEED_GRIDS:
         for key, impl_rows in by_point(results["rows"], grid).items():
             for ours in (r for r in impl_rows.values() if r["family"] == FLASHATTN and timed(r)):
                 for alt in (r for r in impl_rows.values() if r["family"] != FLASHATTN and timed(r)):
-                    group = (ours["impl"], grid, key[1])
+                    group = (ours["impl"], scope(grid, key[7]), key[1])
                     ratios[group][alt["impl"]].append(alt["ms"] / ours["ms"])
                     if len(ours.get("round_ms", [])) > 1 and len(alt.get("round_ms", [])) > 1:
                         per_round[group][alt["impl"]].append(
@@ -291,12 +336,13 @@ def headline(results):
     alts = [n for n in impl_order(results, results["rows"]) if family_of(results, n) != FLASHATTN]
     rounds = results.get("settings", {}).get("rounds", 1)
     width = 40 if rounds > 1 else 26
+    label_width = max([24] + [len(f"{o} {g} {d}") + 1 for o, g, d in ratios])
     lines = ["speed ratio = alternative's time / ours (above 1: ours is faster): geometric mean "
              "over the points both ran (min-max)" +
              (f"; rounds: 95% prediction interval for another run's geometric mean, from "
               f"{rounds} rounds, each after the first in a fresh process" if rounds > 1
               else ""),
-             f"{'':<24}" + "".join(f"  {a:>{width}}" for a in alts)]
+             f"{'':<{label_width}}" + "".join(f"  {a:>{width}}" for a in alts)]
     for (ours, grid, dtype), by_alt in ratios.items():
         cells = []
         for alt in alts:
@@ -310,13 +356,14 @@ def headline(results):
             else:
                 cells.append("")
         label = f"{ours} {grid} {dtype}"
-        lines.append(f"{label:<24}" + "".join(f"  {c:>{width}}" for c in cells))
+        lines.append(f"{label:<{label_width}}" + "".join(f"  {c:>{width}}" for c in cells))
     if results.get("mode") == "quick":
         lines += ["", "per point: median ms [min-max of the timed calls]" +
                   (" {each round's median}" if rounds > 1 else "")]
-        for grid in ("paper", "exercise"):
+        for grid in SPEED_GRIDS:
             for key, impl_rows in by_point(results["rows"], grid).items():
-                lines.append(f"{grid} {key[1]} B{key[2]} N{key[3]} H{key[4]} d{key[5]} {key[6]}")
+                lines.append(f"{scope(grid, key[7])} {key[1]} B{key[2]} N{key[3]} H{key[4]} "
+                             f"d{key[5]} {key[6]}")
                 for r in impl_rows.values():
                     if timed(r):
                         each = ""
@@ -347,12 +394,13 @@ def ratio_entry(pairs):
 
 def run_ratios(results):
     """The speed ratios of one bench/run file, keyed "OURS/ALT GRID" over all the points
-    both ran, and "OURS/ALT paper N>=1024" over the paper points from 1024 keys. OURS is
-    each flashattn backend, or "flashattn" for the fastest of them at each point; ALT is each
-    alternative, or "best" for the fastest. Also each real pair's prediction interval from
-    the rounds where every point has several (see round_range)."""
+    both ran, and "OURS/ALT paper N>=1024" over the paper points from 1024 keys; GRID of a
+    backward grid names its pass: "paper bwd", "exercise fwd+bwd", "paper bwd N>=1024".
+    OURS is each flashattn backend, or "flashattn" for the fastest of them at each point;
+    ALT is each alternative, or "best" for the fastest. Also each real pair's prediction
+    interval from the rounds where every point has several (see round_range)."""
     pairs, rounds = defaultdict(list), defaultdict(list)
-    for grid in ("paper", "exercise"):
+    for grid in SPEED_GRIDS:
         for key, impl_rows in by_point(results["rows"], grid).items():
             ours = {n: r for n, r in impl_rows.items() if r["family"] == FLASHATTN and timed(r)}
             alts = {n: r for n, r in impl_rows.items() if r["family"] != FLASHATTN and timed(r)}
@@ -360,12 +408,14 @@ def run_ratios(results):
                 continue
             ours[FLASHATTN] = min(ours.values(), key=lambda r: r["ms"])
             alts["best"] = min(alts.values(), key=lambda r: r["ms"])
-            scopes = [grid] + (["paper N>=1024"] if grid == "paper" and key[3] >= 1024 else [])
+            name = scope(grid, key[7])
+            scopes = [name] + ([f"{name} N>=1024"] if grid.startswith("paper") and key[3] >= 1024
+                               else [])
             for o_name, o in ours.items():
                 for a_name, a in alts.items():
                     real = o_name != FLASHATTN and a_name != "best"
-                    for scope in scopes:
-                        label = f"{o_name}/{a_name} {scope}"
+                    for where in scopes:
+                        label = f"{o_name}/{a_name} {where}"
                         pairs[label].append((a["ms"], o["ms"]))
                         several = min(len(o.get("round_ms", [])), len(a.get("round_ms", [])))
                         if real and several > 1:
@@ -413,7 +463,8 @@ def history_line(results, file=None, git=None):
     if line["kind"] == "bench/run":
         settings = results.get("settings", {})
         line["mode"] = results.get("mode", "full")
-        grids = [g for g in ("exercise", "memory", "paper") if any(r["grid"] == g for r in rows)]
+        grids = [g for g in ("exercise", "memory", "paper", "exercise_bwd", "paper_bwd")
+                 if any(r["grid"] == g for r in rows)]
         line["grids"] = {g: len(by_point(rows, g)) for g in grids}
         line["rounds"] = settings.get("rounds", 1)
         line["timing"] = "interleaved" if settings.get("timing_rounds") else "fixed order"

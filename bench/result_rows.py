@@ -7,9 +7,26 @@ from collections import defaultdict
 FLASHATTN = "flashattn"
 
 
+# The grids of speed results, forward and backward (memory is a grid of its own kind).
+SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd")
+PASS_NAMES = {"fwd": "forward", "bwd": "backward alone", "fwd+bwd": "forward + backward"}
+
+
+def pass_of(row):
+    """What a row timed: "fwd", "bwd" or "fwd+bwd" (rows from before the backward: "fwd")."""
+    return row.get("pass", "fwd")
+
+
 def point_key(row):
     return (row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
-            row["head_dim"], row["causal"])
+            row["head_dim"], row["causal"], pass_of(row))
+
+
+def scope(grid, pass_):
+    """A grid and pass as ratios and headlines name them: "paper", "paper bwd",
+    "exercise fwd+bwd"."""
+    base = grid.removesuffix("_bwd")
+    return base if pass_ == "fwd" else f"{base} {pass_}"
 
 
 def by_point(rows, grid):

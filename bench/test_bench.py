@@ -17,17 +17,24 @@ import grid  # noqa: E402
 import report  # noqa: E402
 
 # Synthetic rates (TFLOP/s) by implementation; None: declines fp32.
-RATES = {"cuda_naive": 0.1, "cuda_tiled": 12.0, "flash": (300.0, None), "efficient": 150.0,
-         "cudnn": (550.0, None), "math": 20.0, "standard_cublas": 60.0}
-FAMILIES = {n: "flashattn" if n.startswith("cuda_") else "alternative" for n in RATES}
+RATES = {"auto": 200.0, "cuda_naive": 0.1, "cuda_tiled": 12.0, "flash": (300.0, None),
+         "efficient": 150.0, "cudnn": (550.0, None), "math": 20.0, "standard_cublas": 60.0}
+FAMILIES = {n: "flashattn" if n.startswith("cuda_") or n == "auto" else "alternative"
+            for n in RATES}
+FORWARD_ONLY, BACKWARD_ONLY = {"cuda_naive"}, {"auto"}
+
+
+def takes_part(point, impl):
+    """As Impl.runs: cuda_naive has no backward; auto is timed on backward points only."""
+    return impl not in (BACKWARD_ONLY if point.pass_ == "fwd" else FORWARD_ONLY)
 
 
 def synthetic_row(point, impl):
     row = {"impl": impl, "family": FAMILIES[impl], "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
            "heads_q": point.heads, "heads_kv": point.heads, "head_dim": point.head_dim,
-           "causal": point.causal, "ms": None, "tflops": None, "peak_extra_bytes": None,
-           "rel_l2_err": None, "status": "ok"}
+           "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
+           "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     rate = RATES[impl]
     if isinstance(rate, tuple):
         rate = rate[1] if point.dtype == "f32" else rate[0]
@@ -50,7 +57,8 @@ def synthetic_row(point, impl):
 
 
 def synthetic_results(suite, mode="full"):
-    rows = [synthetic_row(p, impl) for pts in suite.values() for p in pts for impl in RATES]
+    rows = [synthetic_row(p, impl) for pts in suite.values() for p in pts for impl in RATES
+            if takes_part(p, impl)]
     return {"device": "NVIDIA H100 80GB HBM3", "commit": "abc1234", "date": "2026-11-22",
             "mode": mode, "environment": {"torch": "2.11.0"}, "impls": FAMILIES,
             "ceilings": {"bf16_matmul_tflops": 740.0, "f32_matmul_tflops": 51.0,
@@ -128,11 +136,17 @@ def test_report_cli_writes_markdown_and_plots(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["report.py", str(path)])
     report.main()
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["gpu-2026-11-22-exercise.png", "gpu-2026-11-22-memory.png",
+    assert names == ["gpu-2026-11-22-exercise.png", "gpu-2026-11-22-exercise_bwd-bwd.png",
+                     "gpu-2026-11-22-exercise_bwd-fwdbwd.png", "gpu-2026-11-22-memory.png",
                      "gpu-2026-11-22-paper-bf16.png", "gpu-2026-11-22-paper-f16.png",
+                     "gpu-2026-11-22-paper_bwd-bwd-bf16.png",
+                     "gpu-2026-11-22-paper_bwd-bwd-f16.png",
+                     "gpu-2026-11-22-paper_bwd-fwdbwd-bf16.png",
+                     "gpu-2026-11-22-paper_bwd-fwdbwd-f16.png",
                      "gpu-2026-11-22.json", "gpu-2026-11-22.md"]
     md = (tmp_path / "gpu-2026-11-22.md").read_text()
     assert "![TFLOP/s against seqlen, bf16](gpu-2026-11-22-paper-bf16.png)" in md
+    assert "(gpu-2026-11-22-paper_bwd-fwdbwd-f16.png)" in md
 
 
 def test_budget_gives_slow_calls_fewer_reps():
@@ -207,7 +221,8 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     line = report.history_line(results, "gpu-2026-11-22.json")
     assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
         "bench/run", "abc1234", "full", 1)
-    assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72}
+    assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
+                             "paper_bwd": 144}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
     assert line["ratios"]["cuda_tiled/flash paper"] == [0.04, 0.04, 0.04, 72, 0]
@@ -255,3 +270,91 @@ def test_history_cli_prints_and_plots(tmp_path, monkeypatch, capsys):
     assert "def5678" in out and "cuda_wgmma/cudnn paper N>=1024" in out
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "history.png").stat().st_size > 0
+
+
+def test_backward_grids_time_each_shape_alone_and_with_the_forward():
+    points = grid.paper_bwd_points()
+    assert len(points) == 2 * len(grid.paper_points())
+    assert {p.pass_ for p in points} == {"bwd", "fwd+bwd"}
+    forward = grid.Point("paper", "bf16", 4, 4096, 16, 128, "top_left")
+    backward = grid.Point("paper_bwd", "bf16", 4, 4096, 16, 128, "top_left", pass_="bwd")
+    both = grid.Point("paper_bwd", "bf16", 4, 4096, 16, 128, "top_left", pass_="fwd+bwd")
+    assert backward.flops() == 2.5 * forward.flops() and both.flops() == 3.5 * forward.flops()
+    assert backward.min_bytes() == 2 * forward.min_bytes()
+    assert backward.label() == forward.label() + " bwd"
+    shapes = {p.exercise for p in grid.exercise_bwd_points()}
+    assert shapes == {(1000, 1024, 16), (4096, 1024, 16), (1000, 512, 8)}
+
+
+def test_dry_run_lists_the_backward_points():
+    import subprocess
+    run = Path(__file__).resolve().parent / "run"
+    listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids",
+                             "paper_bwd,exercise_bwd"], capture_output=True, text=True,
+                            check=True).stdout
+    assert "paper_bwd: 144 points" in listed and "exercise_bwd: 12 points" in listed
+    assert "B1 N16384 H8 d256 f16 causal fwd+bwd" in listed
+    assert "N=4096 d_model=1024 h=16 (d64) f32 bwd" in listed
+
+
+def test_backward_rows_report_per_pass_and_keep_passes_apart():
+    results = synthetic_results(grid.full_suite())
+    md = report.markdown(results, "x.json")
+    assert "## Backward, FlashAttention-paper grid, bf16: backward alone (TFLOP/s)" in md
+    assert "## Backward, exercise shapes, fp32: forward + backward (ms)" in md
+    head = report.headline(results)
+    assert "auto paper bwd bf16" in head and "cuda_tiled exercise fwd+bwd f32" in head
+    line = report.history_line(results, "x.json")
+    # auto at 200 TFLOP/s against flash at 300: 1.5x slower, at every backward paper point.
+    assert line["ratios"]["auto/flash paper bwd"] == [0.6667, 0.6667, 0.6667, 72, 0]
+    assert line["ratios"]["auto/flash paper fwd+bwd N>=1024"][3] == 60
+    assert "cuda_naive/flash paper bwd" not in line["ratios"]
+    rows = [synthetic_row(p, "auto") for p in grid.paper_bwd_points()[:2]]
+    assert len(report.merge_rounds(rows + rows)) == 2  # bwd and fwd+bwd: two points
+
+
+def test_slow_backwards_are_predicted_per_implementation_and_pass():
+    measure = pytest.importorskip("measure")  # imports torch
+    implementations = pytest.importorskip("implementations")
+    tiled = implementations.Impl("cuda_tiled", "flashattn", None, gradients=object(),
+                                 slow_backward_tflops=1.0)
+    naive = implementations.Impl("cuda_naive", "flashattn", None, slow=True)
+    fast = implementations.Impl("cuda_mma", "flashattn", None, gradients=object())
+    small = grid.Point("paper_bwd", "bf16", 32, 512, 32, 64, pass_="bwd")
+    large = grid.Point("paper_bwd", "bf16", 1, 16384, 32, 64, pass_="bwd")
+    rate = measure.SlowRate(2.0)
+    assert not rate.too_slow(small, tiled) and rate.too_slow(large, tiled)
+    assert not rate.too_slow(large, fast) and not naive.runs("bwd")
+    assert rate.too_slow(grid.Point("paper", "bf16", 1, 16384, 32, 64), naive)
+    rate.observe(small, tiled, small.flops() / (5.0 * 1e9))  # 5 TFLOP/s seen
+    assert rate.rate(large, tiled) == 1.0  # slowest seen stays the prior's 1
+    rate.observe(small, tiled, small.flops() / (0.5 * 1e9))
+    assert rate.rate(large, tiled) == pytest.approx(0.5)
+    assert rate.rate(grid.Point("paper_bwd", "bf16", 1, 16384, 32, 64, pass_="fwd+bwd"),
+                     tiled) == 1.0  # another pass: its own rate
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_backward_gives_the_reference_gradients(causal):
+    torch = pytest.importorskip("torch")
+    implementations = pytest.importorskip("implementations")
+    import accuracy
+    inputs = [tuple(torch.randn(2, 40, 3, 16) for _ in range(4)) for _ in range(2)]
+    rows = accuracy.sample_rows(40, "cpu", count=8)
+    reference = accuracy.reference_gradients(*inputs[1], causal, rows)
+    impls = [implementations.flashattn_impl(implementations.AUTO),
+             implementations.flashattn_impl("cpu"),
+             implementations.sdpa_impl("math", implementations.SDPA_BACKENDS["math"]),
+             implementations.Impl("standard_cublas", "alternative",
+                                  implementations.standard_attention,
+                                  gradients=implementations.autograd_gradients(
+                                      implementations.standard_attention))]
+    for impl in impls:
+        for pass_ in ("bwd", "fwd+bwd"):
+            with impl.context():
+                call = impl.gradients(pass_, inputs, causal)
+                grads = call(1)
+                again = call(1)  # a kept graph runs twice
+            assert [g.shape for g in grads] == [(2, 40, 3, 16)] * 3, impl.name
+            assert accuracy.gradients_err(grads, reference, rows) < 1e-5, (impl.name, pass_)
+            assert all(torch.equal(a, b) for a, b in zip(grads, again)), impl.name

@@ -115,16 +115,26 @@ def summary(times, host_ms, queued_ahead):
             "reps": len(times), "host_ms": host_ms, "queued_ahead": queued_ahead}
 
 
+def output_bytes(out):
+    """Bytes of the storage behind a tensor, or behind a tuple of them (gradients), each
+    storage counted once."""
+    storages = {}
+    for t in out if isinstance(out, (tuple, list)) else (out,):
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
 def measured_call(call):
     """Runs call() once; returns (its output, its time in ms, the device memory it allocated
-    beyond what was allocated before, not counting the output itself). Run it after a
-    warm-up call, so that one-time allocations (workspaces, plans) count as before."""
+    beyond what was allocated before, not counting the output itself: a tensor, or a tuple
+    of them). Run it after a warm-up call, so that one-time allocations (workspaces, plans)
+    count as before."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     out, ms = timed_once(call)
-    out_bytes = out.untyped_storage().nbytes()
-    return out, ms, torch.cuda.max_memory_allocated() - before - out_bytes
+    return out, ms, torch.cuda.max_memory_allocated() - before - output_bytes(out)
 
 
 def matmul_tflops(dtype, n=8192, budget=Budget(1000, 10, 300, 3000)):

@@ -3,17 +3,20 @@ and PyTorch tensors, through libflashattn's C ABI.
 
     out = flashattn.attention(q, k, v, causal=True)     # (batch, seqlen, heads, head_dim)
     out = flashattn.sdpa(query, key, value, is_causal=True)  # torch SDPA's signature
+    out.sum().backward()                                 # autograd on torch tensors
+    dq, dk, dv = flashattn.attention_backward(q, k, v, out, dout, lse)  # the raw backward
 
 The library is loaded on first use from $FLASHATTN_LIBRARY, else from this package;
 flashattn.backends() lists its backends.
 """
-from ._attention import attention
+from ._attention import attention, attention_backward
 from ._backends import Backend, backends
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError
 from ._sdpa import sdpa
 
 __all__ = [
     "attention",
+    "attention_backward",
     "sdpa",
     "backends",
     "Backend",

@@ -3,9 +3,10 @@
 The package talks to libflashattn.so only through this C ABI, so it never depends on
 PyTorch's (or any Python's) C++ ABI. Keep every definition here in step with the header.
 
-The ctypes structures define the layout; calls pass flashattn_params as bytes packed by a
-struct.Struct derived from them, since building ctypes structures and arrays per call costs
-more host time than a small kernel takes on the GPU.
+The ctypes structures define the layout; calls pass flashattn_params and
+flashattn_backward_params as bytes packed by a struct.Struct derived from them, since
+building ctypes structures and arrays per call costs more host time than a small kernel
+takes on the GPU.
 """
 import ctypes
 import struct
@@ -81,11 +82,42 @@ class BackendInfo(ctypes.Structure):
         ("max_head_dim", ctypes.c_int32),
         ("compute_capability", ctypes.c_int32),
         ("summary", ctypes.c_char_p),
+        ("backward_max_head_dim", ctypes.c_int32),
+    ]
+
+
+# BackendInfo.backward_max_head_dim: the backend has no backward. Also what an older library,
+# which leaves the field as the caller set it, reports when the caller sets it first.
+NO_BACKWARD = -1
+
+
+class BackwardParams(ctypes.Structure):
+    """flashattn_backward_params: a sized struct; the caller sets struct_size to
+    sizeof(BackwardParams), as flashattn_backward_defaults() does in C."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("out", Tensor),
+        ("dout", Tensor),
+        ("lse", ctypes.c_void_p),
+        ("dq", Tensor),
+        ("dk", Tensor),
+        ("dv", Tensor),
+        ("has_scale", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+        ("mask", ctypes.c_int32),
+        ("backend", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
     ]
 
 
 # struct codes of the scalar C types used above (standard sizes; pointers are 64-bit).
-_CODES = {ctypes.c_void_p: "Q", ctypes.c_int32: "i", ctypes.c_int64: "q", ctypes.c_float: "f"}
+_CODES = {ctypes.c_void_p: "Q", ctypes.c_int32: "i", ctypes.c_uint32: "I", ctypes.c_int64: "q",
+          ctypes.c_float: "f"}
 
 
 def _scalar_offsets(structure, base=0):
@@ -113,12 +145,26 @@ def packer(structure):
 
 assert ctypes.sizeof(ctypes.c_void_p) == 8, "flashattn supports 64-bit platforms only"
 PARAMS = packer(Params)
+BACKWARD_PARAMS = packer(BackwardParams)
 
 
 def pack_params(q, k, v, out, lse, has_scale, scale, mask, backend, stream):
     """flashattn_params as bytes; q, k, v and out are view() tuples, pointers are ints (0 for
     NULL)."""
     return PARAMS.pack(*q, *k, *v, *out, lse, has_scale, scale, mask, backend, stream)
+
+
+def pack_backward_params(q, k, v, out, dout, lse, dq, dk, dv, has_scale, scale, mask, backend,
+                         deterministic, stream):
+    """flashattn_backward_params as bytes, struct_size set to its size; tensors are view()
+    tuples, pointers ints (0 for NULL)."""
+    return BACKWARD_PARAMS.pack(BACKWARD_PARAMS.size, *q, *k, *v, *out, *dout, lse, *dq, *dk,
+                                *dv, has_scale, scale, mask, backend, deterministic, stream)
+
+
+def has_backward(lib):
+    """Whether lib has flashattn_backward (libraries built before the backward do not)."""
+    return hasattr(lib, "flashattn_backward")
 
 
 def has_registry(lib):
@@ -128,11 +174,14 @@ def has_registry(lib):
 
 def declare(lib):
     """Gives the loaded library's functions their C signatures; a library older than the
-    backend table gets only the functions it has."""
+    backend table or the backward gets only the functions it has."""
     lib.flashattn_forward.argtypes = [ctypes.c_char_p]
     lib.flashattn_forward.restype = ctypes.c_int
     lib.flashattn_last_error.argtypes = []
     lib.flashattn_last_error.restype = ctypes.c_char_p
+    if has_backward(lib):
+        lib.flashattn_backward.argtypes = [ctypes.c_char_p]
+        lib.flashattn_backward.restype = ctypes.c_int
     if has_registry(lib):
         lib.flashattn_backend_count.argtypes = []
         lib.flashattn_backend_count.restype = ctypes.c_int32

@@ -36,7 +36,9 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
 
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
-    softmax denominator. Rejected arguments raise flashattn.InvalidArgumentError (a
+    softmax denominator. On torch tensors out is differentiable (autograd, torch.compile;
+    the backward is attention_backward's, on this backend where it has one, else the
+    automatic choice); lse is not. Rejected arguments raise flashattn.InvalidArgumentError (a
     ValueError) with the library's message, naming the argument and the rule it broke; an
     argument of the wrong type raises TypeError.
     """
@@ -51,3 +53,38 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
         raise TypeError(f"q: is a {type(q).__module__}.{type(q).__qualname__}, must be a NumPy "
                         f"array or a torch tensor")
     return (out, lse) if return_lse else out
+
+
+def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignment="top_left",
+                       scale=None, backend=None, deterministic=False):
+    """The gradients (dq, dk, dv) of attention, given dout, the gradient of a loss with
+    respect to the forward's output.
+
+    q, k, v and the options causal, causal_alignment and scale are the forward's; out and
+    lse are what flashattn.attention(q, k, v, ..., return_lse=True) returned for them (the
+    backward recomputes the probabilities from q, k and lse, and reads out for the row sums
+    D_i = Σ dout_i·out_i); dout has out's shape. Same array types, devices and dtypes as
+    flashattn.attention (PyTorch CUDA tensors on the current stream, with no host
+    synchronisation); lse is float32 (batch, heads_q, seqlen_q).
+
+    Returns dq, dk, dv: contiguous, in q's dtype, with the shapes of q, k and v. With
+    grouped-query attention, dk and dv of a kv head sum over the query heads of its group. A
+    query row that sees no key gets dq 0; a key no row sees gets dk and dv 0.
+
+    backend: None (cpu for host arrays, cuda_tiled for fp32 GPU tensors, cuda_mma for 16-bit
+    where its head_dim limit allows, else cuda_tiled) or the name of a backend with a
+    backward (flashattn.backends(): has_backward, backward_max_head_dim). deterministic:
+    bit-identical gradients from run to run (a fixed order for every sum across thread
+    blocks), at some cost in speed on the GPU backends. The outputs carry no autograd
+    history; flashattn.attention and flashattn.sdpa call this through autograd. Errors as
+    flashattn.attention's, naming the argument (out, dout, lse, ...).
+    """
+    scale = _options.scale_value(scale)
+    options = dict(causal=causal, causal_alignment=causal_alignment, scale=scale,
+                   backend=backend, deterministic=deterministic)
+    if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
+        return torch_op.attention_backward(q, k, v, out, dout, lse, **options)
+    if isinstance(q, np.ndarray):
+        return _numpy.attention_backward(q, k, v, out, dout, lse, **options)
+    raise TypeError(f"q: is a {type(q).__module__}.{type(q).__qualname__}, must be a NumPy "
+                    f"array or a torch tensor")

@@ -22,6 +22,9 @@ class Backend(NamedTuple):
     compute_capability: Optional[int]  # None: any GPU of 8.0 or newer; else only this one
     #                                    (major * 10 + minor, e.g. 90)
     summary: str                       # how it computes, in one line
+    has_backward: bool                 # whether attention_backward (and autograd) runs on it
+    backward_max_head_dim: Optional[int]  # the backward's head_dim limit; None: any (or
+    #                                       no backward, see has_backward)
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,7 +36,9 @@ def table(lib):
                            f"(flashattn_backend_count); it predates it")
     rows = {}
     for index in range(lib.flashattn_backend_count()):
-        info = _abi.BackendInfo(struct_size=ctypes.sizeof(_abi.BackendInfo))
+        # A library from before the backward leaves backward_max_head_dim as set here.
+        info = _abi.BackendInfo(struct_size=ctypes.sizeof(_abi.BackendInfo),
+                                backward_max_head_dim=_abi.NO_BACKWARD)
         status = lib.flashattn_get_backend_info(index, ctypes.byref(info))
         if status != _abi.OK:
             raise _errors.from_status(status, lib.flashattn_last_error().decode())
@@ -44,15 +49,18 @@ def table(lib):
             dtypes=tuple(n for d, n in _abi.DTYPE_NAMES.items() if info.dtypes >> d & 1),
             max_head_dim=info.max_head_dim or None,
             compute_capability=info.compute_capability or None,
-            summary=(info.summary or b"").decode()))
+            summary=(info.summary or b"").decode(),
+            has_backward=info.backward_max_head_dim != _abi.NO_BACKWARD,
+            backward_max_head_dim=max(info.backward_max_head_dim, 0) or None))
     return rows
 
 
 def backends():
     """The backends of the library this package uses (see flashattn._library), in the
     library's order: what each is called (backend=), where its tensors live, the dtypes it
-    takes, its head_dim limit, the GPU it needs, and how it computes. The command-line tool
-    prints the same table (`flashattn backends`)."""
+    takes, its head_dim limit, the GPU it needs, how it computes, and whether it has a
+    backward (attention_backward, autograd) with that backward's head_dim limit. The
+    command-line tool prints the same table (`flashattn backends`)."""
     return [backend for _, backend in table(_library.library()).values()]
 
 

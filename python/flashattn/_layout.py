@@ -30,3 +30,15 @@ def lse_shape(q_shape):
     """lse is float32 (batch, heads_q, seqlen_q): the library writes it contiguous."""
     batch, seqlen_q, heads_q, _ = q_shape
     return (batch, heads_q, seqlen_q)
+
+
+def require_lse(shape, dtype_name, is_float32, q_shape):
+    """The forward's lse must be float32 of lse_shape(q_shape): the library reads it as such
+    (contiguous; the callers copy a strided one) and cannot check its size itself."""
+    if not is_float32:
+        raise _errors.InvalidArgumentError(
+            f"lse: dtype is {dtype_name}, must be float32 (the forward's lse)")
+    if tuple(shape) != lse_shape(q_shape):
+        raise _errors.InvalidArgumentError(
+            f"lse: has shape {tuple(shape)}, must be (batch, heads_q, seqlen_q) = "
+            f"{lse_shape(q_shape)} (the forward's lse for q)")

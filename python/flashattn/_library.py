@@ -67,3 +67,26 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
     status = lib.flashattn_forward(params)
     if status != _abi.OK:
         raise _errors.from_status(status, lib.flashattn_last_error().decode())
+
+
+def backward(q, k, v, out, dout, lse, dq, dk, dv, *, scale=None, mask="none",
+             backend=_abi.AUTO, deterministic=False, stream=None, lib=None):
+    """flashattn_backward on _abi.view() tuples: writes dq, dk and dv.
+
+    lse is the address of the forward's float32 (batch, heads_q, seqlen_q) lse (0 where q
+    has no elements); the other arguments are forward()'s. Raises UnsupportedError naming
+    the library for a build from before the backward, else the _errors exception for a
+    non-zero status, with the library's message.
+    """
+    lib = lib or library()
+    if not _abi.has_backward(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no backward (flashattn_backward); "
+            f"it predates it")
+    params = _abi.pack_backward_params(q, k, v, out, dout, lse or 0, dq, dk, dv,
+                                       scale is not None, 0.0 if scale is None else scale,
+                                       _abi.MASKS[mask], backend, bool(deterministic),
+                                       stream or 0)
+    status = lib.flashattn_backward(params)
+    if status != _abi.OK:
+        raise _errors.from_status(status, lib.flashattn_last_error().decode())

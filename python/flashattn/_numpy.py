@@ -21,8 +21,8 @@ def kernel_array(name, a):
     array without elements (batch or seqlen 0) is never read: its view gets row-major strides.
     """
     if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name}: is a {type(a).__module__}.{type(a).__qualname__}; q, k and "
-                        f"v must all be NumPy arrays or all torch tensors")
+        raise TypeError(f"{name}: is a {type(a).__module__}.{type(a).__qualname__}; the "
+                        f"inputs must all be NumPy arrays or all torch tensors")
     _layout.require_4d(name, a.shape)
     if a.dtype not in DTYPES:
         raise _errors.InvalidArgumentError(
@@ -48,3 +48,25 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse):
     _library.forward(qv, kv, vv, out_view, lse=None if lse is None else lse.ctypes.data,
                      scale=scale, mask=mask, backend=backend)
     return out, lse
+
+
+def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
+                       deterministic):
+    """(dq, dk, dv) for NumPy arrays; see flashattn.attention_backward."""
+    mask = _options.mask_name(causal, causal_alignment)
+    backend = _options.backend_value(backend)
+    _options.require_bool("deterministic", deterministic)
+    arrays = [kernel_array(n, a) for n, a in (("q", q), ("k", k), ("v", v), ("out", out),
+                                               ("dout", dout))]
+    (q, qv), (k, kv), (v, vv), (out, ov), (dout, dov) = arrays
+    if not isinstance(lse, np.ndarray):
+        raise TypeError(f"lse: is a {type(lse).__module__}.{type(lse).__qualname__}; the "
+                        f"inputs must all be NumPy arrays or all torch tensors")
+    _layout.require_lse(lse.shape, lse.dtype, lse.dtype == np.float32, q.shape)
+    lse = np.require(lse, requirements=("C_CONTIGUOUS", "ALIGNED"))
+    grads = [kernel_array(n, np.empty(t.shape, q.dtype)) for n, t in (("dq", q), ("dk", k),
+                                                                     ("dv", v))]
+    (dq, dqv), (dk, dkv), (dv, dvv) = grads
+    _library.backward(qv, kv, vv, ov, dov, lse.ctypes.data, dqv, dkv, dvv, scale=scale,
+                      mask=mask, backend=backend, deterministic=deterministic)
+    return dq, dk, dv

@@ -1,29 +1,25 @@
-"""attention() on PyTorch tensors, as the custom operator torch.ops.flashattn.attention_fwd.
+"""attention() on PyTorch tensors, as the custom operators torch.ops.flashattn.attention_fwd
+and torch.ops.flashattn.attention_bwd, with autograd.
 
-Being a torch.library custom op with a fake (meta) implementation lets torch.compile
-(fullgraph=True) trace through it; plain eager calls that need no autograd graph run the
-op's body directly, without the dispatcher's per-call cost. It runs on the caller's current CUDA stream, never
-synchronises the host, and allocates only out and lse (plus one contiguous copy of an
-input whose strides the kernels cannot read). Autograd is registered with a backward that
-raises until the backward kernels exist; the forward already saves what they will need.
+Being torch.library custom ops with fake (meta) implementations lets torch.compile
+(fullgraph=True) trace through them, forward and backward; plain eager calls that need no
+autograd graph run the ops' bodies directly, without the dispatcher's per-call cost. They
+run on the caller's current CUDA stream, never synchronise the host, and allocate only their
+outputs (plus one contiguous copy of an input whose strides the kernels cannot read). The
+forward saves q, k, v, out and lse; the backward recomputes the probabilities from them
+(flashattn_backward), so no score matrix is ever stored.
 """
 from typing import Optional
 
 import torch
 
-from . import _abi, _errors, _layout, _library, _options
+from . import _abi, _backends, _errors, _layout, _library, _options
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"flashattn needs torch >= 2.4 (torch.library.custom_op); "
                       f"found torch {torch.__version__}")
 
 DTYPES = {torch.float32: _abi.F32, torch.float16: _abi.F16, torch.bfloat16: _abi.BF16}
-
-BACKWARD_MISSING = (
-    "flashattn: backward kernels are not implemented yet; flashattn.attention and "
-    "flashattn.sdpa are forward-only. Run them under torch.no_grad() or torch.inference_mode(), "
-    "or use torch.nn.functional.scaled_dot_product_attention where gradients are needed")
-
 
 def check(q, k, v, causal, causal_alignment, backend):
     """Checks what the output shapes depend on and the options; returns the library's mask
@@ -118,15 +114,89 @@ def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend):
             q.new_empty(_layout.lse_shape(q.shape), dtype=torch.float32))
 
 
+def backward_backend(backend, head_dim):
+    """The backend the autograd backward runs on: the forward's where it has a backward for
+    this head_dim, else (None) the automatic choice, e.g. cuda_mma's backward after a
+    cuda_wgmma forward. (A backward takes the dtypes of its forward.)"""
+    if backend is None:
+        return None
+    entry = _backends.table(_library.library()).get(backend)
+    if entry is None or not entry[1].has_backward:
+        return None
+    limit = entry[1].backward_max_head_dim
+    return backend if limit is None or head_dim <= limit else None
+
+
+def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
+                 deterministic, lib=None):
+    """(dq, dk, dv), contiguous (batch, seqlen, heads, head_dim) in q's dtype: the gradients
+    for dout, the gradient with respect to the forward's out, given that forward's out and
+    lse. See flashattn.attention_backward."""
+    mask, backend = check(q, k, v, causal, causal_alignment, backend)
+    _options.require_bool("deterministic", deterministic)
+    for name, t in (("out", out), ("dout", dout)):
+        _layout.require_4d(name, t.shape)
+        if t.dtype not in DTYPES:
+            raise _errors.InvalidArgumentError(
+                f"{name}: dtype is {t.dtype}, must be q's dtype ({q.dtype})")
+    _layout.require_lse(lse.shape, lse.dtype, lse.dtype == torch.float32, q.shape)
+    if lse.device != q.device:
+        raise _errors.InvalidArgumentError(
+            f"lse: device is {lse.device}, must be q's device ({q.device})")
+    lse = lse.contiguous()
+    # The inputs stay referenced until the call returns (see run()).
+    views = [kernel_tensor(t) for t in (q, k, v, out, dout)]
+    grads = [kernel_tensor(torch.empty(t.shape, dtype=q.dtype, device=q.device))
+             for t in (q, k, v)]
+    _library.backward(*(view for _, view in views), lse.data_ptr(),
+                      *(view for _, view in grads), scale=scale, mask=mask, backend=backend,
+                      deterministic=deterministic,
+                      stream=current_stream(q.get_device()) if q.is_cuda else None, lib=lib)
+    return tuple(grad for grad, _ in grads)
+
+
+def backward_eager(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   out: torch.Tensor, lse: torch.Tensor, causal: bool, causal_alignment: str,
+                   scale: Optional[float], backend: Optional[str],
+                   deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv): the backward op's body."""
+    return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
+                        deterministic)
+
+
+attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args=())(
+    backward_eager)
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
+                        deterministic):
+    check(q, k, v, causal, causal_alignment, backend)
+    return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape)
+
+
 def _setup_context(ctx, inputs, output):
     q, k, v, causal, causal_alignment, scale, backend = inputs
     out, lse = output
+    ctx.mark_non_differentiable(lse)  # as the lse of torch's own fused attention
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.causal, ctx.causal_alignment, ctx.scale = causal, causal_alignment, scale
+    ctx.options = (causal, causal_alignment, scale, backward_backend(backend, q.shape[-1]))
 
 
 def _backward(ctx, grad_out, grad_lse):
-    raise NotImplementedError(BACKWARD_MISSING)
+    """The op's gradients: one flashattn_backward for all three (the library computes dq, dk
+    and dv in one pass), those of inputs that need none dropped. Bit-identical from run to
+    run where torch.use_deterministic_algorithms(True) is in force."""
+    q, k, v, out, lse = ctx.saved_tensors
+    args = (grad_out, q, k, v, out, lse, *ctx.options,
+            torch.are_deterministic_algorithms_enabled())
+    if direct_call_is_safe(grad_out, q, k, v):
+        dq, dk, dv = run_backward(*args)
+    else:
+        dq, dk, dv = attention_bwd(*args)
+    needs = ctx.needs_input_grad
+    return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None,
+            None, None, None, None)
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -144,17 +214,16 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse):
     return attention_fwd(q, k, v, causal, causal_alignment, scale, backend)
 
 
-def direct_call_is_safe(q, k, v):
-    """Whether the op's body may run without the dispatcher: eager plain tensors that need
+def direct_call_is_safe(*tensors):
+    """Whether an op's body may run without the dispatcher: eager plain tensors that need
     no autograd graph. The dispatcher costs about 0.08 ms per call, more than the kernel
     at small shapes; torch.compile, export and tensor subclasses (fake, functional) still
     go through the registered op."""
     if torch.compiler.is_compiling():
         return False
-    if any(type(t) is not torch.Tensor for t in (q, k, v)):
+    if any(type(t) is not torch.Tensor for t in tensors):
         return False
-    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
-                                             v.requires_grad))
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def sdpa(query, key, value, *, causal, scale):
@@ -166,3 +235,19 @@ def sdpa(query, key, value, *, causal, scale):
     out, _ = attention_fwd(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                            causal, "top_left", scale, None)
     return out.transpose(1, 2)
+
+
+def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
+                       deterministic):
+    """(dq, dk, dv) for torch tensors; see flashattn.attention_backward. Eager calls on plain
+    tensors run the body directly; torch.compile and tensor subclasses go through the op."""
+    for name, t in (("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; the "
+                            f"inputs must all be torch tensors or all NumPy arrays")
+    if torch.compiler.is_compiling() or any(
+            type(t) is not torch.Tensor for t in (q, k, v, out, dout, lse)):
+        return attention_bwd(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
+                             deterministic)
+    return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
+                        deterministic)

@@ -156,18 +156,21 @@ void flash_backward(const BwdParams& p) {
   const Sizes& s = p.sizes;
   const int d = s.head_dim;
   const std::vector<float> dots = row_dots(p);
-  std::vector<std::vector<float>> work(worker_count(int64_t(s.batch) * s.heads_q * s.seqlen_q + 1));
-
   const int n_blocks = (s.seqlen_k + kBlockN - 1) / kBlockN;
-  parallel_for(int64_t(s.batch) * s.heads_kv * n_blocks, [&](int64_t item, int worker) {
+  const int m_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t key_items = int64_t(s.batch) * s.heads_kv * n_blocks;
+  const int64_t query_items = int64_t(s.batch) * s.heads_q * m_blocks;
+  // One workspace per worker of the larger of the two loops.
+  std::vector<std::vector<float>> work(worker_count(std::max(key_items, query_items)));
+
+  parallel_for(key_items, [&](int64_t item, int worker) {
     const int n_block = int(item % n_blocks), hk = int(item / n_blocks % s.heads_kv);
     const int b = int(item / n_blocks / s.heads_kv), n0 = n_block * kBlockN;
     work[worker].resize(size_t(4 * kBlockN + 2) * d);
     key_tile(p, dots, b, hk, n0, std::min(kBlockN, s.seqlen_k - n0), work[worker]);
   });
 
-  const int m_blocks = (s.seqlen_q + kBlockM - 1) / kBlockM;
-  parallel_for(int64_t(s.batch) * s.heads_q * m_blocks, [&](int64_t item, int worker) {
+  parallel_for(query_items, [&](int64_t item, int worker) {
     const int m_block = int(item % m_blocks), hq = int(item / m_blocks % s.heads_q);
     const int b = int(item / m_blocks / s.heads_q), m0 = m_block * kBlockM;
     work[worker].resize(size_t(3 * kBlockM + 2) * d);

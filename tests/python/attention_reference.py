@@ -56,3 +56,46 @@ def assert_lse_close(lse, expected, tol):
     empty = np.isneginf(expected)
     np.testing.assert_array_equal(np.isneginf(lse), empty)
     np.testing.assert_allclose(lse[~empty], expected[~empty], rtol=0, atol=tol)
+
+
+def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="top_left",
+                             scale=None, dtype=np.float64):
+    """(out, dq, dk, dv) of standard attention with every step done in NumPy's `dtype`:
+    float64 is the oracle for the backward, a 16-bit dtype the same computation at that
+    precision (the error a plain implementation in that dtype makes).
+
+    With P = softmax(scale·q·kᵀ) (masked): dv = Pᵀ·dout, dP = dout·vᵀ, dS = P∘(dP − D) with
+    D_i = Σ_c dout_ic·out_ic, dq = scale·dS·k, dk = scale·dSᵀ·q. A row that sees no key has P
+    0, so dq 0; grouped-query dk and dv sum over the query heads of a kv head's group.
+    Finite inputs only.
+    """
+    q, k, v, dout = (np.asarray(x, dtype=dtype) for x in (q, k, v, dout))
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1:3]
+    group = heads_q // heads_kv
+    k, v = (np.repeat(x, group, axis=2) for x in (k, v))
+    scale = dtype(1.0 / np.sqrt(head_dim) if scale is None else scale)
+    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
+    if causal:
+        offset = 0 if causal_alignment == "top_left" else seqlen_k - seqlen_q
+        visible = np.arange(seqlen_k)[None, :] <= np.arange(seqlen_q)[:, None] + offset
+    # (batch, heads, seqlen, head_dim) for the products.
+    qh, kh, vh, douth = (x.transpose(0, 2, 1, 3) for x in (q, k, v, dout))
+    scores = np.where(visible, (qh @ kh.transpose(0, 1, 3, 2)) * scale, -np.inf).astype(dtype)
+    row_max = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
+    row_max = np.where(np.isneginf(row_max), 0, row_max).astype(dtype)
+    weights = np.exp(scores - row_max)
+    row_sum = weights.sum(axis=-1, keepdims=True)
+    probs = (weights / np.where(row_sum > 0, row_sum, 1)).astype(dtype)
+    out = probs @ vh
+    dv = probs.transpose(0, 1, 3, 2) @ douth
+    dprobs = douth @ vh.transpose(0, 1, 3, 2)
+    row_dot = (douth * out).sum(axis=-1, keepdims=True)
+    dscores = (probs * (dprobs - row_dot)).astype(dtype)
+    dq = (dscores @ kh) * scale
+    dk = (dscores.transpose(0, 1, 3, 2) @ qh) * scale
+
+    def kv_heads(x):  # (batch, seqlen_k, heads_kv, head_dim), summed over each group
+        x = x.transpose(0, 2, 1, 3)
+        return x.reshape(batch, seqlen_k, heads_kv, group, head_dim).sum(axis=3, dtype=dtype)
+    return out.transpose(0, 2, 1, 3), dq.transpose(0, 2, 1, 3), kv_heads(dk), kv_heads(dv)

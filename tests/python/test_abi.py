@@ -31,8 +31,26 @@ def test_packed_params_read_back_through_the_ctypes_layout():
             params.stream) == (0x5000, 1, 0.25, 2, 7, 0x6000)
 
 
+def test_packed_backward_params_read_back_through_the_ctypes_layout():
+    views = [_abi.view(0x1000 * (i + 1), i % 3, (i + 1, 2, 3, 4), (24, 12, 4, 1), _abi.CUDA, i)
+             for i in range(8)]
+    q, k, v, out, dout, dq, dk, dv = views
+    packed = _abi.pack_backward_params(q, k, v, out, dout, 0x9000, dq, dk, dv, 1, -0.5,
+                                       _abi.MASKS["causal_top_left"], 6, True, 0xA000)
+    assert len(packed) == ctypes.sizeof(_abi.BackwardParams)
+    params = _abi.BackwardParams.from_buffer_copy(packed)
+    assert params.struct_size == ctypes.sizeof(_abi.BackwardParams)
+    for packed_view, name in zip(views, ("q", "k", "v", "out", "dout", "dq", "dk", "dv")):
+        tensor = getattr(params, name)
+        assert (tensor.data, tensor.dtype, *tensor.shape, *tensor.strides, tensor.device,
+                tensor.device_index) == packed_view
+    assert (params.lse, params.has_scale, params.scale, params.mask, params.backend,
+            params.deterministic, params.stream) == (0x9000, 1, -0.5, 1, 6, 1, 0xA000)
+
+
 LAYOUTS = {"flashattn_tensor": _abi.Tensor, "flashattn_params": _abi.Params,
-           "flashattn_backend_info": _abi.BackendInfo}
+           "flashattn_backend_info": _abi.BackendInfo,
+           "flashattn_backward_params": _abi.BackwardParams}
 
 
 def test_struct_layouts_match_the_header(tmp_path):
@@ -75,6 +93,8 @@ def test_backends_come_from_the_library():
         assert backend.max_head_dim is None or backend.max_head_dim >= 1
         assert backend.compute_capability is None or backend.compute_capability >= 80
         assert backend.summary
+        assert backend.has_backward == (info.backward_max_head_dim != _abi.NO_BACKWARD)
+        assert backend.backward_max_head_dim is None or backend.backward_max_head_dim >= 1
     assert _backends.table(lib) is _backends.table(lib)  # read once per library
 
 
@@ -122,3 +142,39 @@ def test_a_library_without_the_backend_table_still_runs():
     _library.forward(*views, mask="causal_top_left", backend=_options.backend_value("cpu"),
                      lib=old)
     np.testing.assert_array_equal(out, flashattn.attention(q, k, v, causal=True, backend="cpu"))
+
+
+class PreBackwardLibrary:
+    """A build from before the backward, as ctypes sees it: no flashattn_backward, and a
+    flashattn_get_backend_info that fills only the fields it knew."""
+
+    def __init__(self, lib):
+        for name in ("flashattn_forward", "flashattn_last_error", "flashattn_backend_count"):
+            setattr(self, name, getattr(lib, name))
+        self._lib = lib
+
+    def flashattn_get_backend_info(self, index, info_ref):
+        info = info_ref._obj
+        info.struct_size = _abi.BackendInfo.backward_max_head_dim.offset
+        return self._lib.flashattn_get_backend_info(index, info_ref)
+
+
+def test_a_library_without_the_backward_reports_none_and_refuses_it():
+    old = PreBackwardLibrary(_library.library())
+    assert not _abi.has_backward(old) and _abi.has_registry(old)
+    rows = _backends.table(old)
+    assert rows and not any(backend.has_backward for _, backend in rows.values())
+    view = _abi.view(0, _abi.F32, (0, 1, 1, 1), (1, 1, 1, 1), _abi.CPU)
+    with pytest.raises(flashattn.UnsupportedError, match="no backward"):
+        _library.backward(*[view] * 5, 0, *[view] * 3, lib=old)
+
+
+def test_backward_struct_size_must_cover_the_first_generation():
+    q = np.zeros((1, 2, 1, 4), np.float32)
+    view = _abi.view(q.ctypes.data, _abi.F32, q.shape, (8, 4, 4, 1), _abi.CPU)
+    packed = bytearray(_abi.pack_backward_params(*[view] * 5, q.ctypes.data, *[view] * 3, 0,
+                                                 0.0, 0, 0, 0, 0))
+    packed[:4] = (8).to_bytes(4, "little")
+    lib = _library.library()
+    assert lib.flashattn_backward(bytes(packed)) == _abi.ERR_INVALID_ARGUMENT
+    assert b"struct_size is 8" in lib.flashattn_last_error()

@@ -1,5 +1,5 @@
-"""flashattn on PyTorch CPU tensors: the custom op, sdpa, torch.compile, autograd, errors.
-Skipped without torch; test_torch_cuda.py covers the GPU."""
+"""flashattn on PyTorch CPU tensors: the custom op, sdpa, torch.compile, errors. Skipped
+without torch; test_torch_backward.py covers autograd, test_torch_cuda.py the GPU."""
 import numpy as np
 import pytest
 
@@ -85,14 +85,6 @@ def test_torch_compile_fullgraph():
     torch._dynamo.reset()
     compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(query, key, value), block(query, key, value))
-
-
-def test_backward_is_not_implemented_yet():
-    q, k, v = random_bshd(1, 4, 4, 1, 1, 8, seed=6)
-    out = flashattn.attention(q.requires_grad_(), k, v)
-    assert out.requires_grad
-    with pytest.raises(NotImplementedError, match="backward kernels are not implemented yet"):
-        out.sum().backward()
 
 
 def test_eager_calls_skip_the_dispatcher_with_the_same_result():

@@ -40,7 +40,32 @@ def reference_bhsd(query, key, value, **options):
 
 
 def causal_mask(seqlen_q, seqlen_k, alignment, device):
-    """The boolean attn_mask (True: visible) of a causal alignment, for torch's SDPA."""
+    """The boolean attn_mask (True: visible) of a causal alignment, for torch's SDPA;
+    alignment None: every key visible."""
+    if alignment is None:
+        return torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
     offset = 0 if alignment == "top_left" else seqlen_k - seqlen_q
     rows = torch.arange(seqlen_q, device=device)[:, None]
     return torch.arange(seqlen_k, device=device)[None, :] <= rows + offset
+
+
+def plain_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None):
+    """Standard attention on (batch, seqlen, heads, head_dim) tensors, every step in their
+    dtype and differentiable by torch: the scores materialised, grouped-query k and v
+    repeated per query head. A row that sees no key gives 0 (and no gradient)."""
+    group = q.shape[2] // k.shape[2]
+    k, v = (x.repeat_interleave(group, dim=2) for x in (k, v))
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    visible = causal_mask(q.shape[1], k.shape[1], causal_alignment if causal else None,
+                          q.device)
+    has_keys = visible.any(dim=1)[:, None]
+    scores = scores.masked_fill(~visible, float("-inf")).masked_fill(~has_keys, 0.0)
+    probs = torch.softmax(scores, dim=-1).masked_fill(~has_keys, 0.0)
+    return torch.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def plain_grads(q, k, v, dout, **options):
+    """(dq, dk, dv) of plain_attention by torch's autograd, in the tensors' dtype."""
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    return torch.autograd.grad(plain_attention(q, k, v, **options), (q, k, v), dout)

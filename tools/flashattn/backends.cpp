@@ -13,7 +13,8 @@ namespace {
 constexpr const char* kHelp = R"(usage: flashattn backends [--markdown]
 
 Lists the library's backends: where each runs, the dtypes and head dims it
-takes, the GPUs it needs, and how it computes. Every limit that the docs,
+takes, whether it has a backward (and its head_dim limit), the GPUs it needs,
+and how it computes. Every limit that the docs,
 --help texts and error messages state comes from this one table.
 
 options:
@@ -31,6 +32,12 @@ std::string head_dims_of(const BackendInfo& b) {
   return b.max_head_dim == 0 ? "any" : "<= " + std::to_string(b.max_head_dim);
 }
 
+std::string backward_of(const BackendInfo& b) {
+  if (!b.has_backward()) return "no";
+  return b.backward_max_head_dim == 0 ? "any head_dim"
+                                      : "head_dim <= " + std::to_string(b.backward_max_head_dim);
+}
+
 std::string gpus_of(const BackendInfo& b) {
   if (b.device == DeviceKind::cpu) return "none (host tensors)";
   if (b.compute_capability == 0) return "compute capability 8.0+";
@@ -42,12 +49,12 @@ std::string gpus_of(const BackendInfo& b) {
 
 std::string backend_table_markdown() {
   std::ostringstream out;
-  out << "| backend | tensors on | dtypes | head_dim | GPU | how it computes |\n"
-      << "|---|---|---|---|---|---|\n";
+  out << "| backend | tensors on | dtypes | head_dim | backward | GPU | how it computes |\n"
+      << "|---|---|---|---|---|---|---|\n";
   for (const BackendInfo& b : backends())
     out << "| `" << b.name << "` | " << (b.device == DeviceKind::cpu ? "cpu" : "cuda") << " | "
-        << dtypes_of(b) << " | " << head_dims_of(b) << " | " << gpus_of(b) << " | " << b.summary
-        << " |\n";
+        << dtypes_of(b) << " | " << head_dims_of(b) << " | " << backward_of(b) << " | "
+        << gpus_of(b) << " | " << b.summary << " |\n";
   return out.str();
 }
 
@@ -71,7 +78,8 @@ int backends_main(Options& options) {
   for (const BackendInfo& b : backends())
     std::cout << b.name << std::string(b.name.size() < 13 ? 13 - b.name.size() : 1, ' ')
               << (b.device == DeviceKind::cpu ? "cpu " : "cuda") << "  " << dtypes_of(b)
-              << ", head_dim " << head_dims_of(b) << ", " << gpus_of(b) << "\n"
+              << ", head_dim " << head_dims_of(b) << ", backward: " << backward_of(b) << ", "
+              << gpus_of(b) << "\n"
               << std::string(19, ' ') << b.summary << "\n";
   return 0;
 }

@@ -7,8 +7,9 @@
 
 #include "check_cases.h"
 #include "commands.h"
-#include "problem.h"
 #include "format.h"
+#include "grad_problem.h"
+#include "problem.h"
 
 namespace flashattn::cli {
 namespace {
@@ -30,7 +31,15 @@ options:
   --cases N              number of cases (default 100)
   --seed S               replay a sweep (default: a fresh random seed, printed)
   --quick                small cases only (default 12), e.g. under compute-sanitizer
+  --backward             check the backward instead: each backend with one runs
+                         its forward, then its backward, and dq, dk and dv are
+                         scored each against the float64 reference (cases whose
+                         whole reference backward would take long are left out)
 )";
+
+// --backward: the reference backward runs on every row, so cases above this many
+// forward flops are left out (a few seconds of float64 on two cores).
+constexpr double kBackwardFlopLimit = 3e8;
 
 std::vector<Backend> chosen_backends(Options& options, DeviceKind device) {
   const std::vector<Backend> available = available_backends(device);
@@ -79,6 +88,29 @@ Outcome check_backend(harness::Problem& problem, Backend backend) {
   }
 }
 
+Outcome check_backward(harness::GradProblem& problem, Backend backend) {
+  try {
+    problem.run(backend);
+    const harness::GradAccuracy accuracy = problem.evaluate(backend);
+    if (accuracy.passed()) return {Outcome::passed, ""};
+    return {Outcome::failed, accuracy.summary()};
+  } catch (const Error& e) {
+    if (e.status() == Status::unsupported) return {Outcome::skipped, e.what()};
+    return {Outcome::failed, std::string("error: ") + e.what()};
+  } catch (const std::exception& e) {
+    return {Outcome::failed, std::string("error: ") + e.what()};
+  }
+}
+
+bool runs(Backend backend, const harness::Case& c, bool backward) {
+  if (!backward) return backend_supports(backend, c.dtype, c.shape.head_dim);
+  for (const BackendInfo& info : flashattn::backends())
+    if (info.backend == backend)
+      return info.has_backward() && info.takes(c.dtype) &&
+             info.takes_backward_head_dim(c.shape.head_dim);
+  return false;
+}
+
 }  // namespace
 
 int check_main(Options& options) {
@@ -89,6 +121,7 @@ int check_main(Options& options) {
   const Device device = parse_device(options);
   const std::vector<Backend> backends = chosen_backends(options, device.kind);
   const bool quick = options.flag("quick");
+  const bool backward = options.flag("backward");
   const int count =
       int(options.integer("cases", 1, 1000000).value_or(default_check_cases(quick)));
   const std::optional<int64_t> given_seed = options.integer("seed", 0, INT64_MAX);
@@ -100,17 +133,23 @@ int check_main(Options& options) {
   std::cout << "seed " << seed << ": " << count << " cases on " << device_label(device)
             << " for " << join(names, ", ") << "\nreplay: flashattn check --device "
             << device_label(device) << " --backends " << join(names, ",") << " --cases " << count
-            << (quick ? " --quick" : "") << " --seed " << seed << "\n";
+            << (quick ? " --quick" : "") << (backward ? " --backward" : "") << " --seed " << seed
+            << "\n";
 
   const auto start = std::chrono::steady_clock::now();
   int passed = 0, failed = 0, skipped = 0;
   const std::vector<CheckCase> cases = check_cases(device.kind, count, seed, quick);
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string index = counter(i + 1, cases.size());
-    harness::Problem problem(cases[i].spec, device, cases[i].seed);
+    if (backward && harness::flop_count(cases[i].spec) > kBackwardFlopLimit) continue;
+    std::optional<harness::Problem> problem;
+    std::optional<harness::GradProblem> grad_problem;
+    if (backward) grad_problem.emplace(cases[i].spec, device, cases[i].seed);
+    else problem.emplace(cases[i].spec, device, cases[i].seed);
     for (Backend b : backends) {
-      if (!backend_supports(b, cases[i].spec.dtype, cases[i].spec.shape.head_dim)) continue;
-      const Outcome outcome = check_backend(problem, b);
+      if (!runs(b, cases[i].spec, backward)) continue;
+      const Outcome outcome =
+          backward ? check_backward(*grad_problem, b) : check_backend(*problem, b);
       std::string name(to_string(b));
       name.resize(std::max<size_t>(name.size(), 11), ' ');
       static constexpr const char* kLabel[] = {"PASS ", "FAIL ", "SKIP "};

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/half.h"
 #include "core/parallel.h"
@@ -18,18 +19,28 @@ float round_float(DType dtype, float x) {
   return x;
 }
 
-// F: the arithmetic; round(x): what storing a product's result does.
+// F: the arithmetic; round(x): what storing a product's result does. With
+// d_from_output, what a flash backward inherits from its forward is modelled
+// (standard_backward.h, exact_backward_from_stored_output).
 template <typename F, typename Round>
-HostGradients standard_backward(const HostProblem& p, Round round) {
+HostGradients standard_backward(const HostProblem& p, Round round,
+                                std::optional<DType> d_from_output = std::nullopt) {
   const Sizes& s = p.sizes;
   const int d = s.head_dim;
-  auto at = [&](int b, int row, int heads, int h) {
-    return ((size_t(b) * (heads == s.heads_q ? s.seqlen_q : s.seqlen_k) + row) * heads + h) * d;
+  // Offsets of a row of q's shape (q, dout, dq) and of k's (k, v, dk, dv).
+  auto at_q = [&](int b, int row, int h) {
+    return ((size_t(b) * s.seqlen_q + row) * s.heads_q + h) * d;
+  };
+  auto at_k = [&](int b, int row, int h) {
+    return ((size_t(b) * s.seqlen_k + row) * s.heads_kv + h) * d;
   };
   HostGradients g;
   g.dq.assign(size_t(s.batch) * s.seqlen_q * s.heads_q * d, 0.0);
   g.dk.assign(size_t(s.batch) * s.seqlen_k * s.heads_kv * d, 0.0);
   g.dv.assign(g.dk.size(), 0.0);
+  g.dq_mag.assign(g.dq.size(), 0.0);
+  g.dk_mag.assign(g.dk.size(), 0.0);
+  g.dv_mag.assign(g.dv.size(), 0.0);
   parallel_for(int64_t(s.batch) * s.heads_kv, [&](int64_t slice, int) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     std::vector<F> dk(size_t(s.seqlen_k) * d, F(0)), dv(dk.size(), F(0));
@@ -39,36 +50,74 @@ HostGradients standard_backward(const HostProblem& p, Round round) {
       for (int i = 0; i < s.seqlen_q; ++i) {
         const int key_begin = p.mask.key_begin(i), key_end = p.mask.key_end(i);
         if (key_begin >= key_end) continue;  // dq stays 0
-        const float* q = &(*p.q)[at(b, i, s.heads_q, hq)];
-        const float* dout = &(*p.dout)[at(b, i, s.heads_q, hq)];
+        const float* q = &(*p.q)[at_q(b, i, hq)];
+        const float* dout = &(*p.dout)[at_q(b, i, hq)];
         F m = -std::numeric_limits<F>::infinity();
         for (int j = key_begin; j < key_end; ++j) {
-          const float* k = &(*p.k)[at(b, j, s.heads_kv, hk)];
+          const float* k = &(*p.k)[at_k(b, j, hk)];
           F dot = 0;
           for (int c = 0; c < d; ++c) dot += F(q[c]) * F(k[c]);
           prob[j] = F(round(dot)) * F(p.scale);
+          if (d_from_output) {  // a flash kernel's score: an fp32 dot product
+            float dot32 = 0.0f;
+            for (int c = 0; c < d; ++c) dot32 += q[c] * k[c];
+            prob[j] = F(dot32 * p.scale);
+          }
           m = std::isnan(m) || std::isnan(prob[j]) ? F(NAN) : std::max(m, prob[j]);
         }
         F sum = 0;
         for (int j = key_begin; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
+        // A flash backward's P is e^(s − lse) with the forward's lse in fp32, from
+        // its own fp32 scores (here: the dot products summed in the other order).
+        F flash_factor = 0;
+        if (d_from_output) {
+          float m32 = -INFINITY, l32 = 0.0f;
+          std::vector<float> s32(key_end);
+          for (int j = key_begin; j < key_end; ++j) {
+            const float* k = &(*p.k)[at_k(b, j, hk)];
+            float dot32 = 0.0f;
+            for (int c = d - 1; c >= 0; --c) dot32 += q[c] * k[c];
+            s32[j] = dot32 * p.scale;
+            m32 = std::max(m32, s32[j]);
+          }
+          for (int j = key_begin; j < key_end; ++j) l32 += std::exp(s32[j] - m32);
+          flash_factor = F(std::exp(m - F(m32 + std::log(l32))));
+        }
         F row_dot = 0;  // rowsum(dP∘P)
+        std::vector<F> out(d, F(0));
         for (int j = key_begin; j < key_end; ++j) {
-          prob[j] = F(round(prob[j] / sum));
-          const float* v = &(*p.v)[at(b, j, s.heads_kv, hk)];
+          prob[j] = F(round(d_from_output ? prob[j] * flash_factor : prob[j] / sum));
+          const float* v = &(*p.v)[at_k(b, j, hk)];
           F dot = 0;
-          for (int c = 0; c < d; ++c) dot += F(dout[c]) * F(v[c]);
+          for (int c = 0; c < d; ++c) {
+            dot += F(dout[c]) * F(v[c]);
+            out[c] += prob[j] * F(v[c]);
+          }
           dp[j] = F(round(dot));
           row_dot += dp[j] * prob[j];
         }
-        double* dq = &g.dq[at(b, i, s.heads_q, hq)];
+        if (d_from_output) {
+          row_dot = 0;
+          for (int c = 0; c < d; ++c)
+            row_dot += F(dout[c]) * F(round_float(*d_from_output, float(out[c])));
+        }
+        double* dq = &g.dq[at_q(b, i, hq)];
+        double* dq_mag = &g.dq_mag[at_q(b, i, hq)];
         std::vector<F> dq_row(d, F(0));
         for (int j = key_begin; j < key_end; ++j) {
           const F ds = F(round(prob[j] * (dp[j] - row_dot))) * F(p.scale);
-          const float* k = &(*p.k)[at(b, j, s.heads_kv, hk)];
+          const double ds_mag = std::fabs(double(prob[j]) * p.scale) *
+                                (std::fabs(double(dp[j])) + std::fabs(double(row_dot)));
+          const float* k = &(*p.k)[at_k(b, j, hk)];
+          double* dk_mag = &g.dk_mag[at_k(b, j, hk)];
+          double* dv_mag = &g.dv_mag[at_k(b, j, hk)];
           for (int c = 0; c < d; ++c) {
             dq_row[c] += ds * F(k[c]);
             dk[size_t(j) * d + c] += ds * F(q[c]);
             dv[size_t(j) * d + c] += prob[j] * F(dout[c]);
+            dq_mag[c] += ds_mag * std::fabs(k[c]);
+            dk_mag[c] += ds_mag * std::fabs(q[c]);
+            dv_mag[c] += std::fabs(double(prob[j]) * dout[c]);
           }
         }
         for (int c = 0; c < d; ++c) dq[c] = round(dq_row[c]);
@@ -76,8 +125,8 @@ HostGradients standard_backward(const HostProblem& p, Round round) {
     }
     for (int j = 0; j < s.seqlen_k; ++j)
       for (int c = 0; c < d; ++c) {
-        g.dk[at(b, j, s.heads_kv, hk) + c] = round(dk[size_t(j) * d + c]);
-        g.dv[at(b, j, s.heads_kv, hk) + c] = round(dv[size_t(j) * d + c]);
+        g.dk[at_k(b, j, hk) + c] = round(dk[size_t(j) * d + c]);
+        g.dv[at_k(b, j, hk) + c] = round(dv[size_t(j) * d + c]);
       }
   });
   return g;
@@ -91,6 +140,10 @@ HostGradients standard_backward_float64(const HostProblem& p) {
 
 HostGradients standard_backward_in_dtype(const HostProblem& p, DType dtype) {
   return standard_backward<float>(p, [dtype](float x) { return round_float(dtype, x); });
+}
+
+HostGradients exact_backward_from_stored_output(const HostProblem& p, DType dtype) {
+  return standard_backward<double>(p, [](double x) { return x; }, dtype);
 }
 
 }  // namespace flashattn::harness

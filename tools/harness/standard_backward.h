@@ -20,6 +20,11 @@ namespace flashattn::harness {
 // Contiguous (batch, seqlen, heads, head_dim) float tensors.
 struct HostGradients {
   std::vector<double> dq, dk, dv;
+  // The sums of the terms' magnitudes (|ds|·|k| … with |ds| bounded by
+  // p·(|dp| + |D|)): what rounding errors scale with where terms cancel (a row
+  // with one visible key has ds = 0 exactly, as the difference of two equal
+  // numbers). standard_backward_float64 only.
+  std::vector<double> dq_mag, dk_mag, dv_mag;
 };
 
 struct HostProblem {
@@ -33,6 +38,17 @@ struct HostProblem {
 };
 
 HostGradients standard_backward_float64(const HostProblem& p);
+// In fp32 arithmetic, each product's result rounded to dtype (f32: not rounded).
 HostGradients standard_backward_in_dtype(const HostProblem& p, DType dtype);
+
+// The exact gradients (float64) but for what every flash backward inherits from
+// its forward: P = e^(s − lse) with s an fp32 dot product and lse an fp32 value
+// from the forward's own fp32 scores (a relative error in P of about |s|·2^-24
+// times the rounding steps, which no normalisation undoes, as the backward's
+// scores and the forward's lse come from two computations), and D = rowsum(dO∘O)
+// from the output O rounded to dtype.
+// Where the softmax is sharp, dP − D cancels and this error can exceed standard
+// attention's in the dtype, whose D (rowsum(dP∘P)) is consistent with its own P.
+HostGradients exact_backward_from_stored_output(const HostProblem& p, DType dtype);
 
 }  // namespace flashattn::harness

@@ -1,0 +1,203 @@
+"""The backward on PyTorch CUDA tensors: cuda_mma and cuda_tiled (and the automatic choice)
+against float64 autograd, deterministic mode, torch.compile training steps, streams.
+Skipped without torch or a CUDA GPU."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import flashattn  # noqa: E402
+from attention_reference import rel_l2  # noqa: E402
+from edge_cases import EMPTY_IDS, EMPTY_SIZES  # noqa: E402
+from torch_cases import plain_grads, random_bhsd, random_bshd  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+HALF = [torch.float16, torch.bfloat16]
+MASKS = {"none": {}, "top_left": {"causal": True},
+         "bottom_right": {"causal": True, "causal_alignment": "bottom_right"}}
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim): ragged tiles, GQA, Nq ≠ Nk.
+SHAPES = [(2, 150, 97, 4, 2, 72), (1, 257, 513, 6, 2, 128), (1, 64, 200, 2, 1, 256),
+          (3, 1, 17, 2, 2, 64)]
+SHAPE_IDS = ["b{}_sq{}_sk{}_hq{}_hkv{}_d{}".format(*s) for s in SHAPES]
+
+
+def backward_limit(name):
+    backend = {b.name: b for b in flashattn.backends()}[name]
+    return backend.backward_max_head_dim or 1 << 30
+
+
+def grads_of(q, k, v, dout, backend=None, deterministic=False, **options):
+    """The forward, then attention_backward on its out and lse."""
+    out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
+    return flashattn.attention_backward(q, k, v, out, dout, lse, backend=backend,
+                                        deterministic=deterministic, **options)
+
+
+def assert_gradients_accurate(grads, inputs, dout, options):
+    """fp32: within 1e-5 (relative L2) of float64 autograd on the plain formula. 16-bit: at
+    most twice the error of the plain formula differentiated by torch in that dtype on the
+    GPU, plus a quarter ulp."""
+    dtype = inputs[0].dtype
+    expected = plain_grads(*(x.double() for x in (*inputs, dout)), **options)
+    plain = plain_grads(*inputs, dout, **options) if dtype != torch.float32 else None
+    for i, (grad, x, want) in enumerate(zip(grads, inputs, expected)):
+        assert grad.dtype == dtype and grad.shape == x.shape and grad.device == x.device
+        err = rel_l2(grad.double().cpu().numpy(), want.cpu().numpy())
+        if dtype == torch.float32:
+            assert err <= 1e-5, "qkv"[i]
+        else:
+            floor = torch.finfo(dtype).eps / 4
+            bound = 2 * rel_l2(plain[i].double().cpu().numpy(), want.cpu().numpy()) + floor
+            assert err <= bound, "qkv"[i]
+
+
+def problem(shape, dtype, seed=0):
+    q, k, v = random_bshd(*shape, dtype=dtype, device="cuda", seed=seed)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
+    return q, k, v, dout.to(device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_cuda_mma_backward(shape, dtype, mask):
+    if shape[-1] > backward_limit("cuda_mma"):
+        pytest.skip("beyond cuda_mma's backward head_dim limit")
+    q, k, v, dout = problem(shape, dtype, seed=1)
+    grads = grads_of(q, k, v, dout, backend="cuda_mma", **MASKS[mask])
+    assert_gradients_accurate(grads, (q, k, v), dout, MASKS[mask])
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF], ids=str)
+@pytest.mark.parametrize("shape", SHAPES[:2] + [(2, 33, 17, 3, 1, 3), (1, 100, 100, 2, 2, 1)],
+                         ids=SHAPE_IDS[:2] + ["d3", "d1"])
+def test_cuda_tiled_backward(shape, dtype, mask):
+    q, k, v, dout = problem(shape, dtype, seed=2)
+    grads = grads_of(q, k, v, dout, backend="cuda_tiled", **MASKS[mask])
+    assert_gradients_accurate(grads, (q, k, v), dout, MASKS[mask])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF], ids=str)
+@pytest.mark.parametrize("head_dim", [64, 320])
+def test_automatic_backward_any_head_dim(dtype, head_dim):
+    q, k, v, dout = problem((1, 70, 90, 4, 2, head_dim), dtype, seed=3)
+    grads = grads_of(q, k, v, dout, causal=True)
+    assert_gradients_accurate(grads, (q, k, v), dout, MASKS["top_left"])
+
+
+@pytest.mark.parametrize("backend", ["cuda_mma", "cuda_tiled"])
+def test_deterministic_backward_is_bit_identical(backend):
+    # Many key blocks and query heads per kv head: every dk, dv and dq sum crosses blocks.
+    q, k, v, dout = problem((2, 1024, 1024, 8, 2, 64), torch.bfloat16, seed=4)
+    out, lse = flashattn.attention(q, k, v, causal=True, return_lse=True)
+    runs = [flashattn.attention_backward(q, k, v, out, dout, lse, causal=True, backend=backend,
+                                         deterministic=True) for _ in range(3)]
+    for again in runs[1:]:
+        for a, b in zip(runs[0], again):
+            assert torch.equal(a, b)
+
+
+def test_autograd_and_sdpa_drop_in():
+    query, key, value = (x.requires_grad_() for x in random_bhsd(
+        2, 200, 333, 8, 2, 64, dtype=torch.bfloat16, device="cuda", seed=5))
+    dout = torch.randn_like(query)
+    flashattn.sdpa(query, key, value, is_causal=True, enable_gqa=True).backward(dout)
+    ours = [x.grad for x in (query, key, value)]
+    inputs = [x.detach().transpose(1, 2) for x in (query, key, value)]
+    grads = [g.transpose(1, 2) for g in ours]
+    assert_gradients_accurate(grads, inputs, dout.transpose(1, 2), MASKS["top_left"])
+    wide = [x.detach().double().requires_grad_() for x in (query, key, value)]
+    F.scaled_dot_product_attention(*wide, is_causal=True, enable_gqa=True).backward(
+        dout.double())
+    for g, w in zip(ours, wide):
+        assert rel_l2(g.double().cpu().numpy(), w.grad.cpu().numpy()) < 2e-2
+
+
+def test_strided_inputs_get_their_gradients():
+    packed = torch.randn(2, 129, 3, 4, 80, device="cuda", dtype=torch.bfloat16)[..., :64]
+    packed.requires_grad_()
+    q, k, v = packed.unbind(2)
+    dout = torch.randn_like(q)
+    flashattn.attention(q, k, v, causal=True).backward(dout)
+    contiguous = [x.detach().contiguous() for x in (q, k, v)]
+    expected = grads_of(*contiguous, dout, causal=True)
+    for i, want in enumerate(expected):
+        assert torch.equal(packed.grad[:, :, i], want)
+
+
+def test_torch_compile_training_step():
+    """A small attention block trained for a few steps, compiled with fullgraph=True
+    (inductor), against the same steps in eager mode."""
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(256, 3 * 256)
+            self.proj = torch.nn.Linear(256, 256)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).unflatten(-1, (3, 4, 64)).permute(2, 0, 3, 1, 4)
+            return self.proj(flashattn.sdpa(q, k, v, is_causal=True).transpose(1, 2).flatten(2))
+
+    eager = Block().cuda()
+    compiled_model = Block().cuda()
+    compiled_model.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 128, 256, device="cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    for model, run in ((eager, eager), (compiled_model, compiled)):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = run(x).float().square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    for a, b in zip(eager.parameters(), compiled_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3)
+
+
+def test_backward_on_the_current_stream_without_host_sync():
+    q, k, v, dout = problem((1, 512, 512, 8, 8, 64), torch.bfloat16, seed=6)
+    out, lse = flashattn.attention(q, k, v, return_lse=True)
+    expected = flashattn.attention_backward(q, k, v, out, dout, lse)
+    dout_new = dout.clone()
+    dout.zero_()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(200_000_000)
+        dout.copy_(dout_new)  # a kernel on another stream would read the zeros
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            grads = flashattn.attention_backward(q, k, v, out, dout, lse)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert not stream.query()
+    torch.cuda.current_stream().wait_stream(stream)
+    for a, b in zip(grads, expected):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("batch,seqlen_q,seqlen_k", EMPTY_SIZES, ids=EMPTY_IDS)
+def test_empty_problems_on_gpu_backwards(batch, seqlen_q, seqlen_k):
+    for backend in [b for b in flashattn.backends() if b.device == "cuda" and b.has_backward]:
+        dtype = torch.float32 if "f32" in backend.dtypes else torch.float16
+        q, k, v = random_bshd(batch, seqlen_q, seqlen_k, 4, 2, 64, dtype=dtype, device="cuda")
+        grads = grads_of(q, k, v, torch.ones_like(q), backend=backend.name, causal=True)
+        for grad, x in zip(grads, (q, k, v)):
+            assert grad.shape == x.shape and not torch.any(grad), backend.name
+
+
+def test_device_errors():
+    q, k, v, dout = problem((1, 4, 4, 1, 1, 8), torch.float16, seed=7)
+    out, lse = flashattn.attention(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match="lse: device is cpu"):
+        flashattn.attention_backward(q, k, v, out, dout, lse.cpu())
+    with pytest.raises(ValueError, match="dout: device differs"):
+        flashattn.attention_backward(q, k, v, out, dout.cpu(), lse)
+    with pytest.raises(NotImplementedError, match="cuda_wgmma has no backward"):
+        flashattn.attention_backward(q, k, v, out, dout, lse, backend="cuda_wgmma")

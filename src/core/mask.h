@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "core/host_device.h"
@@ -67,6 +68,12 @@ struct RowMask {
   int seqlen_q;
   int seqlen_k;
   bool causal;
+  // Rows below it see no key, rows from it on see some (key_end grows with the
+  // row, key_begin is 0): INT_MIN where every row sees a key, INT_MAX where none
+  // does. Resolved once, so that a kernel's empty-row test is one comparison
+  // with a constant, not key_end's 64-bit arithmetic and branches per row
+  // (cuda_wgmma's epilogue, docs/perf/cuda_wgmma.md v4.17).
+  int first_nonempty_row;
   int64_t causal_offset;  // key j visible to row i iff !causal or j <= i + causal_offset
 
   FLASHATTN_HOST_DEVICE int key_begin(int64_t /*row*/) const { return 0; }
@@ -87,7 +94,8 @@ struct RowMask {
     return causal ? std::max(0, std::min(seqlen_k, end)) : seqlen_k;
 #endif
   }
-  FLASHATTN_HOST_DEVICE bool empty(int64_t row) const { return key_end(row) <= key_begin(row); }
+  // key_end(row) <= key_begin(row), from the resolved first_nonempty_row.
+  FLASHATTN_HOST_DEVICE bool empty(int64_t row) const { return row < first_nonempty_row; }
   // key >= key_end(row), asked without clamping key_end: the cheaper form for a
   // key loop that asks it of every block's last key.
   FLASHATTN_HOST_DEVICE bool beyond_end(int64_t row, int64_t key) const {
@@ -133,6 +141,9 @@ FLASHATTN_HOST_DEVICE RowMask resolve(const MaskRule& rule, SequenceLengths seq)
   m.seqlen_k = seq.seqlen_k;
   m.causal = rule.causal;
   m.causal_offset = rule.bottom_right ? int64_t(seq.seqlen_k) - seq.seqlen_q : 0;
+  // Causal, row i sees a key iff i + causal_offset >= 0; -causal_offset lies
+  // within int's range, both lengths being ints.
+  m.first_nonempty_row = seq.seqlen_k == 0 ? INT_MAX : rule.causal ? int(-m.causal_offset) : INT_MIN;
   return m;
 }
 

@@ -43,6 +43,14 @@ TEST(RowMaskTest, SmallFormAgreesWithKeyEnd) {
     for (int i = 0; i < m.seqlen_q; ++i) EXPECT_EQ(m.key_end_small(i), m.key_end(i)) << i;
 }
 
+// empty() reads the resolved first_nonempty_row; the rule is key_end <= key_begin,
+// on rows before 0 and past seqlen_q too (a kernel's tiles reach there).
+TEST(RowMaskTest, EmptyRowsAreThoseWithoutKeys) {
+  for (const RowMask& m : masks())
+    for (int i = -70; i < m.seqlen_q + 70; ++i)
+      EXPECT_EQ(m.empty(i), m.key_end(i) <= m.key_begin(i)) << "row " << i;
+}
+
 TEST(RowMaskTest, BottomRightLastRowSeesEveryKey) {
   const RowMask m = resolve(MaskRule{true, true}, {40, 100});
   EXPECT_EQ(m.key_end(39), 100);

@@ -22,49 +22,59 @@ constexpr int kTurnBarrier = 4;
 // out = acc / l through the output staging buffer (this warpgroup's 64 rows of
 // it) and TMA stores, which drop rows past seqlen_q and columns past head_dim;
 // lse per row. Rows the mask leaves without keys get 0 and -inf (finish_row);
-// `empty`: no row of the warpgroup saw a key, and acc (another tile's) does not
-// reach the output. The stores are left in flight: the next epilogue (or the block's end)
-// waits for them to have read the buffer. (acc is only read here: a write to it
-// under a condition made ptxas serialise the kernel's wgmma, 0.7x measured.)
+// `empty` (a constant at every call site): no row of the warpgroup saw a key,
+// and acc (another tile's) does not reach the output. The stores are left in
+// flight: the next epilogue (or the block's end) waits for them to have read
+// the buffer. (acc is only read here: a write to it under a condition made
+// ptxas serialise the kernel's wgmma, 0.7x measured.)
 template <typename T, class Tr>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
                                          const float (&acc)[Tr::kHeadDim / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
                                          int warp, int lane) {
-  // Rows that see no key can only be a tile's first rows (key_end grows with the
-  // row): where the warpgroup's first row sees a key, no row is asked.
-  const bool first_row_empty = p.mask.empty(int64_t(t.row0) + 64 * warpgroup);
   FinishedRow<float> finished[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float l = row_sum[half];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    // `empty`: the warpgroup walked no key block, so its rows finish as empty
-    // (their acc, row_max and row_sum are another tile's).
-    finished[half] = finish_row(
-        row_max[half] * p.scale, l,
-        empty || (first_row_empty && p.mask.empty(int64_t(t.row0) + at.row0 + 8 * half)));
+    finished[half] = finish_row(row_max[half] * p.scale, l,
+                                empty || p.mask.empty(t.row0 + at.row0 + 8 * half));
   }
   const bool storer = warp == 0 && lane == 0;
   if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
   const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kOOffset));
   const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
-  // FinishedRow::out selects per element, without a branch (a branch per element
-  // between it and a select-free path doubled the epilogue's code and cost 1-3%,
-  // most at 512-2048 keys, docs/perf/cuda_wgmma.md v4.16).
+  // Lane l's stmatrix address is row l % 16 of the warp's 16, columns
+  // 16·jj + 8·(l / 16) to +8: the 16 bytes it zeroes below if that row is empty.
+  const auto chunk = [&](int jj) {
+    return so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM);
+  };
 #pragma unroll
   for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const FinishedRow<float>& row = finished[q % 2];
-      r[q] = pack_pair<T>(row.out(acc[8 * jj + 2 * q]), row.out(acc[8 * jj + 2 * q + 1]));
+      const float inv_l = finished[q % 2].inv_l;
+      r[q] = empty ? 0u
+                   : pack_pair<T>(acc[8 * jj + 2 * q] * inv_l, acc[8 * jj + 2 * q + 1] * inv_l);
     }
-    stmatrix_x4(so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM), r[0], r[1],
-                r[2], r[3]);
+    stmatrix_x4(chunk(jj), r[0], r[1], r[2], r[3]);
+  }
+  // A row that sees no key outputs 0 whatever acc holds (a masked key's 0·v can
+  // leave a NaN there), as FinishedRow::out gives. Such rows are a sequence's
+  // first (key_end grows with the row), so only a warp whose first row is one
+  // writes zeros over them; a select per element (FinishedRow::out) cost every
+  // tile 64 (d 128) to 128 (d 256) instructions on the path between its last
+  // products and the next tile's (docs/perf/cuda_wgmma.md, v4.17).
+  if (!empty && p.mask.empty(t.row0 + 64 * warpgroup + 16 * warp)) {
+    __syncwarp();  // the warp's stmatrix writes land before the zeros
+    if (p.mask.empty(t.row0 + stm_row)) {
+#pragma unroll
+      for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) store_zero_16(chunk(jj));
+    }
   }
   fence_shared_to_async();
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);

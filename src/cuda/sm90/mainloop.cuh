@@ -113,10 +113,12 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   uint32_t probs[Tr::kBlockN / 16][4];
   float alpha[2];
   // The owed P·V: probs times V of ring position `owed`, the last of tile
-  // `owed_tile`, whose row statistics are still in row_max and row_sum.
+  // `owed_tile`, whose row statistics are still in row_max and row_sum. The
+  // tile is kept, not its index: tile_at's divisions cost its epilogue about
+  // 100 instructions (docs/perf/cuda_wgmma.md, v4.17).
   bool pv_owed = false;
   RingPosition<Tr::kStages> owed{0};
-  int owed_tile = 0;
+  Tile owed_tile{};
   const auto issue_owed = [&] {
     wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
     issue_values<T, Tr>(acc, probs, v_desc(owed.stage()));
@@ -125,7 +127,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   // final row statistics.
   const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2]) {
     release_slot(&bar.v_empty[owed.stage()]);
-    epilogue<T, Tr>(p, tile_at<Tr>(p, owed_tile), smem, acc, tile_max, tile_sum, false, at,
+    epilogue<T, Tr>(p, owed_tile, smem, acc, tile_max, tile_sum, false, at,
                     warpgroup, warp, lane);
 #pragma unroll
     for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
@@ -238,7 +240,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       release(&bar.q_empty[qs]);  // every Q·Kᵀ of the tile has completed
       pv_owed = true;
       owed = ring;
-      owed_tile = index;
+      owed_tile = t;
       ++ring.it;
     }
     q.it += t.n_blocks > 0;

@@ -65,4 +65,9 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
                : "memory");
 }
 
+// Zeros over the 16 bytes at smem_addr (16-byte aligned).
+__device__ __forceinline__ void store_zero_16(uint32_t smem_addr) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0) : "memory");
+}
+
 }  // namespace flashattn::cuda::sm90

@@ -27,9 +27,6 @@ __device__ __forceinline__ void store_output(
   const Sizes& s = p.sizes;
   const sm80::ThreadCoord tc = sm80::thread_coord<Shape>();
   const int g = tc.lane / 4, t = tc.lane % 4;
-  // Rows that see no key can only be a tile's first rows (key_end grows with the
-  // row): where the tile's first row sees a key, no row is asked.
-  const bool first_row_empty = row_mask(p, info.b).empty(info.row0);
   FinishedRow<float> finished[Shape::kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
@@ -38,11 +35,11 @@ __device__ __forceinline__ void store_output(
       const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
       finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale,
                                    sm80::quad_sum(row_sum.l[mt][h]),
-                                   first_row_empty && row_mask(p, info.b).empty(info.row0 + r));
+                                   row_mask(p, info.b).empty(info.row0 + r));
     }
-  // FinishedRow::out selects per element, without a branch (a branch between it
-  // and a select-free path doubled the epilogue's code and cost 1-3% at 512-2048
-  // keys, docs/perf/cuda_mma.md v3.9).
+  const auto staged = [&](int r, int ot) {
+    return reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t);
+  };
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
@@ -50,14 +47,28 @@ __device__ __forceinline__ void store_output(
       const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
       const FinishedRow<float>& row = finished[mt][h];
 #pragma unroll
-      for (int ot = 0; ot < kOT; ++ot) {
-        *reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t) =
-            pack_pair<T>(row.out(acc[mt][ot][2 * h]), row.out(acc[mt][ot][2 * h + 1]));
-      }
+      for (int ot = 0; ot < kOT; ++ot)
+        *staged(r, ot) =
+            pack_pair<T>(acc[mt][ot][2 * h] * row.inv_l, acc[mt][ot][2 * h + 1] * row.inv_l);
       if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
         p.softmax.lse[(int64_t(info.b) * s.heads_q + info.hq) * s.seqlen_q + info.row0 + r] =
             row.lse;
     }
+  // A row that sees no key outputs 0 whatever acc holds (a masked key's 0·v can
+  // leave a NaN there), as FinishedRow::out gives. Such rows are a sequence's
+  // first (key_end grows with the row), so only a warp whose first row is one
+  // writes zeros over them, where every element taking a select cost each tile
+  // an instruction per output element (docs/perf/cuda_mma.md, v3.10).
+  if (row_mask(p, info.b).empty(info.row0 + tc.warp_row0)) {
+#pragma unroll
+    for (int mt = 0; mt < Shape::kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!finished[mt][h].empty) continue;
+#pragma unroll
+        for (int ot = 0; ot < kOT; ++ot) *staged(tc.warp_row0 + 16 * mt + g + 8 * h, ot) = 0u;
+      }
+  }
   __syncwarp();
   auto* o = static_cast<uint16_t*>(p.o.data) + info.b * p.o.batch_stride +
             info.hq * p.o.head_stride + info.row0 * p.o.row_stride + info.col0;

@@ -79,4 +79,14 @@ inline void store_float(void* data, DType dtype, int64_t index, float value) {
   }
 }
 
+// The value x takes when stored in dtype.
+inline float round_to(DType dtype, float x) {
+  switch (dtype) {
+    case DType::f16: return f16_to_float(float_to_f16(x));
+    case DType::bf16: return bf16_to_float(float_to_bf16(x));
+    case DType::f32: return x;
+  }
+  return x;
+}
+
 }  // namespace flashattn

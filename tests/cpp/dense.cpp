@@ -83,12 +83,6 @@ std::string skip_reason(Backend backend) {
   return {};
 }
 
-float round_to(DType dtype, float x) {
-  uint32_t slot = 0;
-  store_float(&slot, dtype, 0, x);
-  return load_float(&slot, dtype, 0);
-}
-
 void round_inputs(DenseProblem& problem) {
   for (Dense* t : {&problem.q, &problem.k, &problem.v})
     for (float& x : t->values) x = round_to(problem.dtype, x);

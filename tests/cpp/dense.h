@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/half.h"  // round_to: the value a float becomes when stored in a dtype
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::test {
@@ -66,8 +67,6 @@ class BackendDtypeTest : public testing::TestWithParam<std::tuple<Backend, DType
 // "cuda_mma_f16": a BackendDtypeTest instance's name.
 std::string backend_dtype_name(const testing::TestParamInfo<std::tuple<Backend, DType>>& info);
 
-// The value `x` becomes when stored in `dtype`.
-float round_to(DType dtype, float x);
 
 // Rounds q, k and v to the problem's dtype in place, so expected values computed
 // from them see exactly what the backend sees.

@@ -71,15 +71,14 @@ struct Outcome {
   std::string detail;  // what went wrong, or why the backend declined the case
 };
 
-// Runs one backend on the problem. A backend may decline a case whose layout it
-// does not take (unsupported, e.g. cuda_wgmma and strides TMA cannot describe).
-Outcome check_backend(harness::Problem& problem, Backend backend) {
+// Runs score() (the backend on one problem, scored), turning a declined case
+// (unsupported, e.g. cuda_wgmma and strides TMA cannot describe) into a skip and
+// any other error into a failure.
+template <typename Score>
+Outcome guarded(Score&& score) {
   try {
-    problem.poison_output();
-    forward(problem.params(backend));
-    const harness::Accuracy accuracy = problem.evaluate(backend);
-    if (accuracy.passed) return {Outcome::passed, ""};
-    return {Outcome::failed, accuracy.summary()};
+    const auto [passed, summary] = score();
+    return passed ? Outcome{Outcome::passed, ""} : Outcome{Outcome::failed, summary};
   } catch (const Error& e) {
     if (e.status() == Status::unsupported) return {Outcome::skipped, e.what()};
     return {Outcome::failed, std::string("error: ") + e.what()};
@@ -88,18 +87,21 @@ Outcome check_backend(harness::Problem& problem, Backend backend) {
   }
 }
 
+Outcome check_backend(harness::Problem& problem, Backend backend) {
+  return guarded([&] {
+    problem.poison_output();
+    forward(problem.params(backend));
+    const harness::Accuracy accuracy = problem.evaluate(backend);
+    return std::pair{accuracy.passed, accuracy.summary()};
+  });
+}
+
 Outcome check_backward(harness::GradProblem& problem, Backend backend) {
-  try {
+  return guarded([&] {
     problem.run(backend);
     const harness::GradAccuracy accuracy = problem.evaluate(backend);
-    if (accuracy.passed()) return {Outcome::passed, ""};
-    return {Outcome::failed, accuracy.summary()};
-  } catch (const Error& e) {
-    if (e.status() == Status::unsupported) return {Outcome::skipped, e.what()};
-    return {Outcome::failed, std::string("error: ") + e.what()};
-  } catch (const std::exception& e) {
-    return {Outcome::failed, std::string("error: ") + e.what()};
-  }
+    return std::pair{accuracy.passed(), accuracy.summary()};
+  });
 }
 
 bool runs(Backend backend, const harness::Case& c, bool backward) {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
+#include "core/half.h"
 #include "device_memory.h"
 #include "flashattn/flashattn.hpp"
 
@@ -42,6 +44,17 @@ inline void layout(Buffer& buf, DType dtype, int batch, int seqlen, int heads, i
 
 inline int64_t offset(const Buffer& buf, int64_t b, int64_t s, int64_t h, int64_t c) {
   return b * buf.stride[0] + s * buf.stride[1] + h * buf.stride[2] + c;
+}
+
+// Every element of the buffers' views drawn from draw(), stored in dtype.
+template <typename Draw>
+void fill(std::initializer_list<Buffer*> buffers, DType dtype, Draw&& draw) {
+  for (Buffer* buf : buffers)
+    for (int64_t b = 0; b < buf->shape[0]; ++b)
+      for (int64_t i = 0; i < buf->shape[1]; ++i)
+        for (int64_t h = 0; h < buf->shape[2]; ++h)
+          for (int64_t e = 0; e < buf->shape[3]; ++e)
+            store_float(buf->host.data(), dtype, offset(*buf, b, i, h, e), draw());
 }
 
 // A view of buf's host bytes or, on a GPU, of its device mirror.

@@ -53,13 +53,7 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
 
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.input_std);
-  for (Buffer* buf : {&st.q, &st.k, &st.v}) {
-    for (int64_t b = 0; b < buf->shape[0]; ++b)
-      for (int64_t i = 0; i < buf->shape[1]; ++i)
-        for (int64_t h = 0; h < buf->shape[2]; ++h)
-          for (int64_t e = 0; e < buf->shape[3]; ++e)
-            store_float(buf->host.data(), c.dtype, offset(*buf, b, i, h, e), normal(rng));
-  }
+  fill({&st.q, &st.k, &st.v}, c.dtype, [&] { return normal(rng); });
   if (device.kind == DeviceKind::cuda) {
     for (Buffer* buf : {&st.q, &st.k, &st.v, &st.out}) {
       buf->device = DeviceBuffer(buf->host.size(), device.index);

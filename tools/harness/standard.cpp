@@ -11,15 +11,6 @@
 namespace flashattn::harness {
 namespace {
 
-float round_to(DType dtype, float x) {
-  switch (dtype) {
-    case DType::f16: return f16_to_float(float_to_f16(x));
-    case DType::bf16: return bf16_to_float(float_to_bf16(x));
-    case DType::f32: return x;
-  }
-  return x;
-}
-
 float element(const AttnParams& p, const TensorRef& t, int b, int row, int h, int c) {
   return load_float(t.data, p.dtype,
                     b * t.batch_stride + int64_t(row) * t.row_stride + h * t.head_stride + c);

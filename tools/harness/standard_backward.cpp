@@ -10,15 +10,6 @@
 namespace flashattn::harness {
 namespace {
 
-float round_float(DType dtype, float x) {
-  switch (dtype) {
-    case DType::f16: return f16_to_float(float_to_f16(x));
-    case DType::bf16: return bf16_to_float(float_to_bf16(x));
-    case DType::f32: return x;
-  }
-  return x;
-}
-
 // F: the arithmetic; round(x): what storing a product's result does. With
 // d_from_output, what a flash backward inherits from its forward is modelled
 // (standard_backward.h, exact_backward_from_stored_output).
@@ -99,7 +90,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         if (d_from_output) {
           row_dot = 0;
           for (int c = 0; c < d; ++c)
-            row_dot += F(dout[c]) * F(round_float(*d_from_output, float(out[c])));
+            row_dot += F(dout[c]) * F(round_to(*d_from_output, float(out[c])));
         }
         double* dq = &g.dq[at_q(b, i, hq)];
         double* dq_mag = &g.dq_mag[at_q(b, i, hq)];
@@ -139,7 +130,7 @@ HostGradients standard_backward_float64(const HostProblem& p) {
 }
 
 HostGradients standard_backward_in_dtype(const HostProblem& p, DType dtype) {
-  return standard_backward<float>(p, [dtype](float x) { return round_float(dtype, x); });
+  return standard_backward<float>(p, [dtype](float x) { return round_to(dtype, x); });
 }
 
 HostGradients exact_backward_from_stored_output(const HostProblem& p, DType dtype) {

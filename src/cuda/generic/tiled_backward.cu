@@ -113,12 +113,13 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, int hq, in
   }
 }
 
-// acc[a][e] += Σ_r tile[r][ty + 16a]·panel(r, tx + 16e) over the tile's kBlock
-// rows, the panel (kBlock rows × the column slice of `src`) loaded 16 rows at a
-// time into sm.a: the dkdv kernel's Pᵀ·dO and dSᵀ·Q.
-template <typename T>
-__device__ void transposed_tile_times(SharedTiles& sm, const T* src, int64_t row_stride,
-                                      int row_limit, int col_limit, float (&acc)[kPer][kPer]) {
+// acc[a][e] += Σ_r tile(row ty + 16a, r)·panel(r, column tx + 16e) over the tile's kBlock
+// columns r, the panel (kBlock rows × the column slice of `src`) loaded 16 rows at a time
+// into sm.a. kTransposed reads the tile as (r, ty + 16a): the dkdv kernel's Pᵀ·dO and
+// dSᵀ·Q; otherwise as (ty + 16a, r): the dq kernel's dS·K.
+template <bool kTransposed, typename T>
+__device__ void tile_times_panels(SharedTiles& sm, const T* src, int64_t row_stride,
+                                  int row_limit, int col_limit, float (&acc)[kPer][kPer]) {
   for (int r0 = 0; r0 < kBlock; r0 += kDimChunk) {
     __syncthreads();
     load_tile<false, T, kDimChunk, kBlock>(sm.a, src + int64_t(r0) * row_stride, row_stride,
@@ -127,10 +128,12 @@ __device__ void transposed_tile_times(SharedTiles& sm, const T* src, int64_t row
 #pragma unroll
     for (int rr = 0; rr < kDimChunk; ++rr)
 #pragma unroll
-      for (int a = 0; a < kPer; ++a)
+      for (int a = 0; a < kPer; ++a) {
+        const int row = threadIdx.y + kSide * a;
+        const float t = kTransposed ? sm.tile[r0 + rr][row] : sm.tile[row][r0 + rr];
 #pragma unroll
-        for (int e = 0; e < kPer; ++e)
-          acc[a][e] += sm.tile[r0 + rr][threadIdx.y + kSide * a] * sm.a[rr][threadIdx.x + kSide * e];
+        for (int e = 0; e < kPer; ++e) acc[a][e] += t * sm.a[rr][threadIdx.x + kSide * e];
+      }
   }
 }
 
@@ -178,11 +181,11 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdParams p, int n
       float prob[kPer][kPer], ds[kPer][kPer];
       tile_step<T>(p, sm, b, hq, hk, m0, n0, prob, ds);
       store_tile(sm, prob);
-      transposed_tile_times<T>(sm, head_ptr<T>(p.grad.dout, b, hq, m0) + col0,
-                               p.grad.dout.row_stride, rows, s.head_dim - col0, dv);
+      tile_times_panels<true, T>(sm, head_ptr<T>(p.grad.dout, b, hq, m0) + col0,
+                                 p.grad.dout.row_stride, rows, s.head_dim - col0, dv);
       store_tile(sm, ds);
-      transposed_tile_times<T>(sm, head_ptr<T>(p.q, b, hq, m0) + col0, p.q.row_stride, rows,
-                               s.head_dim - col0, dk);
+      tile_times_panels<true, T>(sm, head_ptr<T>(p.q, b, hq, m0) + col0, p.q.row_stride, rows,
+                                 s.head_dim - col0, dk);
     }
   }
   store_slice<T>(p.grad.dk, b, hk, n0, keys, col0, s.head_dim, p.softmax.scale, dk);
@@ -206,20 +209,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BwdParams p, int m_b
     tile_step<T>(p, sm, b, hq, hk, m0, n0, prob, ds);
     store_tile(sm, ds);
     // dq[row][col] += Σ_key dS[row][key]·K[key][col], K in 16-key panels.
-    const T* gK = head_ptr<T>(p.k, b, hk, n0) + col0;
-    for (int k0 = 0; k0 < kBlock; k0 += kDimChunk) {
-      __syncthreads();
-      load_tile<false, T, kDimChunk, kBlock>(sm.a, gK + int64_t(k0) * p.k.row_stride,
-                                             p.k.row_stride, keys - k0, s.head_dim - col0);
-      __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < kDimChunk; ++kk)
-#pragma unroll
-        for (int a = 0; a < kPer; ++a)
-#pragma unroll
-          for (int e = 0; e < kPer; ++e)
-            dq[a][e] += sm.tile[threadIdx.y + kSide * a][k0 + kk] * sm.a[kk][threadIdx.x + kSide * e];
-    }
+    tile_times_panels<false, T>(sm, head_ptr<T>(p.k, b, hk, n0) + col0, p.k.row_stride, keys,
+                                s.head_dim - col0, dq);
   }
   store_slice<T>(p.grad.dq, b, hq, m0, rows, col0, s.head_dim, p.softmax.scale, dq);
 }

@@ -23,10 +23,12 @@
 //
 // Deterministic mode: the dQ adds of a query tile are made in key-tile order.
 // turns[(b·heads_q + hq)·query_tiles + m] counts the key tiles that have added
-// into that tile; key tile n waits for n before its adds and counts itself after
-// them. Every key tile before n sees any query tile that n sees, and comes
-// earlier in the grid (key tiles are blockIdx.x's slowest index), so the wait
-// ends.
+// into that tile; each warp of key tile n waits for n just before its adds, and
+// thread 0 counts the block after the barrier that follows them (its fence is
+// cumulative over what the barrier ordered before it, so the other threads need
+// no fence of their own, and their adds drain during dV and dK). Every key tile
+// before n sees any query tile that n sees, and comes earlier in the grid (in
+// this mode key tiles are blockIdx.x's slowest index), so the wait ends.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +65,9 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 // query heads of the group in turn, each from query tile m_first to m_end − 1.
 // (Starting each key tile's walk at a different query tile, so that the key
 // tiles of a head do not add into the same dQ rows at once, gained nothing and
-// cost 12% at head dim 256 under a causal mask: docs/perf/cuda_mma_backward.md, v4.)
+// cost 12% at head dim 256 under a causal mask, v4; with a head's key tiles side
+// by side, without a causal mask, it cost up to 3% at d = 128 and gained up to
+// 2% at 256, v6: docs/perf/cuda_mma_backward.md.)
 struct BackwardWalk {
   int b, hk, n;
   int key0, keys;  // first key of the tile, and how many exist
@@ -79,14 +83,41 @@ struct QueryTile {
   }
 };
 
+// The block's key tile n and (batch, kv head). The grid cuts each head's key
+// tiles into runs of `chunk` (the last one shorter) and goes through run 0 of
+// every head, then run 1, and so on; inside a run n is the fastest index. So
+// the key tiles of a run are neighbours in the grid and share the head's Q and
+// dO tiles and its dQ sums in L2 (FlashAttention-2 runs a head's key tiles side
+// by side for that). With the key tile as the slowest index they ran waves
+// apart, and each read Q and dO and added dQ through HBM (+3–50%, the most at
+// short sequences: docs/perf/cuda_mma_backward.md, v6). chunk: all key tiles of
+// a head without a causal mask; 8 under one, so that the key tiles with the
+// longest walks (the first) still start first and no head's longest walk is left
+// for the last wave; 1 in deterministic mode, where key tile n waits for n − 1
+// at every query tile, so that side by side they would run as a staircase.
 template <typename Shape>
-__device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int query_tiles) {
+__device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int query_tiles,
+                                                      bool deterministic) {
   const Sizes& s = p.sizes;
   const int slices = s.batch * s.heads_kv;
+  const int key_tiles = (s.seqlen_k + Shape::kBlockN - 1) / Shape::kBlockN;
+  const int chunk = deterministic ? 1 : p.mask.causal ? min(8, key_tiles) : key_tiles;
+  const int whole_runs = key_tiles / chunk * chunk;  // key tiles in full runs, per head
+  const int block = int(blockIdx.x);
+  int slice, n;
+  if (block < whole_runs * slices) {
+    const int run = block / (chunk * slices), in_run = block % (chunk * slices);
+    slice = in_run / chunk;
+    n = run * chunk + in_run % chunk;
+  } else {
+    const int rest = key_tiles - whole_runs, in_run = block - whole_runs * slices;
+    slice = in_run / rest;
+    n = whole_runs + in_run % rest;
+  }
   BackwardWalk w;
-  w.n = int(blockIdx.x) / slices;
-  w.b = int(blockIdx.x) % slices / s.heads_kv;
-  w.hk = int(blockIdx.x) % s.heads_kv;
+  w.n = n;
+  w.b = slice / s.heads_kv;
+  w.hk = slice % s.heads_kv;
   w.key0 = w.n * Shape::kBlockN;
   w.keys = min(Shape::kBlockN, s.seqlen_k - w.key0);
   const RowRange rows = row_mask(p, w.b).rows_seeing(w.key0, w.keys);
@@ -146,7 +177,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   char* const k_tile = smem + Shape::kKOffset;
   char* const v_tile = smem + Shape::kVOffset;
   const Sizes& s = p.sizes;
-  const BackwardWalk w = backward_walk<Shape>(p, query_tiles);
+  const BackwardWalk w = backward_walk<Shape>(p, query_tiles, turns != nullptr);
   const RowMask& mask = row_mask(p, w.b);
 
   const int warp = thread_index() / 32, lane = thread_index() % 32, g = lane / 4, t = lane % 4;
@@ -160,7 +191,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   auto turn = [&](QueryTile tile) {
     return turns + (int64_t(w.b) * s.heads_q + tile.hq) * query_tiles + tile.m;
   };
-  auto pass_turn = [&](QueryTile tile) {
+  auto pass_turn = [&](QueryTile tile) {  // thread 0, after a barrier that follows the adds
     __threadfence();
     atomicAdd(turn(tile), 1);
   };
@@ -231,9 +262,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
               pack_pair<T>(dp[mt][nt][2 * h], dp[mt][nt][2 * h + 1]);
         }
       }
-    if (turns && thread_index() == 0)
-      while (load_acquire(turn(tile)) != w.n) {
-      }
     __syncthreads();  // P and dS are in shared memory
 
     // dQ first: its adds then drain while the tensor cores work on dV and dK
@@ -245,6 +273,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       float dq[kQMT][kQNT][4] = {};
       warp_mma<T, kBlockN / 16>(dq, AStoredMK<PTile>(smem_address(ds_tile), q_row0, lane),
                                 BStoredKN<KTile>(smem_address(k_tile), col0, lane));
+      // Deterministic mode: each warp waits for its turn only here, after its
+      // product; the wait once stood before the block's barrier above.
+      if (turns && pass == 0) {
+        if (lane == 0)
+          while (load_acquire(turn(tile)) != w.n) {
+          }
+        __syncwarp();
+      }
 #pragma unroll
       for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll
@@ -256,7 +292,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                               BStoredKN<QTile>(dout_tile, kv_col0, lane));
     warp_mma<T, kBlockM / 16>(dk, AStoredKM<PTile>(smem_address(ds_tile), kv_row0, lane),
                               BStoredKN<QTile>(q_tile, kv_col0, lane));
-    if (turns) __threadfence();
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with K and V, and has made its dQ adds

@@ -60,7 +60,7 @@ void wgmma_forward(const AttnParams& p);
 void tiled_backward(const BwdParams& p);
 // cuda_mma's backward (mma.sync, FlashAttention-2's schedule): f16/bf16, head_dim
 // up to kMmaBackwardMaxHeadDim.
-inline constexpr int kMmaBackwardMaxHeadDim = 256;
+inline constexpr int kMmaBackwardMaxHeadDim = 512;
 void mma_backward(const BwdParams& p);
 
 // Runs `backward` on p with p's device current: D = rowsum(dO∘O) into scratch

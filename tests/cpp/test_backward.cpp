@@ -52,7 +52,7 @@ std::vector<harness::Case> backward_cases(bool gpu) {
   std::vector<harness::Case> cases = shared_cases();
   if (!gpu) return cases;
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (int d : {32, 64, 96, 128, 192, 256}) {
+    for (int d : {32, 64, 96, 128, 192, 256, 320, 512}) {
       cases.push_back(make_case({2, 256, 256, 4, 2, d}, dtype, Mask::none));
       cases.push_back(make_case({1, 300, 333, 8, 1, d}, dtype, Mask::causal_bottom_right));
     }
@@ -61,6 +61,9 @@ std::vector<harness::Case> backward_cases(bool gpu) {
     aligned.strided_pad = 8;
     cases.push_back(aligned);
     cases.push_back(make_case({1, 128, 1024, 2, 2, 512}, dtype, Mask::none));
+    // Small enough for the sanitizer (tools/gpu-check): d = 512's one-buffer
+    // schedule over two query tiles, three key tiles, a GQA pair.
+    cases.push_back(make_case({1, 70, 90, 2, 1, 512}, dtype, Mask::causal_top_left));
   }
   return cases;
 }
@@ -113,17 +116,24 @@ class BackwardBackend : public testing::TestWithParam<Backend> {
 
 // Deterministic mode: the same bytes from every run (five runs, fresh poison
 // each time), on a problem where several key tiles add into each dq row and a
-// GQA group into each dk and dv.
+// GQA group into each dk and dv; on the GPU also at head_dim 512, whose
+// tensor-core kernel has a schedule of its own.
 TEST_P(BackwardBackend, DeterministicModeIsBitIdentical) {
-  const harness::Case c = make_case({2, 600, 700, 8, 2, 64}, dtype(), Mask::causal_bottom_right);
-  harness::GradProblem problem(c, device(), fresh_seed());
-  problem.run(GetParam(), true);
-  const std::vector<uint8_t> first = problem.gradient_bytes();
-  for (int run = 0; run < 4; ++run) {
+  std::vector<harness::Case> cases = {
+      make_case({2, 600, 700, 8, 2, 64}, dtype(), Mask::causal_bottom_right)};
+  if (device().kind == DeviceKind::cuda)
+    cases.push_back(make_case({1, 300, 200, 4, 2, 512}, dtype(), Mask::causal_top_left));
+  for (const harness::Case& c : cases) {
+    SCOPED_TRACE(harness::describe(c));
+    harness::GradProblem problem(c, device(), fresh_seed());
     problem.run(GetParam(), true);
-    ASSERT_EQ(problem.gradient_bytes(), first) << "run " << run + 2 << " differs";
+    const std::vector<uint8_t> first = problem.gradient_bytes();
+    for (int run = 0; run < 4; ++run) {
+      problem.run(GetParam(), true);
+      ASSERT_EQ(problem.gradient_bytes(), first) << "run " << run + 2 << " differs";
+    }
+    EXPECT_TRUE(problem.evaluate(GetParam()).passed());
   }
-  EXPECT_TRUE(problem.evaluate(GetParam()).passed());
 }
 
 // Without query rows every key gets dk = dv = 0; without keys every row gets

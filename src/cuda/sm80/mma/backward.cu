@@ -17,6 +17,7 @@ void run_bucket(const BwdParams& p) {
     case 64: mma::run_backward<T, 64>(p); return;
     case 128: mma::run_backward<T, 128>(p); return;
     case 256: mma::run_backward<T, 256>(p); return;
+    case 512: mma::run_backward<T, 512>(p); return;
   }
   fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_mma's backward above its limit");
 }

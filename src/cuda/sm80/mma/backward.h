@@ -8,11 +8,11 @@
 
 namespace flashattn::cuda::mma {
 
-// Head dims 65..128 and 129..256 run on the 128 and 256 kernels: buckets of 96
-// and 192 would need warp column shares that straddle the tiles' 64-column
-// panels (backward_shape.cuh).
-inline constexpr int kBackwardHeadDimBuckets[] = {32, 64, 128, 256};
-static_assert(kBackwardHeadDimBuckets[3] == kMmaBackwardMaxHeadDim);
+// Head dims 65..128, 129..256 and 257..512 run on the 128, 256 and 512
+// kernels: buckets of 96, 192 or 384 would need warp column shares that
+// straddle the tiles' 64-column panels (backward_shape.cuh).
+inline constexpr int kBackwardHeadDimBuckets[] = {32, 64, 128, 256, 512};
+static_assert(kBackwardHeadDimBuckets[4] == kMmaBackwardMaxHeadDim);
 
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p);

@@ -18,8 +18,11 @@
 // ragged ends cut pay for it. dK takes `scale` at the end; dQ takes it where
 // dq_output.cu turns the fp32 sums into the output.
 //
-// Query tile loads (Q, dO, lse, D) are double-buffered: tile i + 1 is loaded by
-// cp.async while tile i is computed.
+// Query tile loads (Q, dO, lse, D) are double-buffered where shared memory
+// holds two of each: tile i + 1 is loaded by cp.async while tile i is computed.
+// At d = 512 it holds one (Shape::kQStages): then the products run in the order
+// dP, S, dV, dK, dQ, dO's next tile loads as soon as dV is done (during dK, dQ
+// and the adds) and Q's as soon as dK is (during dQ, the adds and the next dP).
 //
 // Deterministic mode: the dQ adds of a query tile are made in key-tile order.
 // turns[(b·heads_q + hq)·query_tiles + m] counts the key tiles that have added
@@ -129,32 +132,47 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   return w;
 }
 
-// Starts loading query tile `tile` (Q, dO, lse and D rows) into `stage`.
+// Starts loading query tile `tile`'s Q rows into `stage` (no commit).
 template <typename Shape>
-__device__ __forceinline__ void load_query_tile(const BwdParams& p, const BackwardWalk& w,
-                                                char* smem, QueryTile tile, int stage, bool vec16) {
+__device__ __forceinline__ void load_q_rows(const BwdParams& p, const BackwardWalk& w, char* smem,
+                                            QueryTile tile, int stage, bool vec16) {
   using QTile = typename Shape::QTile;
-  const Sizes& s = p.sizes;
-  const int hq = tile.hq, row0 = tile.m * Shape::kBlockM;
+  const int row0 = tile.m * Shape::kBlockM;
   const auto* q = static_cast<const uint16_t*>(p.q.data) + w.b * p.q.batch_stride +
-                  hq * p.q.head_stride + row0 * p.q.row_stride;
-  const auto* dout = static_cast<const uint16_t*>(p.grad.dout.data) +
-                     w.b * p.grad.dout.batch_stride + hq * p.grad.dout.head_stride +
-                     row0 * p.grad.dout.row_stride;
+                  tile.hq * p.q.head_stride + row0 * p.q.row_stride;
   load_tile<QTile, Shape::kThreads>(smem + Shape::kQOffset + stage * QTile::kBytes, q,
-                                    p.q.row_stride, s.seqlen_q - row0, s.head_dim, vec16);
-  load_tile<QTile, Shape::kThreads>(smem + Shape::kDOutOffset + stage * QTile::kBytes, dout,
-                                    p.grad.dout.row_stride, s.seqlen_q - row0, s.head_dim, vec16);
-  const int tid = thread_index();
+                                    p.q.row_stride, p.sizes.seqlen_q - row0, p.sizes.head_dim,
+                                    vec16);
+}
+
+// Starts loading query tile `tile`'s lse and D into `stage` (no commit).
+template <typename Shape>
+__device__ __forceinline__ void load_row_stats(const BwdParams& p, const BackwardWalk& w,
+                                               char* smem, QueryTile tile, int stage) {
+  const Sizes& s = p.sizes;
+  const int row0 = tile.m * Shape::kBlockM, tid = thread_index();
   if (tid < Shape::kBlockM) {
-    const int64_t row = (int64_t(w.b) * s.heads_q + hq) * s.seqlen_q + row0 + tid;
+    const int64_t row = (int64_t(w.b) * s.heads_q + tile.hq) * s.seqlen_q + row0 + tid;
     const bool exists = row0 + tid < s.seqlen_q;
     auto* lse = reinterpret_cast<float*>(smem + Shape::kLseOffset) + stage * Shape::kBlockM;
     auto* dot = reinterpret_cast<float*>(smem + Shape::kRowDotOffset) + stage * Shape::kBlockM;
     cp_async_4(lse + tid, exists ? p.grad.lse + row : p.grad.lse, exists);
     cp_async_4(dot + tid, exists ? p.grad.row_dot + row : p.grad.row_dot, exists);
   }
-  cp_async_commit();
+}
+
+// Starts loading query tile `tile`'s dO rows into `stage` (no commit).
+template <typename Shape>
+__device__ __forceinline__ void load_dout_rows(const BwdParams& p, const BackwardWalk& w,
+                                               char* smem, QueryTile tile, int stage, bool vec16) {
+  using QTile = typename Shape::QTile;
+  const int row0 = tile.m * Shape::kBlockM;
+  const auto* dout = static_cast<const uint16_t*>(p.grad.dout.data) +
+                     w.b * p.grad.dout.batch_stride + tile.hq * p.grad.dout.head_stride +
+                     row0 * p.grad.dout.row_stride;
+  load_tile<QTile, Shape::kThreads>(smem + Shape::kDOutOffset + stage * QTile::kBytes, dout,
+                                    p.grad.dout.row_stride, p.sizes.seqlen_q - row0,
+                                    p.sizes.head_dim, vec16);
 }
 
 template <typename T, typename Shape>
@@ -196,7 +214,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     atomicAdd(turn(tile), 1);
   };
   QueryTile tile{w.hk * s.group(), w.m_first};
-
+  // One stage: K, V and dO in the first group, Q, lse and D in the second, so
+  // that dP can start before Q has landed.
+  constexpr bool kOneStage = Shape::kQStages == 1;
   if (w.steps > 0) {
     const auto* k = static_cast<const uint16_t*>(p.k.data) + w.b * p.k.batch_stride +
                     w.hk * p.k.head_stride + w.key0 * p.k.row_stride;
@@ -204,19 +224,35 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                     w.hk * p.v.head_stride + w.key0 * p.v.row_stride;
     load_tile<KTile, Shape::kThreads>(k_tile, k, p.k.row_stride, w.keys, s.head_dim, vec16);
     load_tile<KTile, Shape::kThreads>(v_tile, v, p.v.row_stride, w.keys, s.head_dim, vec16);
-    load_query_tile<Shape>(p, w, smem, tile, 0, vec16);
+    if constexpr (kOneStage) {
+      load_dout_rows<Shape>(p, w, smem, tile, 0, vec16);
+      cp_async_commit();
+      load_q_rows<Shape>(p, w, smem, tile, 0, vec16);
+      load_row_stats<Shape>(p, w, smem, tile, 0);
+    } else {
+      load_q_rows<Shape>(p, w, smem, tile, 0, vec16);
+      load_dout_rows<Shape>(p, w, smem, tile, 0, vec16);
+      load_row_stats<Shape>(p, w, smem, tile, 0);
+    }
+    cp_async_commit();
   }
 
   float dv[kKVMT][kKVNT][4] = {};
   float dk[kKVMT][kKVNT][4] = {};
   QueryTile last = tile;
   for (int step = 0; step < w.steps; ++step, last = tile, tile = tile.next(w)) {
-    cp_async_wait<0>();
+    if constexpr (kOneStage) cp_async_wait<1>();  // dO (and at first K and V)
+    else cp_async_wait<0>();
     __syncthreads();  // this step's tiles have landed; every warp is done with the last step's
     if (turns && step > 0 && thread_index() == 0) pass_turn(last);
-    if (step + 1 < w.steps) load_query_tile<Shape>(p, w, smem, tile.next(w), (step + 1) % 2, vec16);
+    if (!kOneStage && step + 1 < w.steps) {
+      load_q_rows<Shape>(p, w, smem, tile.next(w), (step + 1) % 2, vec16);
+      load_dout_rows<Shape>(p, w, smem, tile.next(w), (step + 1) % 2, vec16);
+      load_row_stats<Shape>(p, w, smem, tile.next(w), (step + 1) % 2);
+      cp_async_commit();
+    }
 
-    const int stage = step % 2, hq = tile.hq, row0 = tile.m * kBlockM;
+    const int stage = step % Shape::kQStages, hq = tile.hq, row0 = tile.m * kBlockM;
     const uint32_t q_tile = smem_address(smem + Shape::kQOffset + stage * QTile::kBytes);
     const uint32_t dout_tile = smem_address(smem + Shape::kDOutOffset + stage * QTile::kBytes);
     char* const p_tile = smem + Shape::kPOffset;
@@ -224,11 +260,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
     float sc[kSMT][kSNT][4] = {};
     float dp[kSMT][kSNT][4] = {};
-    warp_mma<T, kD / 16>(sc, AStoredMK<QTile>(q_tile, s_row0, lane),
-                         BStoredNK<KTile>(smem_address(k_tile), s_col0, lane));
+    if constexpr (!kOneStage)
+      warp_mma<T, kD / 16>(sc, AStoredMK<QTile>(q_tile, s_row0, lane),
+                           BStoredNK<KTile>(smem_address(k_tile), s_col0, lane));
     warp_mma<T, kD / 16>(dp, AStoredMK<QTile>(dout_tile, s_row0, lane),
                          BStoredNK<KTile>(smem_address(v_tile), s_col0, lane));
-
+    if constexpr (kOneStage) {
+      cp_async_wait<0>();
+      __syncthreads();  // Q, lse and D have landed
+      warp_mma<T, kD / 16>(sc, AStoredMK<QTile>(q_tile, s_row0, lane),
+                           BStoredNK<KTile>(smem_address(k_tile), s_col0, lane));
+    }
     // P and dS in place of S and dP. `whole`: every row exists and sees every key.
     const bool whole = row0 + kBlockM <= s.seqlen_q && mask.key_end(row0) >= w.key0 + kBlockN;
     const float* lse = reinterpret_cast<const float*>(smem + Shape::kLseOffset) + stage * kBlockM;
@@ -264,34 +306,66 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       }
     __syncthreads();  // P and dS are in shared memory
 
-    // dQ first: its adds then drain while the tensor cores work on dV and dK
-    // (+4% at d = 128, +12% at d = 64 over adding after them, v4).
-    float* dq_head = dq_accum + (int64_t(w.b) * s.heads_q + hq) * query_tiles * kBlockM * kD;
+    // dQ = dS·K, added into the fp32 sums.
+    const auto add_dq = [&] {
+      float* dq_head = dq_accum + (int64_t(w.b) * s.heads_q + hq) * query_tiles * kBlockM * kD;
 #pragma unroll
-    for (int pass = 0; pass < Shape::kQPasses; ++pass) {
-      const int col0 = q_col0 + pass * Shape::kQCols;
-      float dq[kQMT][kQNT][4] = {};
-      warp_mma<T, kBlockN / 16>(dq, AStoredMK<PTile>(smem_address(ds_tile), q_row0, lane),
-                                BStoredKN<KTile>(smem_address(k_tile), col0, lane));
-      // Deterministic mode: each warp waits for its turn only here, after its
-      // product; the wait once stood before the block's barrier above.
-      if (turns && pass == 0) {
-        if (lane == 0)
-          while (load_acquire(turn(tile)) != w.n) {
-          }
-        __syncwarp();
+      for (int pass = 0; pass < Shape::kQPasses; ++pass) {
+        const int col0 = q_col0 + pass * Shape::kQCols;
+        // Columns that are all padding: no product, and no adds, which cost the
+        // L2 bandwidth that bounds d = 512. (In deterministic mode such a warp
+        // has nothing to wait for.)
+        if (Shape::kSkipsPadding && col0 >= s.head_dim) continue;
+        float dq[kQMT][kQNT][4] = {};
+        warp_mma<T, kBlockN / 16>(dq, AStoredMK<PTile>(smem_address(ds_tile), q_row0, lane),
+                                  BStoredKN<KTile>(smem_address(k_tile), col0, lane));
+        // Deterministic mode: each warp waits for its turn only here, after its
+        // product; the wait once stood before the block's barrier above.
+        if (turns && pass == 0) {
+          if (lane == 0)
+            while (load_acquire(turn(tile)) != w.n) {
+            }
+          __syncwarp();
+        }
+#pragma unroll
+        for (int mt = 0; mt < kQMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kQNT; ++nt)
+            add_four(
+                dq_head + dq_tile_offset(row0 + q_row0 + 16 * mt, col0 + 8 * nt, kD) + 4 * lane,
+                dq[mt][nt]);
       }
-#pragma unroll
-      for (int mt = 0; mt < kQMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kQNT; ++nt)
-          add_four(dq_head + dq_tile_offset(row0 + q_row0 + 16 * mt, col0 + 8 * nt, kD) + 4 * lane,
-                   dq[mt][nt]);
+    };
+    if constexpr (kOneStage) {
+      // dV, then dO's next tile loads during dK and dQ; dK, then Q's during dQ
+      // and the next step's dP.
+      if (!Shape::kSkipsPadding || kv_col0 < s.head_dim)  // else dV's columns are all padding
+        warp_mma<T, kBlockM / 16>(dv, AStoredKM<PTile>(smem_address(p_tile), kv_row0, lane),
+                                  BStoredKN<QTile>(dout_tile, kv_col0, lane));
+      __syncthreads();  // every warp is done with dO
+      if (step + 1 < w.steps) {
+        load_dout_rows<Shape>(p, w, smem, tile.next(w), 0, vec16);
+        cp_async_commit();
+      }
+      if (!Shape::kSkipsPadding || kv_col0 < s.head_dim)
+        warp_mma<T, kBlockM / 16>(dk, AStoredKM<PTile>(smem_address(ds_tile), kv_row0, lane),
+                                  BStoredKN<QTile>(q_tile, kv_col0, lane));
+      __syncthreads();  // every warp is done with Q, lse and D
+      if (step + 1 < w.steps) {
+        load_q_rows<Shape>(p, w, smem, tile.next(w), 0, vec16);
+        load_row_stats<Shape>(p, w, smem, tile.next(w), 0);
+        cp_async_commit();
+      }
+      add_dq();
+    } else {
+      // dQ first: its adds then drain while the tensor cores work on dV and dK
+      // (+4% at d = 128, +12% at d = 64 over adding after them, v4).
+      add_dq();
+      warp_mma<T, kBlockM / 16>(dv, AStoredKM<PTile>(smem_address(p_tile), kv_row0, lane),
+                                BStoredKN<QTile>(dout_tile, kv_col0, lane));
+      warp_mma<T, kBlockM / 16>(dk, AStoredKM<PTile>(smem_address(ds_tile), kv_row0, lane),
+                                BStoredKN<QTile>(q_tile, kv_col0, lane));
     }
-    warp_mma<T, kBlockM / 16>(dv, AStoredKM<PTile>(smem_address(p_tile), kv_row0, lane),
-                              BStoredKN<QTile>(dout_tile, kv_col0, lane));
-    warp_mma<T, kBlockM / 16>(dk, AStoredKM<PTile>(smem_address(ds_tile), kv_row0, lane),
-                              BStoredKN<QTile>(q_tile, kv_col0, lane));
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with K and V, and has made its dQ adds

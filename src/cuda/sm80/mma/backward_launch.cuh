@@ -23,13 +23,18 @@ namespace flashattn::cuda::mma {
 // the per-tile costs (barriers, lse and D, the mask test) weigh most (+16 to 27%,
 // at the price of 56 bytes of spills). Each warp's share of dK and dV
 // (32 keys × kD / 2 or kD / 4 columns) is as square as the 8 warps allow, which
-// minimises its operand reads. Measurements: docs/perf/cuda_mma_backward.md.
+// minimises its operand reads. At 512, 32 keys (dK and dV: 2 × 32 × 512, again
+// 128 registers a thread) and one Q and dO buffer: K, V, Q and dO take 192 KiB.
+// Measurements: docs/perf/cuda_mma_backward.md.
 template <int kHeadDim>
 struct BackwardShapeFor;
 template <> struct BackwardShapeFor<32> { using type = BackwardShape<32, 64, 128, 2, 4, 4, 1>; };
 template <> struct BackwardShapeFor<64> { using type = BackwardShape<64, 128, 128, 2, 4, 4, 1>; };
 template <> struct BackwardShapeFor<128> { using type = BackwardShape<128, 64, 128, 2, 4, 2, 1>; };
 template <> struct BackwardShapeFor<256> { using type = BackwardShape<256, 64, 64, 2, 2, 2, 2>; };
+template <> struct BackwardShapeFor<512> {
+  using type = BackwardShape<512, 64, 32, 4, 1, 2, 4, /*kQStages=*/1>;
+};
 
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p) {

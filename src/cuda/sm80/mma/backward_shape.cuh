@@ -7,7 +7,10 @@
 //   dQ = dS·K                 kBlockM × kD        kQWarpsM × (8 / kQWarpsM), in
 //                                                  kQPasses passes over its columns
 // P and dS reach the last three through shared memory as 16-bit tiles
-// (rows: queries, columns: keys).
+// (rows: queries, columns: keys). Q and dO tiles have kQStages buffers: two let
+// query tile i + 1 load while tile i is computed; at d = 512 shared memory holds
+// only one of each, and the kernel reloads each as soon as its last product is
+// done (backward_kernel.cuh).
 #pragma once
 
 #include "cuda/sm80/smem_tile.cuh"
@@ -24,7 +27,7 @@ constexpr bool lane_at_width(int width, int tile_cols) {
 }
 
 template <int kD_, int kBlockM_, int kBlockN_, int kSWarpsM_, int kKVWarpsN_, int kQWarpsM_,
-          int kQPasses_>
+          int kQPasses_, int kQStages_ = 2>
 struct BackwardShape {
   static constexpr int kD = kD_;  // head_dim padded with zeros
   static constexpr int kBlockM = kBlockM_;
@@ -46,19 +49,26 @@ struct BackwardShape {
   static constexpr int kQRows = kBlockM / kQWarpsM, kQCols = kD / kQWarpsD / kQPasses;
   static constexpr int kQMTiles = kQRows / 16, kQNTiles = kQCols / 8;
 
-  using QTile = SmemTile<kBlockM, kD>;   // Q and dO, two stages each
+  static constexpr int kQStages = kQStages_;
+  // Whether warps skip dV, dK and dQ columns that are all padding: in the 512
+  // bucket, which runs head_dim 257–512, up to half the columns are (the
+  // narrower buckets keep their loops free of the test).
+  static constexpr bool kSkipsPadding = kD > 256;
+
+  using QTile = SmemTile<kBlockM, kD>;   // Q and dO, kQStages each
   using KTile = SmemTile<kBlockN, kD>;   // K and V; dK and dV at the end
   using PTile = SmemTile<kBlockM, kBlockN>;  // P and dS
-  // Shared memory: K, V, Q[2], dO[2], P, dS, then lse and D (fp32) [2].
+  // Shared memory: K, V, Q[kQStages], dO[kQStages], P, dS, then lse and D (fp32)
+  // [kQStages].
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + KTile::kBytes;
   static constexpr int kQOffset = kVOffset + KTile::kBytes;
-  static constexpr int kDOutOffset = kQOffset + 2 * QTile::kBytes;
-  static constexpr int kPOffset = kDOutOffset + 2 * QTile::kBytes;
+  static constexpr int kDOutOffset = kQOffset + kQStages * QTile::kBytes;
+  static constexpr int kPOffset = kDOutOffset + kQStages * QTile::kBytes;
   static constexpr int kDSOffset = kPOffset + PTile::kBytes;
   static constexpr int kLseOffset = kDSOffset + PTile::kBytes;
-  static constexpr int kRowDotOffset = kLseOffset + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = kRowDotOffset + 2 * kBlockM * 4;
+  static constexpr int kRowDotOffset = kLseOffset + kQStages * kBlockM * 4;
+  static constexpr int kSmemBytes = kRowDotOffset + kQStages * kBlockM * 4;
 
   static_assert(kSRows % 16 == 0 && kSCols % 16 == 0, "S: m16 slices, n8 pairs");
   static_assert(kKVRows % 16 == 0 && kKVCols % 16 == 0, "dK, dV: m16 slices, n8 pairs");
@@ -67,6 +77,8 @@ struct BackwardShape {
   static_assert(lane_at_width(kKVCols, kD), "dO and Q as B of dV, dK");
   static_assert(lane_at_width(kQCols, kD), "K as B of dQ");
   static_assert(kBlockM <= kThreads, "a thread per row loads lse and D");
+  static_assert(kQStages == 1 || kQStages == 2, "one or two Q and dO buffers");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
 }  // namespace flashattn::cuda::mma

@@ -5,6 +5,9 @@ The reference is computed once per point, on the GPU in float64, for batch eleme
 heads, and up to SAMPLE_ROWS query rows spread evenly over the sequence (the first and last
 included, so both ends of a causal mask are covered). That costs O(rows·seqlen·head_dim),
 not the O(seqlen²) of a full reference, so it fits beside the largest points.
+
+Grouped-query attention: k and v may have fewer heads than q (a divisor of q's); query head
+h reads kv head h // (heads_q / heads_kv), and dk, dv of a kv head sum over its group.
 """
 import math
 
@@ -17,11 +20,19 @@ def sample_rows(seqlen, device, count=SAMPLE_ROWS):
     return torch.linspace(0, seqlen - 1, min(count, seqlen), device=device).round().long().unique()
 
 
+def per_query_head(t, heads_q):
+    """Batch 0 of a (batch, seqlen, heads_kv, head_dim) k or v as float64 (heads_q, seqlen,
+    head_dim): each kv head repeated over the query heads of its group."""
+    t0 = t[0].transpose(0, 1).double()
+    return t0.repeat_interleave(heads_q // t0.shape[0], dim=0)
+
+
 def reference_rows(q, k, v, causal, rows):
-    """float64 softmax(q·kᵀ/√d)·v for batch 0 at query `rows`: (heads, rows, head_dim).
-    q, k, v are (batch, seqlen, heads, head_dim); causal is top-left (key j ≤ query i)."""
+    """float64 softmax(q·kᵀ/√d)·v for batch 0 at query `rows`: (heads_q, rows, head_dim).
+    q is (batch, seqlen, heads_q, head_dim), k and v (batch, seqlen, heads_kv, head_dim);
+    causal is top-left (key j ≤ query i)."""
     q0 = q[0, rows].transpose(0, 1).double()
-    k0, v0 = (t[0].transpose(0, 1).double() for t in (k, v))
+    k0, v0 = (per_query_head(t, q.shape[2]) for t in (k, v))
     s = torch.matmul(q0, k0.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if causal:
         keys = torch.arange(k.shape[1], device=q.device)
@@ -45,14 +56,17 @@ CHUNK_ELEMENTS = 1 << 27
 
 def reference_gradients(q, k, v, dout, causal, rows):
     """float64 gradients of batch 0 with dout: dq at query `rows`, dk and dv at the keys of
-    the same indices, each (heads, rows, head_dim). q, k, v, dout are (batch, seqlen, heads,
-    head_dim) with seqlen_q = seqlen_k; causal is top-left.
+    the same indices, dq (heads_q, rows, head_dim), dk and dv (heads_kv, rows, head_dim). q
+    and dout are (batch, seqlen, heads_q, head_dim), k and v (batch, seqlen, heads_kv,
+    head_dim), seqlen_q = seqlen_k; causal is top-left.
 
     dk and dv of a key sum over every query row, so every row's probabilities are needed:
     the rows go through in chunks, each recomputing its scores against all keys (lse and
-    D_i = Σ dout_i·out_i from them), and adds its share to the sampled keys' dk and dv.
+    D_i = Σ dout_i·out_i from them), and adds its share to the sampled keys' dk and dv,
+    per query head; a kv head's are the sum over its group.
     """
-    q0, k0, v0, do0 = (t[0].transpose(0, 1).double() for t in (q, k, v, dout))  # (h, n, d)
+    q0, do0 = (t[0].transpose(0, 1).double() for t in (q, dout))  # (h, n, d)
+    k0, v0 = (per_query_head(t, q.shape[2]) for t in (k, v))
     heads, seqlen, head_dim = q0.shape
     scale = 1.0 / math.sqrt(head_dim)
     keys = torch.arange(seqlen, device=q.device)
@@ -76,13 +90,14 @@ def reference_gradients(q, k, v, dout, causal, rows):
             dp_rows = torch.matmul(do0[:, chunk[local]], v0.transpose(-2, -1))
             ds_rows = p[:, local] * (dp_rows - row_dot[:, local])
             dq[:, inside] = torch.matmul(ds_rows, k0) * scale
+    group = heads // k.shape[2]  # query heads per kv head
+    dk, dv = (g.view(-1, group, *g.shape[1:]).sum(1) for g in (dk, dv))
     return dq, dk, dv
 
 
 def gradients_err(grads, reference, rows):
-    """The largest relative L2 error of dq, dk and dv ((batch, seqlen, heads, head_dim)
-    each) against reference_gradients at the sampled rows and keys; None where one holds NaN
-    or inf."""
+    """The largest relative L2 error of dq, dk and dv (the shapes of q, k and v) against
+    reference_gradients at the sampled rows and keys; None where one holds NaN or inf."""
     errors = []
     for grad, ref in zip(grads, reference):
         sampled = grad[0, rows].transpose(0, 1).double()

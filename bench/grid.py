@@ -1,6 +1,6 @@
 """The benchmark's points: which shapes, dtypes and masks each part of the suite runs.
 
-Five grids:
+Six grids:
 - "paper": the FlashAttention papers' forward grid: batch × seqlen = 16384 tokens and
   heads × head_dim = 2048, so every point does the same work per token.
 - "exercise": the multi-head exercise's fp32 shapes (N, d_model, h): Q, K, V are N × d_model
@@ -10,6 +10,8 @@ Five grids:
 - "paper_bwd", "exercise_bwd": the backward on the paper grid and on three exercise shapes,
   each shape twice: the backward alone (pass "bwd": dq, dk, dv from the forward's saved
   results) and a forward and backward together (pass "fwd+bwd", a training step's work).
+- "wide_bwd": the backward (both passes) at head dims 320, 384 and 512, bf16, 16384 tokens,
+  8 query heads with 8 kv heads or 4 (grouped-query attention: Gemma 4's 8 query / 4 kv).
 
 Pure Python (no torch), so the grids can be listed and tested anywhere.
 """
@@ -34,20 +36,27 @@ EXERCISE_BWD_SHAPES = ((1000, 1024, 16), (4096, 1024, 16), (1000, 512, 8))
 # (S = Q·Kᵀ recomputed, dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q), 2.5×.
 PASSES = ("fwd", "bwd", "fwd+bwd")
 PASS_FLOPS = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
-# Tensors of q's size each pass must at least read or write once: fwd q, k, v, out; bwd
-# q, k, v, out, dout, dq, dk, dv; fwd+bwd both.
-PASS_TENSORS = {"fwd": 4, "bwd": 8, "fwd+bwd": 12}
+# Tensors each pass must at least read or write once, as (of q's heads, of kv's heads): fwd
+# q, out and k, v; bwd q, out, dout, dq and k, v, dk, dv; fwd+bwd both.
+PASS_TENSORS = {"fwd": (2, 2), "bwd": (4, 4), "fwd+bwd": (6, 6)}
 
 MEMORY_SEQLENS = tuple(512 * 2**i for i in range(8))  # 512 … 65536
 MEMORY_HEADS = 16
 MEMORY_HEAD_DIM = 128
 MEMORY_DTYPE = "bf16"
 
+# Head dims over FlashAttention's (and PyTorch's flash backend's) limit of 256.
+WIDE_HEAD_DIMS = (320, 384, 512)
+WIDE_HEADS = ((8, 8), (8, 4))  # (heads_q, heads_kv): plain, and Gemma 4's grouped query heads
+WIDE_SEQLENS = (4096, 8192)
+WIDE_DTYPES = ("bf16",)
+
 
 @dataclass(frozen=True)
 class Point:
-    """One problem: (batch, seqlen, heads, head_dim) q, k and v with seqlen_q = seqlen_k and
-    heads_q = heads_kv."""
+    """One problem: q (batch, seqlen, heads, head_dim), k and v (batch, seqlen, heads_kv,
+    head_dim): seqlen_q = seqlen_k; heads_kv divides heads (grouped-query attention, each kv
+    head shared by heads / heads_kv query heads) and is heads where not given."""
 
     grid: str
     dtype: str
@@ -59,30 +68,47 @@ class Point:
     timed: bool = True
     exercise: tuple = None  # (N, d_model, h) for the exercise grid
     pass_: str = "fwd"      # one of PASSES
+    heads_kv: int = None    # None: heads
+
+    def __post_init__(self):
+        if self.heads_kv is None:
+            object.__setattr__(self, "heads_kv", self.heads)
 
     def flops(self):
-        """The forward's 4·B·H·Nq·Nk·d (two matrix products of 2·Nq·Nk·d each), halved for
-        causal; times 2.5 for the backward, 3.5 for forward and backward (PASS_FLOPS)."""
+        """The forward's 4·B·H·Nq·Nk·d (two matrix products of 2·Nq·Nk·d each, H the query
+        heads: grouping shares k and v, not the work), halved for causal; times 2.5 for the
+        backward, 3.5 for forward and backward (PASS_FLOPS)."""
         full = 4 * self.batch * self.heads * self.seqlen * self.seqlen * self.head_dim
         return PASS_FLOPS[self.pass_] * (full / 2 if self.causal != "none" else full)
 
     def tensor_bytes(self):
-        """Bytes of one of q, k, v or out."""
+        """Bytes of one of q, out (and dout, dq)."""
         return self.batch * self.seqlen * self.heads * self.head_dim * ITEM_BYTES[self.dtype]
+
+    def kv_bytes(self):
+        """Bytes of one of k, v (and dk, dv)."""
+        return self.batch * self.seqlen * self.heads_kv * self.head_dim * ITEM_BYTES[self.dtype]
 
     def min_bytes(self):
         """The fewest bytes one call must move: each tensor of the pass read or written once
         (the forward reads q, k, v and writes out)."""
-        return PASS_TENSORS[self.pass_] * self.tensor_bytes()
+        of_q, of_kv = PASS_TENSORS[self.pass_]
+        return of_q * self.tensor_bytes() + of_kv * self.kv_bytes()
 
     def label(self):
         mask = "" if self.causal == "none" else " causal"
-        shape = f"B{self.batch} N{self.seqlen} H{self.heads} d{self.head_dim}"
+        shape = (f"B{self.batch} N{self.seqlen} H{heads_label(self.heads, self.heads_kv)} "
+                 f"d{self.head_dim}")
         if self.exercise:
             n, d_model, h = self.exercise
             shape = f"N={n} d_model={d_model} h={h} (d{self.head_dim})"
         step = "" if self.pass_ == "fwd" else f" {self.pass_}"
         return f"{shape} {self.dtype}{mask}{step}"
+
+
+def heads_label(heads_q, heads_kv):
+    """"8", or "8/4" where 8 query heads share 4 kv heads."""
+    return str(heads_q) if heads_kv in (None, heads_q) else f"{heads_q}/{heads_kv}"
 
 
 def paper_points(seqlens=PAPER_SEQLENS, head_dims=PAPER_HEAD_DIMS, dtypes=PAPER_DTYPES,
@@ -110,6 +136,14 @@ def exercise_bwd_points(shapes=EXERCISE_BWD_SHAPES, **kwargs):
     return exercise_points(shapes, passes=BACKWARD_PASSES, grid="exercise_bwd", **kwargs)
 
 
+def wide_bwd_points(head_dims=WIDE_HEAD_DIMS, heads=WIDE_HEADS, seqlens=WIDE_SEQLENS,
+                    dtypes=WIDE_DTYPES, masks=MASKS, passes=BACKWARD_PASSES):
+    return [Point("wide_bwd", dtype, PAPER_TOKENS // n, n, heads_q, d, mask, pass_=pass_,
+                  heads_kv=heads_kv)
+            for dtype in dtypes for d in head_dims for heads_q, heads_kv in heads
+            for mask in masks for n in seqlens for pass_ in passes]
+
+
 def memory_points(seqlens=MEMORY_SEQLENS):
     return [Point("memory", MEMORY_DTYPE, 1, n, MEMORY_HEADS, MEMORY_HEAD_DIM, timed=False)
             for n in seqlens]
@@ -117,17 +151,21 @@ def memory_points(seqlens=MEMORY_SEQLENS):
 
 def full_suite():
     return {"paper": paper_points(), "exercise": exercise_points(), "memory": memory_points(),
-            "paper_bwd": paper_bwd_points(), "exercise_bwd": exercise_bwd_points()}
+            "paper_bwd": paper_bwd_points(), "exercise_bwd": exercise_bwd_points(),
+            "wide_bwd": wide_bwd_points()}
 
 
 def quick_suite():
     """A few representative points, about two minutes of GPU time (forward): the headline
     shape (head_dim 128) short and long, two exercise shapes, memory at three sizes; the
-    backward on the same headline shapes and one exercise shape."""
+    backward on the same headline shapes and one exercise shape; and one wide-head backward
+    point: d512, causal, Gemma 4's 8 query heads on 4 kv heads."""
     return {"paper": paper_points(seqlens=(2048, 8192), head_dims=(128,), dtypes=("bf16",)),
             "exercise": exercise_points(shapes=((1000, 1024, 16), (4096, 1024, 16)),
                                         masks=("none",)),
             "memory": memory_points(seqlens=(2048, 8192, 32768)),
             "paper_bwd": paper_bwd_points(seqlens=(2048, 8192), head_dims=(128,),
                                           dtypes=("bf16",)),
-            "exercise_bwd": exercise_bwd_points(shapes=((1000, 1024, 16),), masks=("none",))}
+            "exercise_bwd": exercise_bwd_points(shapes=((1000, 1024, 16),), masks=("none",)),
+            "wide_bwd": wide_bwd_points(head_dims=(512,), heads=((8, 4),), seqlens=(8192,),
+                                        masks=("top_left",), passes=("bwd",))}

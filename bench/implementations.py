@@ -6,9 +6,14 @@ FlashAttention API's, and the exercise's N × d_model row-major matrices. PyTorc
 model with a fused QKV projection hands them. Every callable returns (batch, heads, seqlen,
 head_dim) (a view where that is free) so outputs compare alike.
 
-The backward (grids paper_bwd, exercise_bwd): an implementation with `gradients` prepares,
-for every input copy (q, k, v, dout), what its timed call needs and returns call(i) -> (dq,
-dk, dv), each (batch, seqlen, heads, head_dim). Pass "bwd" times the backward alone:
+Grouped-query attention (grid wide_bwd): k and v have heads_kv heads, a divisor of q's
+heads, query head h reading kv head h // (heads_q / heads_kv). flashattn takes such k and v
+as they are; PyTorch's SDPA with enable_gqa=True (a backend without it declines the point,
+and its row says why); standard attention repeats each kv head over its group first.
+
+The backward (grids paper_bwd, exercise_bwd, wide_bwd): an implementation with `gradients`
+prepares, for every input copy (q, k, v, dout), what its timed call needs and returns
+call(i) -> (dq, dk, dv), each the shape of q, k, v. Pass "bwd" times the backward alone:
 flashattn_backward on the forward's out and lse for ours, autograd.grad through a graph
 kept from one forward (retain_graph) for PyTorch's. Pass "fwd+bwd" times a forward and a
 backward through autograd, as a training step runs them.
@@ -165,10 +170,16 @@ def parse_builds(spec):
     return builds
 
 
+def grouped(q, k):
+    """Whether k has fewer heads than q (grouped-query attention)."""
+    return k.shape[2] != q.shape[2]
+
+
 def sdpa_impl(name, backend):
     def call(q, k, v, causal):
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                              v.transpose(1, 2), is_causal=causal)
+                                              v.transpose(1, 2), is_causal=causal,
+                                              enable_gqa=grouped(q, k))
     return Impl(name, ALTERNATIVE, call, context=lambda: sdpa_kernel([backend]),
                 gradients=autograd_gradients(call))
 
@@ -177,7 +188,11 @@ def standard_attention(q, k, v, causal):
     """softmax(q·kᵀ·scale)·v with the score matrix materialised, every step in the tensors'
     dtype: two cuBLAS matrix products around torch.softmax, as models wrote attention
     before fused kernels. The causal mask is built in the call, as a model without a cached
-    mask buffer would."""
+    mask buffer would. Grouped k and v are repeated over each group of query heads, as
+    models without a fused kernel do (autograd sums dk and dv back over the group)."""
+    if grouped(q, k):
+        group = q.shape[2] // k.shape[2]
+        k, v = (t.repeat_interleave(group, dim=2) for t in (k, v))
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1])
     s = torch.matmul(q * scale, k.transpose(-2, -1))

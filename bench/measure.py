@@ -69,11 +69,12 @@ def tensors_per_copy(point):
 
 def make_inputs(point, copies):
     """`copies` independent (q, k, v) sets, (q, k, v, dout) for a backward point, of fresh
-    standard-normal data."""
-    shape = (point.batch, point.seqlen, point.heads, point.head_dim)
+    standard-normal data; k and v with the point's heads_kv heads."""
+    q_shape = (point.batch, point.seqlen, point.heads, point.head_dim)
+    kv_shape = (point.batch, point.seqlen, point.heads_kv, point.head_dim)
+    shapes = (q_shape, kv_shape, kv_shape, q_shape)[:tensors_per_copy(point)]
     dtype = TORCH_DTYPES[point.dtype]
-    return [tuple(torch.randn(shape, dtype=dtype, device="cuda")
-                  for _ in range(tensors_per_copy(point)))
+    return [tuple(torch.randn(shape, dtype=dtype, device="cuda") for shape in shapes)
             for _ in range(copies)]
 
 
@@ -95,7 +96,7 @@ def output_err(point, out, reference, rows):
 def base_row(point, impl):
     row = {"impl": impl.name, "family": impl.family, "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
-           "heads_q": point.heads, "heads_kv": point.heads, "head_dim": point.head_dim,
+           "heads_q": point.heads, "heads_kv": point.heads_kv, "head_dim": point.head_dim,
            "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
            "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     if point.exercise:
@@ -225,8 +226,9 @@ def release_memory():
 
 def measure_point(point, impls, budget, slow_rate):
     """Rows for every implementation in `impls` that takes part in `point`'s pass."""
-    # A backward's copies also hold out (and lse, or a kept graph).
-    set_bytes = (tensors_per_copy(point) + (point.pass_ != "fwd")) * point.tensor_bytes()
+    # q, k, v; a backward's copies also dout and out (and lse, or a kept graph).
+    of_q = 1 if point.pass_ == "fwd" else 3
+    set_bytes = of_q * point.tensor_bytes() + 2 * point.kv_bytes()
     copies = timing.copies_needed(set_bytes) if point.timed else 1
     inputs = make_inputs(point, copies)
     rows = accuracy.sample_rows(point.seqlen, "cuda")

@@ -1,6 +1,7 @@
 """Figures from one bench/run JSON, in the FlashAttention papers' manner: TFLOP/s against
-sequence length, one panel per head dim and mask, one line per implementation (one figure
-per dtype); the fp32 exercise shapes as grouped bars; peak memory against seqlen.
+sequence length, one panel per head dim and mask (and kv grouping, where a grid has
+grouped-query points), one line per implementation (one figure per dtype); the fp32
+exercise shapes as grouped bars; peak memory against seqlen.
 
 Every axis that spans orders of magnitude is logarithmic: the slowest baselines run at a
 thousandth of the fastest, and a linear axis would flatten them to zero.
@@ -15,7 +16,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from result_rows import (FLASHATTN, by_point, exercise_shape, family_of,  # noqa: E402
-                         impl_order, run_label, status_mark, timed)
+                         heads_kv_of, heads_of, impl_order, run_label, status_mark, timed)
 
 MIB = 2**20
 PALETTE = ["#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#2ca02c", "#9467bd", "#17becf",
@@ -57,22 +58,35 @@ def figure_legend(fig, axes):
 WHAT = {"fwd": "forward", "bwd": "backward alone", "fwd+bwd": "forward + backward"}
 
 
-def paper_figure(results, dtype, path, grid="paper", pass_="fwd"):
+PAPER_SHAPES = "batch × seqlen = 16k tokens, heads × head dim = 2048"
+WIDE_SHAPES = "batch × seqlen = 16k tokens, 8 query heads on 8 or 4 kv heads"
+
+
+def group_size(row):
+    """Query heads per kv head: 1 without grouped-query attention."""
+    return row["heads_q"] // heads_kv_of(row)
+
+
+def paper_figure(results, dtype, path, grid="paper", pass_="fwd", shapes=PAPER_SHAPES):
     rows = [r for r in results["rows"]
             if r["grid"] == grid and r["dtype"] == dtype and r.get("pass", "fwd") == pass_]
     head_dims = sorted({r["head_dim"] for r in rows})
-    masks = [m for m in ("none", "top_left") if any(r["causal"] == m for r in rows)]
+    groups = sorted({group_size(r) for r in rows})
+    panel_rows = [(m, g) for m in ("none", "top_left") for g in groups
+                  if any(r["causal"] == m and group_size(r) == g for r in rows)]
     seqlens = sorted({r["seqlen_q"] for r in rows})
     style = styles(results)
     ceiling = results["ceilings"]["bf16_matmul_tflops"]
-    fig, axes = plt.subplots(len(masks), len(head_dims), squeeze=False, sharey=True,
-                             figsize=(4.6 * len(head_dims), 3.8 * len(masks) + 0.8))
-    for i, mask in enumerate(masks):
+    fig, axes = plt.subplots(len(panel_rows), len(head_dims), squeeze=False, sharey=True,
+                             figsize=(4.6 * len(head_dims), 3.8 * len(panel_rows) + 0.8))
+    for i, (mask, group) in enumerate(panel_rows):
         for j, d in enumerate(head_dims):
             ax = axes[i][j]
+            panel = [r for r in rows
+                     if r["causal"] == mask and r["head_dim"] == d and group_size(r) == group]
             series = defaultdict(list)
-            for r in rows:
-                if r["causal"] == mask and r["head_dim"] == d and timed(r):
+            for r in panel:
+                if timed(r):
                     series[r["impl"]].append((r["seqlen_q"], r["tflops"]))
             for impl in style:
                 if series.get(impl):
@@ -85,7 +99,8 @@ def paper_figure(results, dtype, path, grid="paper", pass_="fwd"):
             ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
             ax.grid(True, which="major", alpha=0.3)
             seqlen_axis(ax, seqlens)
-            ax.set_title(f"head dim {d}, {'causal' if mask != 'none' else 'not causal'}")
+            heads = f", heads {heads_of(panel[0])}" if len(groups) > 1 and panel else ""
+            ax.set_title(f"head dim {d}, {'causal' if mask != 'none' else 'not causal'}{heads}")
             if j == 0:
                 ax.set_ylabel(f"TFLOP/s ({WHAT[pass_]})")
             if j == len(head_dims) - 1:
@@ -93,8 +108,7 @@ def paper_figure(results, dtype, path, grid="paper", pass_="fwd"):
                                                                lambda p: p * ceiling / 100))
                 right.yaxis.set_major_formatter(FuncFormatter(lambda p, _: f"{p:g}"))
                 right.set_ylabel("% of the bf16 matmul rate")
-    fig.suptitle(f"Attention {WHAT[pass_]}, {dtype}, {results['device']} "
-                 f"(batch × seqlen = 16k tokens, heads × head dim = 2048)")
+    fig.suptitle(f"Attention {WHAT[pass_]}, {dtype}, {results['device']} ({shapes})")
     figure_legend(fig, axes.flat)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
@@ -200,12 +214,13 @@ def write_all(results, stem):
         names["exercise"] = path.name
     for pass_ in ("bwd", "fwd+bwd"):
         file_pass = pass_.replace("+", "")
-        passes = {r["dtype"] for r in results["rows"]
-                  if r["grid"] == "paper_bwd" and r.get("pass") == pass_}
-        for dtype in sorted(passes):
-            path = stem.with_name(f"{stem.name}-paper_bwd-{file_pass}-{dtype}.png")
-            paper_figure(results, dtype, path, "paper_bwd", pass_)
-            names[f"paper_bwd {pass_} {dtype}"] = path.name
+        for grid, shapes in (("paper_bwd", PAPER_SHAPES), ("wide_bwd", WIDE_SHAPES)):
+            dtypes = {r["dtype"] for r in results["rows"]
+                      if r["grid"] == grid and r.get("pass") == pass_}
+            for dtype in sorted(dtypes):
+                path = stem.with_name(f"{stem.name}-{grid}-{file_pass}-{dtype}.png")
+                paper_figure(results, dtype, path, grid, pass_, shapes)
+                names[f"{grid} {pass_} {dtype}"] = path.name
         if any(r["grid"] == "exercise_bwd" and r.get("pass") == pass_ for r in results["rows"]):
             path = stem.with_name(f"{stem.name}-exercise_bwd-{file_pass}.png")
             exercise_figure(results, path, "exercise_bwd", pass_)

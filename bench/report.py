@@ -3,7 +3,8 @@
 
 Writes RESULTS.md beside the JSON (the tables, each flashattn backend's speed ratio against
 the best alternative at every point, accuracy, what did not run) and, with matplotlib,
-RESULTS-paper-<dtype>.png, RESULTS-exercise.png and RESULTS-memory.png. Needs no GPU.
+RESULTS-paper-<dtype>.png, RESULTS-exercise.png, RESULTS-memory.png and the backward grids'
+RESULTS-<grid>-<pass>[-<dtype>].png. Needs no GPU.
 
 The runs over time: bench/run appends one line per run to bench/results/history.jsonl
 (history_line: date, commit, device, grids, rounds, timing, ceilings, and "ratios", each
@@ -20,8 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from result_rows import (FLASHATTN, PASS_NAMES, SPEED_GRIDS, best_alternative,  # noqa: F401
-                         by_point, exercise_shape, family_of, geomean, impl_order, pass_of,
-                         run_label, scope, sig, status_mark, timed)
+                         by_point, exercise_shape, family_of, geomean, grouped, heads_of,
+                         impl_order, pass_of, run_label, scope, sig, status_mark, timed)
 
 MIB = 2**20
 
@@ -107,7 +108,7 @@ def speed_table(results, grid, dtype, shape_cells, shape_header, value, unit, pa
 
 def paper_shape(row):
     return [str(row["head_dim"]), "causal" if row["causal"] != "none" else "",
-            str(row["seqlen_q"]), f"{row['batch']}×{row['heads_q']}"]
+            str(row["seqlen_q"]), f"{row['batch']}×{heads_of(row)}"]
 
 
 def memory_table(results):
@@ -197,11 +198,12 @@ def preamble(results):
         "",
         "Times are medians of repeated calls timed with CUDA events after warm-up, on fresh "
         "random inputs rotated among copies when they would fit in L2. TFLOP/s counts "
-        "4·B·H·N²·d, halved for causal, for a forward; 2.5× that for a backward alone and "
-        "3.5× for a forward and backward. *vs best* is the best alternative's time over ours "
-        "(above 1: ours is faster); *% of ceiling* is the floor time (the larger of FLOPs at "
-        "the matrix rate of the dtype and bytes at the copy bandwidth) over the time. "
-        "n/a: the implementation declines the dtype or head_dim; OOM: out of memory; skip: "
+        "4·B·H·N²·d (H: query heads), halved for causal, for a forward; 2.5× that for a "
+        "backward alone and 3.5× for a forward and backward. *vs best* is the best "
+        "alternative's time over ours (above 1: ours is faster); *% of ceiling* is the floor "
+        "time (the larger of FLOPs at the matrix rate of the dtype and bytes at the copy "
+        "bandwidth) over the time. n/a: the implementation declines the dtype, head_dim or "
+        "grouped kv heads; OOM: out of memory; skip: "
         "predicted over the time limit per call." + interleaving_note(results),
     ])
 
@@ -270,10 +272,17 @@ BACKWARD_NOTE = (
     "training step's attention. `auto` is flashattn's automatic choice for each. Accuracy: "
     "the largest relative L2 error of dq (sampled rows), dk and dv (sampled keys).")
 
+WIDE_NOTE = (
+    "Head dims over 256, bf16, batch × seqlen = 16384 tokens, 8 query heads on 8 kv heads "
+    "or on 4 (*8/4*: grouped-query attention, as Gemma 4's; FLOPs count the query heads). "
+    "PyTorch's SDPA gets `enable_gqa=True` at the grouped points, where a backend without "
+    "it shows n/a; standard attention repeats each kv head over its group. *vs best* is "
+    "against the fastest alternative that ran the point, math included.")
+
 
 def backward_sections(results, plot_names):
-    """The backward grids' tables: per dtype and pass on the paper grid (TFLOP/s), per
-    pass on the exercise shapes (ms)."""
+    """The backward grids' tables: per dtype and pass on the paper grid and at wide head
+    dims (TFLOP/s), per pass on the exercise shapes (ms)."""
     parts = []
     for pass_ in ("bwd", "fwd+bwd"):
         for dtype in ("bf16", "f16"):
@@ -296,6 +305,19 @@ def backward_sections(results, plot_names):
             if name:
                 parts += ["", f"![fp32 exercise shapes, {pass_}]({name})"]
             parts += ["", t]
+    for pass_ in ("bwd", "fwd+bwd"):
+        for dtype in ("bf16", "f16"):
+            t = speed_table(results, "wide_bwd", dtype, paper_shape,
+                            ["head dim", "mask", "seqlen", "batch×heads (q/kv)"],
+                            lambda r: r["tflops"], "TFLOP/s", pass_)
+            if t:
+                parts += ["", f"## Backward at wide head dims, {dtype}: {PASS_NAMES[pass_]} "
+                          f"(TFLOP/s)", "", WIDE_NOTE, "", BACKWARD_NOTE]
+                name = plot_names.get(f"wide_bwd {pass_} {dtype}")
+                if name:
+                    parts += ["", f"![TFLOP/s against seqlen, wide head dims, {dtype}, "
+                              f"{pass_}]({name})"]
+                parts += ["", t]
     return parts
 
 
@@ -319,26 +341,35 @@ def round_range(points):
 
 
 def headline(results):
-    """Per flashattn backend, grid and dtype, against each alternative: the geometric mean
-    of the speed ratio (their time over ours) over the points both ran, with its range; in
-    a quick run also each point's timings with their spread."""
+    """Per flashattn backend, grid and dtype, against each alternative and the best (the
+    fastest alternative at each point): the geometric mean of the speed ratio (their time
+    over ours) over the points both ran, with its range; a grid with grouped-query points
+    has also a line over those alone ("wide bwd GQA"). In a quick run also each point's
+    timings with their spread."""
     ratios = defaultdict(lambda: defaultdict(list))
     per_round = defaultdict(lambda: defaultdict(list))  # [(alt ms, our ms) per round] per point
     for grid in SPEED_GRIDS:
         for key, impl_rows in by_point(results["rows"], grid).items():
+            names = [scope(grid, key[7])]
+            names += [f"{names[0]} GQA"] if grouped(key) else []
+            best = best_alternative(impl_rows)
             for ours in (r for r in impl_rows.values() if r["family"] == FLASHATTN and timed(r)):
-                for alt in (r for r in impl_rows.values() if r["family"] != FLASHATTN and timed(r)):
-                    group = (ours["impl"], scope(grid, key[7]), key[1])
-                    ratios[group][alt["impl"]].append(alt["ms"] / ours["ms"])
-                    if len(ours.get("round_ms", [])) > 1 and len(alt.get("round_ms", [])) > 1:
-                        per_round[group][alt["impl"]].append(
-                            list(zip(alt["round_ms"], ours["round_ms"])))
+                for group in ((ours["impl"], name, key[1]) for name in names):
+                    for alt in (r for r in impl_rows.values()
+                                if r["family"] != FLASHATTN and timed(r)):
+                        ratios[group][alt["impl"]].append(alt["ms"] / ours["ms"])
+                        if len(ours.get("round_ms", [])) > 1 and len(alt.get("round_ms", [])) > 1:
+                            per_round[group][alt["impl"]].append(
+                                list(zip(alt["round_ms"], ours["round_ms"])))
+                    if best:
+                        ratios[group]["best"].append(best["ms"] / ours["ms"])
     alts = [n for n in impl_order(results, results["rows"]) if family_of(results, n) != FLASHATTN]
+    alts += ["best"]
     rounds = results.get("settings", {}).get("rounds", 1)
     width = 40 if rounds > 1 else 26
     label_width = max([24] + [len(f"{o} {g} {d}") + 1 for o, g, d in ratios])
     lines = ["speed ratio = alternative's time / ours (above 1: ours is faster): geometric mean "
-             "over the points both ran (min-max)" +
+             "over the points both ran (min-max); best: the fastest alternative at each point" +
              (f"; rounds: 95% prediction interval for another run's geometric mean, from "
               f"{rounds} rounds, each after the first in a fresh process" if rounds > 1
               else ""),
@@ -362,8 +393,8 @@ def headline(results):
                   (" {each round's median}" if rounds > 1 else "")]
         for grid in SPEED_GRIDS:
             for key, impl_rows in by_point(results["rows"], grid).items():
-                lines.append(f"{scope(grid, key[7])} {key[1]} B{key[2]} N{key[3]} H{key[4]} "
-                             f"d{key[5]} {key[6]}")
+                lines.append(f"{scope(grid, key[7])} {key[1]} B{key[2]} N{key[3]} "
+                             f"H{heads_of(next(iter(impl_rows.values())))} d{key[5]} {key[6]}")
                 for r in impl_rows.values():
                     if timed(r):
                         each = ""
@@ -394,8 +425,9 @@ def ratio_entry(pairs):
 
 def run_ratios(results):
     """The speed ratios of one bench/run file, keyed "OURS/ALT GRID" over all the points
-    both ran, and "OURS/ALT paper N>=1024" over the paper points from 1024 keys; GRID of a
-    backward grid names its pass: "paper bwd", "exercise fwd+bwd", "paper bwd N>=1024".
+    both ran, "OURS/ALT paper N>=1024" over the paper points from 1024 keys, and "OURS/ALT
+    GRID GQA" over a grid's grouped-query points; GRID of a backward grid names its pass:
+    "paper bwd", "exercise fwd+bwd", "paper bwd N>=1024", "wide bwd GQA".
     OURS is each flashattn backend, or "flashattn" for the fastest of them at each point;
     ALT is each alternative, or "best" for the fastest. Also each real pair's prediction
     interval from the rounds where every point has several (see round_range)."""
@@ -411,6 +443,7 @@ def run_ratios(results):
             name = scope(grid, key[7])
             scopes = [name] + ([f"{name} N>=1024"] if grid.startswith("paper") and key[3] >= 1024
                                else [])
+            scopes += [f"{name} GQA"] if grouped(key) else []
             for o_name, o in ours.items():
                 for a_name, a in alts.items():
                     real = o_name != FLASHATTN and a_name != "best"
@@ -463,7 +496,8 @@ def history_line(results, file=None, git=None):
     if line["kind"] == "bench/run":
         settings = results.get("settings", {})
         line["mode"] = results.get("mode", "full")
-        grids = [g for g in ("exercise", "memory", "paper", "exercise_bwd", "paper_bwd")
+        grids = [g for g in ("exercise", "memory", "paper", "exercise_bwd", "paper_bwd",
+                             "wide_bwd")
                  if any(r["grid"] == g for r in rows)]
         line["grids"] = {g: len(by_point(rows, g)) for g in grids}
         line["rounds"] = settings.get("rounds", 1)

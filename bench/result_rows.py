@@ -4,11 +4,13 @@ plots.py does not import report.py, so the two no longer import each other."""
 import math
 from collections import defaultdict
 
+from grid import heads_label
+
 FLASHATTN = "flashattn"
 
 
 # The grids of speed results, forward and backward (memory is a grid of its own kind).
-SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd")
+SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd", "wide_bwd")
 PASS_NAMES = {"fwd": "forward", "bwd": "backward alone", "fwd+bwd": "forward + backward"}
 
 
@@ -17,9 +19,26 @@ def pass_of(row):
     return row.get("pass", "fwd")
 
 
+def heads_kv_of(row):
+    """A row's kv heads (rows from before grouped-query points may lack them: heads_q)."""
+    return row.get("heads_kv") or row["heads_q"]
+
+
 def point_key(row):
+    """(grid, dtype, batch, seqlen, heads_q, head_dim, causal, pass, heads_kv)."""
     return (row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
-            row["head_dim"], row["causal"], pass_of(row))
+            row["head_dim"], row["causal"], pass_of(row), heads_kv_of(row))
+
+
+def grouped(key):
+    """Whether a point (its point_key) has grouped-query attention: fewer kv heads than
+    query heads."""
+    return key[8] != key[4]
+
+
+def heads_of(row):
+    """A row's heads as labels show them: "8", or "8/4" for 8 query heads on 4 kv heads."""
+    return heads_label(row["heads_q"], heads_kv_of(row))
 
 
 def scope(grid, pass_):

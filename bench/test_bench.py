@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
 import report  # noqa: E402
 
-# Synthetic rates (TFLOP/s) by implementation; None: declines fp32.
+# Synthetic rates (TFLOP/s) by implementation; None: declines fp32. flash and cudnn decline
+# head dims over 256, efficient grouped-query attention (wide_bwd).
 RATES = {"auto": 200.0, "cuda_naive": 0.1, "cuda_tiled": 12.0, "flash": (300.0, None),
          "efficient": 150.0, "cudnn": (550.0, None), "math": 20.0, "standard_cublas": 60.0}
 FAMILIES = {n: "flashattn" if n.startswith("cuda_") or n == "auto" else "alternative"
@@ -32,10 +33,14 @@ def takes_part(point, impl):
 def synthetic_row(point, impl):
     row = {"impl": impl, "family": FAMILIES[impl], "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
-           "heads_q": point.heads, "heads_kv": point.heads, "head_dim": point.head_dim,
+           "heads_q": point.heads, "heads_kv": point.heads_kv, "head_dim": point.head_dim,
            "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
            "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     rate = RATES[impl]
+    if impl in ("flash", "cudnn") and point.head_dim > 256:
+        return dict(row, status="unsupported", note="head_dim over 256")
+    if impl == "efficient" and point.heads_kv != point.heads:
+        return dict(row, status="unsupported", note="No available kernel: no GQA")
     if isinstance(rate, tuple):
         rate = rate[1] if point.dtype == "f32" else rate[0]
     if rate is None:
@@ -143,10 +148,13 @@ def test_report_cli_writes_markdown_and_plots(tmp_path, monkeypatch):
                      "gpu-2026-11-22-paper_bwd-bwd-f16.png",
                      "gpu-2026-11-22-paper_bwd-fwdbwd-bf16.png",
                      "gpu-2026-11-22-paper_bwd-fwdbwd-f16.png",
+                     "gpu-2026-11-22-wide_bwd-bwd-bf16.png",
+                     "gpu-2026-11-22-wide_bwd-fwdbwd-bf16.png",
                      "gpu-2026-11-22.json", "gpu-2026-11-22.md"]
     md = (tmp_path / "gpu-2026-11-22.md").read_text()
     assert "![TFLOP/s against seqlen, bf16](gpu-2026-11-22-paper-bf16.png)" in md
     assert "(gpu-2026-11-22-paper_bwd-fwdbwd-f16.png)" in md
+    assert "(gpu-2026-11-22-wide_bwd-bwd-bf16.png)" in md
 
 
 def test_budget_gives_slow_calls_fewer_reps():
@@ -176,20 +184,23 @@ def test_timed_calls_are_shared_among_interleaved_rounds():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_standard_attention_and_math_sdpa_match_the_reference_rows(causal):
+@pytest.mark.parametrize("heads_q,heads_kv", [(3, 3), (4, 2)])
+def test_standard_attention_and_math_sdpa_match_the_reference_rows(causal, heads_q, heads_kv):
     torch = pytest.importorskip("torch")
     implementations = pytest.importorskip("implementations")  # imports flashattn too
     import accuracy
-    q, k, v = (torch.randn(2, 50, 3, 16) for _ in range(3))
+    q = torch.randn(2, 50, heads_q, 16)
+    k, v = (torch.randn(2, 50, heads_kv, 16) for _ in range(2))
     rows = accuracy.sample_rows(50, "cpu", count=8)
     reference = accuracy.reference_rows(q, k, v, causal, rows)
     for impl in implementations.all_impls():
         if impl.name in ("standard_cublas", "math"):
             with impl.context():
                 out = impl.call(q, k, v, causal)
-            assert out.shape == (2, 3, 50, 16)
+            assert out.shape == (2, heads_q, 50, 16)
             assert accuracy.rel_l2_err(out, reference, rows) < 1e-5
-    assert math.isclose(accuracy.rel_l2_err(torch.zeros(1, 3, 50, 16), reference, rows), 1.0)
+    assert math.isclose(accuracy.rel_l2_err(torch.zeros(1, heads_q, 50, 16), reference, rows),
+                        1.0)
 
 
 def test_builds_parse_as_name_path_pairs():
@@ -222,7 +233,7 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
-                             "paper_bwd": 144}
+                             "paper_bwd": 144, "wide_bwd": 48}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
     assert line["ratios"]["cuda_tiled/flash paper"] == [0.04, 0.04, 0.04, 72, 0]
@@ -290,9 +301,10 @@ def test_dry_run_lists_the_backward_points():
     import subprocess
     run = Path(__file__).resolve().parent / "run"
     listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids",
-                             "paper_bwd,exercise_bwd"], capture_output=True, text=True,
-                            check=True).stdout
+                             "paper_bwd,exercise_bwd,wide_bwd"], capture_output=True,
+                            text=True, check=True).stdout
     assert "paper_bwd: 144 points" in listed and "exercise_bwd: 12 points" in listed
+    assert "wide_bwd: 48 points" in listed and "B2 N8192 H8/4 d384 bf16 fwd+bwd" in listed
     assert "B1 N16384 H8 d256 f16 causal fwd+bwd" in listed
     assert "N=4096 d_model=1024 h=16 (d64) f32 bwd" in listed
 
@@ -335,11 +347,13 @@ def test_slow_backwards_are_predicted_per_implementation_and_pass():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_every_backward_gives_the_reference_gradients(causal):
+@pytest.mark.parametrize("heads_q,heads_kv", [(3, 3), (4, 2)])
+def test_every_backward_gives_the_reference_gradients(causal, heads_q, heads_kv):
     torch = pytest.importorskip("torch")
     implementations = pytest.importorskip("implementations")
     import accuracy
-    inputs = [tuple(torch.randn(2, 40, 3, 16) for _ in range(4)) for _ in range(2)]
+    shapes = [(2, 40, h, 16) for h in (heads_q, heads_kv, heads_kv, heads_q)]  # q, k, v, dout
+    inputs = [tuple(torch.randn(shape) for shape in shapes) for _ in range(2)]
     rows = accuracy.sample_rows(40, "cpu", count=8)
     reference = accuracy.reference_gradients(*inputs[1], causal, rows)
     impls = [implementations.flashattn_impl(implementations.AUTO),
@@ -355,6 +369,86 @@ def test_every_backward_gives_the_reference_gradients(causal):
                 call = impl.gradients(pass_, inputs, causal)
                 grads = call(1)
                 again = call(1)  # a kept graph runs twice
-            assert [g.shape for g in grads] == [(2, 40, 3, 16)] * 3, impl.name
+            assert [g.shape for g in grads] == shapes[:3], impl.name
             assert accuracy.gradients_err(grads, reference, rows) < 1e-5, (impl.name, pass_)
             assert all(torch.equal(a, b) for a, b in zip(grads, again)), impl.name
+
+
+def test_wide_bwd_grid_has_grouped_query_points_and_leaves_the_others_alone():
+    points = grid.wide_bwd_points()
+    assert len(points) == 48 and grid.full_suite()["wide_bwd"] == points
+    assert len(grid.quick_suite()["wide_bwd"]) == 1
+    assert {(p.heads, p.heads_kv) for p in points} == {(8, 8), (8, 4)}
+    assert {p.head_dim for p in points} == {320, 384, 512}
+    assert {(p.batch, p.seqlen) for p in points} == {(4, 4096), (2, 8192)}
+    assert {(p.dtype, p.causal, p.pass_) for p in points} == {
+        ("bf16", mask, pass_) for mask in ("none", "top_left") for pass_ in ("bwd", "fwd+bwd")}
+    labels = {p.label() for p in points}
+    assert "B4 N4096 H8/4 d512 bf16 causal bwd" in labels
+    assert "B2 N8192 H8 d320 bf16 fwd+bwd" in labels
+    plain = grid.Point("paper", "bf16", 4, 4096, 16, 128, "top_left")
+    assert plain.heads_kv == 16 and plain == grid.Point("paper", "bf16", 4, 4096, 16, 128,
+                                                        "top_left", heads_kv=16)
+    assert plain.label() == "B4 N4096 H16 d128 bf16 causal"
+
+
+def test_grouped_query_flops_count_query_heads_and_bytes_count_kv_heads():
+    gqa = grid.Point("wide_bwd", "bf16", 4, 4096, 8, 512, "top_left", pass_="bwd", heads_kv=4)
+    mha = grid.Point("wide_bwd", "bf16", 4, 4096, 8, 512, "top_left", pass_="bwd")
+    assert gqa.flops() == mha.flops() == 2.5 * 4 * 4 * 8 * 4096**2 * 512 / 2
+    q_bytes = 4 * 4096 * 8 * 512 * 2
+    assert (gqa.tensor_bytes(), gqa.kv_bytes()) == (q_bytes, q_bytes // 2)
+    assert mha.min_bytes() == 8 * q_bytes
+    assert gqa.min_bytes() == 4 * q_bytes + 4 * q_bytes // 2  # q, out, dout, dq; k, v, dk, dv
+    both = grid.Point("wide_bwd", "bf16", 4, 4096, 8, 512, pass_="fwd+bwd", heads_kv=4)
+    assert both.min_bytes() == 6 * q_bytes + 6 * q_bytes // 2
+    forward = grid.Point("wide_bwd", "bf16", 4, 4096, 8, 512, heads_kv=4)
+    assert forward.min_bytes() == 2 * q_bytes + 2 * q_bytes // 2
+
+
+def test_report_writes_the_wide_grid_per_pass_against_each_alternative_and_the_best():
+    results = synthetic_results({"wide_bwd": grid.wide_bwd_points()})
+    md = report.markdown(results, "x.json")
+    for pass_ in ("backward alone", "forward + backward"):
+        assert f"## Backward at wide head dims, bf16: {pass_} (TFLOP/s)" in md
+    # efficient (150) is best where it runs; at the grouped points standard_cublas (60).
+    assert "| 512 | causal | 4096 | 4×8 | 200 |" in md
+    row = "| 512 | causal | 4096 | 4×8/4 | 200 | 12.0 | n/a | 20.0 | 60.0 | standard_cublas |"
+    assert row in md
+    assert "`efficient` unsupported at 24 point(s) (wide_bwd): No available kernel" in md
+    head = report.headline(results)
+    assert head.splitlines()[1].split()[-1] == "best"
+    gqa_line = next(x for x in head.splitlines() if x.startswith("auto wide bwd GQA bf16"))
+    assert gqa_line.split()[-2:] == ["3.3×", "(3.3-3.3)"]  # best: standard_cublas, 60 / 200
+    line = report.history_line(results, "x.json")
+    assert line["grids"] == {"wide_bwd": 48}
+    ratios = line["ratios"]
+    assert ratios["auto/best wide bwd"] == [report.four(math.sqrt(200 / 150 * 200 / 60)),
+                                            1.333, 3.333, 24, 24]
+    assert ratios["auto/best wide fwd+bwd GQA"] == [3.333, 3.333, 3.333, 12, 12]
+    assert ratios["auto/math wide bwd GQA"][3] == 12 and ratios["auto/math wide bwd"][3] == 24
+    assert ratios["auto/efficient wide bwd"][3] == 12
+    assert "auto/efficient wide bwd GQA" not in ratios
+    plain, grouped = grid.wide_bwd_points()[0:9:8]  # one shape, 8 kv heads and 4
+    assert plain.label().replace("H8", "H8/4") == grouped.label()
+    rows = [synthetic_row(p, "auto") for p in (plain, grouped)]
+    assert len(report.merge_rounds(rows)) == 2  # two points, not two rounds of one
+
+
+def test_grouped_reference_is_the_reference_on_kv_heads_repeated_over_each_group():
+    torch = pytest.importorskip("torch")
+    import accuracy
+    q, dout = (torch.randn(2, 40, 4, 16) for _ in range(2))
+    k, v = (torch.randn(2, 40, 2, 16) for _ in range(2))
+    repeated_k, repeated_v = (t.repeat_interleave(2, dim=2) for t in (k, v))
+    rows = accuracy.sample_rows(40, "cpu", count=8)
+    assert torch.allclose(accuracy.reference_rows(q, k, v, True, rows),
+                          accuracy.reference_rows(q, repeated_k, repeated_v, True, rows))
+    dq, dk, dv = accuracy.reference_gradients(q, k, v, dout, True, rows)
+    dq_rep, dk_rep, dv_rep = accuracy.reference_gradients(q, repeated_k, repeated_v, dout,
+                                                          True, rows)
+    assert dk.shape == dv.shape == (2, len(rows), 16)
+    assert torch.allclose(dq, dq_rep)
+    # A kv head's gradient is the sum over the query heads that share it.
+    assert torch.allclose(dk, dk_rep.view(2, 2, len(rows), 16).sum(1))
+    assert torch.allclose(dv, dv_rep.view(2, 2, len(rows), 16).sum(1))

@@ -52,9 +52,15 @@ std::vector<harness::Case> backward_cases(bool gpu) {
   std::vector<harness::Case> cases = shared_cases();
   if (!gpu) return cases;
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (int d : {32, 64, 96, 128, 192, 256, 320, 512}) {
+    for (int d : {32, 64, 96, 128, 192, 256}) {
       cases.push_back(make_case({2, 256, 256, 4, 2, d}, dtype, Mask::none));
       cases.push_back(make_case({1, 300, 333, 8, 1, d}, dtype, Mask::causal_bottom_right));
+    }
+    // The 512 bucket (head dims 257–512) on fewer rows: its float64 reference
+    // costs the most host time of the suite.
+    for (int d : {320, 512}) {
+      cases.push_back(make_case({1, 200, 160, 4, 2, d}, dtype, Mask::none));
+      cases.push_back(make_case({1, 150, 170, 4, 1, d}, dtype, Mask::causal_bottom_right));
     }
     cases.push_back(make_case({1, 513, 200, 4, 4, 128}, dtype, Mask::causal_top_left, true));
     harness::Case aligned = make_case({2, 190, 250, 8, 2, 64}, dtype, Mask::causal_bottom_right, true);
@@ -122,7 +128,7 @@ TEST_P(BackwardBackend, DeterministicModeIsBitIdentical) {
   std::vector<harness::Case> cases = {
       make_case({2, 600, 700, 8, 2, 64}, dtype(), Mask::causal_bottom_right)};
   if (device().kind == DeviceKind::cuda)
-    cases.push_back(make_case({1, 300, 200, 4, 2, 512}, dtype(), Mask::causal_top_left));
+    cases.push_back(make_case({1, 200, 150, 4, 2, 512}, dtype(), Mask::causal_top_left));
   for (const harness::Case& c : cases) {
     SCOPED_TRACE(harness::describe(c));
     harness::GradProblem problem(c, device(), fresh_seed());

@@ -280,22 +280,29 @@ WIDE_NOTE = (
     "against the fastest alternative that ran the point, math included.")
 
 
+def tflops_section(results, plot_names, grid, dtype, pass_, columns, title, notes):
+    """One backward TFLOP/s table of `grid` with its heading, notes and figure; [] if the
+    results have no rows for it."""
+    t = speed_table(results, grid, dtype, paper_shape, columns, lambda r: r["tflops"],
+                    "TFLOP/s", pass_)
+    if not t:
+        return []
+    parts = ["", f"## {title}, {dtype}: {PASS_NAMES[pass_]} (TFLOP/s)", ""] + notes
+    name = plot_names.get(f"{grid} {pass_} {dtype}")
+    if name:
+        parts += ["", f"![TFLOP/s against seqlen, {title.lower()}, {dtype}, {pass_}]({name})"]
+    return parts + ["", t]
+
+
 def backward_sections(results, plot_names):
     """The backward grids' tables: per dtype and pass on the paper grid and at wide head
     dims (TFLOP/s), per pass on the exercise shapes (ms)."""
     parts = []
     for pass_ in ("bwd", "fwd+bwd"):
         for dtype in ("bf16", "f16"):
-            t = speed_table(results, "paper_bwd", dtype, paper_shape,
-                            ["head dim", "mask", "seqlen", "batch×heads"],
-                            lambda r: r["tflops"], "TFLOP/s", pass_)
-            if t:
-                parts += ["", f"## Backward, FlashAttention-paper grid, {dtype}: "
-                          f"{PASS_NAMES[pass_]} (TFLOP/s)", "", BACKWARD_NOTE]
-                name = plot_names.get(f"paper_bwd {pass_} {dtype}")
-                if name:
-                    parts += ["", f"![TFLOP/s against seqlen, {dtype}, {pass_}]({name})"]
-                parts += ["", t]
+            parts += tflops_section(results, plot_names, "paper_bwd", dtype, pass_,
+                                    ["head dim", "mask", "seqlen", "batch×heads"],
+                                    "Backward, FlashAttention-paper grid", [BACKWARD_NOTE])
         t = speed_table(results, "exercise_bwd", "f32", exercise_shape,
                         ["(N, d_model, h)", "head dim", "mask"], lambda r: r["ms"], "ms", pass_)
         if t:
@@ -307,17 +314,10 @@ def backward_sections(results, plot_names):
             parts += ["", t]
     for pass_ in ("bwd", "fwd+bwd"):
         for dtype in ("bf16", "f16"):
-            t = speed_table(results, "wide_bwd", dtype, paper_shape,
-                            ["head dim", "mask", "seqlen", "batch×heads (q/kv)"],
-                            lambda r: r["tflops"], "TFLOP/s", pass_)
-            if t:
-                parts += ["", f"## Backward at wide head dims, {dtype}: {PASS_NAMES[pass_]} "
-                          f"(TFLOP/s)", "", WIDE_NOTE, "", BACKWARD_NOTE]
-                name = plot_names.get(f"wide_bwd {pass_} {dtype}")
-                if name:
-                    parts += ["", f"![TFLOP/s against seqlen, wide head dims, {dtype}, "
-                              f"{pass_}]({name})"]
-                parts += ["", t]
+            parts += tflops_section(results, plot_names, "wide_bwd", dtype, pass_,
+                                    ["head dim", "mask", "seqlen", "batch×heads (q/kv)"],
+                                    "Backward at wide head dims",
+                                    [WIDE_NOTE, "", BACKWARD_NOTE])
     return parts
 
 

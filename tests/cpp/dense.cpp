@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "device_memory.h"
+#include "grad_problem.h"
 
 namespace flashattn::test {
 namespace {
@@ -154,19 +155,11 @@ DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float
   fwd.mask = p.mask;
   fwd.backend = backend;
   forward(fwd);
-  BackwardParams bwd;
-  bwd.q = fwd.q;
-  bwd.k = fwd.k;
-  bwd.v = fwd.v;
-  bwd.out = fwd.out;
-  bwd.lse = fwd.lse;
+  BackwardParams bwd = harness::backward_of(fwd);
   bwd.dout = view(do_at, dout);
   bwd.dq = view(dq_at, g.dq);
   bwd.dk = view(dk_at, g.dk);
   bwd.dv = view(dv_at, g.dv);
-  bwd.scale = p.scale;
-  bwd.mask = p.mask;
-  bwd.backend = backend;
   backward(bwd);
   if (device.kind == DeviceKind::cuda) harness::device_synchronize(device.index);
   const struct {

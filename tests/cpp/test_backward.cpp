@@ -237,18 +237,12 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   std::vector<float> lse(kRows), dq(q.size()), dk(k.size()), dv(v.size());
   fwd.lse = lse.data();
   forward(fwd);
-  BackwardParams bwd;
-  bwd.q = fwd.q;
-  bwd.k = fwd.k;
-  bwd.v = fwd.v;
-  bwd.out = fwd.out;
-  bwd.lse = lse.data();
+  BackwardParams bwd = harness::backward_of(fwd);
+  bwd.backend = Backend::reference;
   bwd.dout = contiguous_view(dout.data(), DType::f32, 1, kRows, 1, kDim);
   bwd.dq = contiguous_view(dq.data(), DType::f32, 1, kRows, 1, kDim);
   bwd.dk = contiguous_view(dk.data(), DType::f32, 1, kKeys, 1, kDim);
   bwd.dv = contiguous_view(dv.data(), DType::f32, 1, kKeys, 1, kDim);
-  bwd.mask = fwd.mask;
-  bwd.backend = Backend::reference;
   backward(bwd);
 
   const struct {

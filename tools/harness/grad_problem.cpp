@@ -120,23 +120,28 @@ Params GradProblem::forward_params(Backend backend) const {
   return p;
 }
 
-BackwardParams GradProblem::backward_params(Backend backend, bool deterministic) const {
-  const Storage& st = *storage_;
-  const Params f = forward_params(backend);
+BackwardParams backward_of(const Params& f) {
   BackwardParams p;
   p.q = f.q;
   p.k = f.k;
   p.v = f.v;
   p.out = f.out;
   p.lse = f.lse;
+  p.scale = f.scale;
+  p.mask = f.mask;
+  p.backend = f.backend;
+  p.stream = f.stream;
+  return p;
+}
+
+BackwardParams GradProblem::backward_params(Backend backend, bool deterministic) const {
+  const Storage& st = *storage_;
+  BackwardParams p = backward_of(forward_params(backend));
   p.dout = view_of(st.dout, case_.dtype, device_);
   p.dq = view_of(st.dq, case_.dtype, device_);
   p.dk = view_of(st.dk, case_.dtype, device_);
   p.dv = view_of(st.dv, case_.dtype, device_);
-  p.scale = case_.scale;
-  p.mask = case_.mask;
   p.deterministic = deterministic;
-  p.backend = backend;
   return p;
 }
 

@@ -28,6 +28,10 @@ struct GradAccuracy {
   std::string summary() const;
 };
 
+// The backward of forward call `f` (its q, k, v, out, lse, scale, mask, backend
+// and stream); the caller sets dout, dq, dk and dv.
+BackwardParams backward_of(const Params& f);
+
 class GradProblem {
  public:
   GradProblem(const Case& c, Device device, uint64_t seed);

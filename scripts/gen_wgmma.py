@@ -8,6 +8,9 @@ import pathlib
 import sys
 
 WIDTHS = (64, 80, 96, 112, 128, 176, 192, 256)  # the BN and head-dim values of sm90/traits.h
+# Widths of the backward's dQ = dS·K, whose A (dS, stored as dSᵀ) and B (K) are
+# both MN-major (sm90/backward_traits.h).
+MN_MAJOR_WIDTHS = (64, 128)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/cuda/sm90/wgmma_ops.cuh"
 
@@ -16,7 +19,9 @@ HEADER = """\
 // wgmma.mma_async m64nNk16 with fp32 accumulators, one warpgroup:
 //   ss: D[64×N] (+)= A·B, A (64×16, K-major) and B from shared-memory descriptors;
 //   rs: D[64×N] (+)= A·B, A from four registers per thread (the accumulator layout
-//       packed to 16 bits), B from a descriptor with B transposed (MN-major, as V is).
+//       packed to 16 bits), B from a descriptor with B transposed (MN-major, as V is);
+//   ss_mn: D[64×N] (+)= A·B, both from descriptors and both MN-major (the
+//       backward's dQ = dS·K, dS stored transposed).
 // accumulate = 0 overwrites D. The caller fences, commits and waits (wgmma.cuh).
 #pragma once
 
@@ -54,12 +59,19 @@ def wrapper(ctype, ptx, n):
           f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n      "{operand_list(0, regs)}"\n'
           f'      "}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"\n'
           f'      : {acc}\n      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));\n')
+    ss_mn = (f'    asm volatile(\n      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+             f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n      "{operand_list(0, regs)}"\n'
+             f'      "}}, %{regs}, %{regs + 1}, p, 1, 1, 1, 1;\\n}}\\n"\n'
+             f'      : {acc}\n      : "l"(a), "l"(b), "r"(accumulate));\n')
+    mn = (f"  static __device__ __forceinline__ void ss_mn(float (&d)[{regs}], uint64_t a, uint64_t b,\n"
+          f"                                               int accumulate) {{\n{ss_mn}  }}\n"
+          if n in MN_MAJOR_WIDTHS else "")
     return (f"\ntemplate <>\nstruct Wgmma<{ctype}, {n}> {{\n"
             f"  static __device__ __forceinline__ void ss(float (&d)[{regs}], uint64_t a, uint64_t b, int accumulate) {{\n"
             f"{ss}  }}\n"
             f"  static __device__ __forceinline__ void rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t b,\n"
             f"                                            int accumulate) {{\n"
-            f"{rs}  }}\n}};\n")
+            f"{rs}  }}\n{mn}}};\n")
 
 
 def render():

@@ -38,8 +38,8 @@ const std::vector<BackendEntry>& table() {
        cuda::mma_forward, cuda::mma_backward},
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
-        "of 8 and 16-byte strides"},
-       cuda::wgmma_forward},
+        "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim},
+       cuda::wgmma_forward, cuda::wgmma_backward},
       {{Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, kF32, cuda::kF16x3MaxHeadDim, 0,
         "fp32 accuracy from three fp16 mma.sync per product on a scaled hi/lo split"},
        cuda::f16x3_forward},
@@ -110,12 +110,16 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device) {
 }
 
 // The backward's policy. Host tensors: cpu. fp32 on the GPU: cuda_tiled (exact,
-// any head_dim). 16-bit: the mma.sync backward up to its head_dim limit (on
-// Hopper too, until a wgmma backward exists), cuda_tiled beyond it.
+// any head_dim). 16-bit: wgmma on Hopper where its head_dim and stride rules
+// hold, else the mma.sync backward up to its head_dim limit, cuda_tiled beyond it.
 Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
-  if (p.dtype != DType::f32 &&
-      find_backend(Backend::cuda_mma)->info.takes_backward_head_dim(p.sizes.head_dim))
+  if (p.dtype == DType::f32) return Backend::cuda_tiled;
+  const int head_dim = p.sizes.head_dim;
+  if (find_backend(Backend::cuda_wgmma)->info.takes_backward_head_dim(head_dim) &&
+      cuda::wgmma_backward_unsupported(p).empty())
+    return Backend::cuda_wgmma;
+  if (find_backend(Backend::cuda_mma)->info.takes_backward_head_dim(head_dim))
     return Backend::cuda_mma;
   return Backend::cuda_tiled;
 }
@@ -139,6 +143,11 @@ std::string backward_unsupported(Backend backend, const BwdParams& p, DeviceKind
     return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds the limit of " +
            std::string(info.name) + "'s backward, " + std::to_string(info.backward_max_head_dim) +
            instead();
+  const Sizes& s = p.sizes;
+  if (backend == Backend::cuda_wgmma && s.batch > 0 && s.seqlen_q > 0 && s.seqlen_k > 0) {
+    const std::string why = cuda::wgmma_backward_unsupported(p);
+    if (!why.empty()) return why + instead();
+  }
   return {};
 }
 

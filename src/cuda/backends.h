@@ -62,6 +62,13 @@ void tiled_backward(const BwdParams& p);
 // up to kMmaBackwardMaxHeadDim.
 inline constexpr int kMmaBackwardMaxHeadDim = 512;
 void mma_backward(const BwdParams& p);
+// cuda_wgmma's backward: f16/bf16 on Hopper, head_dim up to
+// kWgmmaBackwardMaxHeadDim; wgmma_backward_unsupported() is empty when it can
+// run p, else it names the argument and the rule (the forward's, and TMA for
+// dout, dk and dv).
+inline constexpr int kWgmmaBackwardMaxHeadDim = 128;
+std::string wgmma_backward_unsupported(const BwdParams& p);
+void wgmma_backward(const BwdParams& p);
 
 // Runs `backward` on p with p's device current: D = rowsum(dO∘O) into scratch
 // first; a problem without query rows or without keys by writing zeros (dk and

@@ -30,10 +30,12 @@ void mma_forward(const AttnParams&) { not_built("cuda_mma"); }
 void wgmma_forward(const AttnParams&) { not_built("cuda_wgmma"); }
 void tiled_backward(const BwdParams&) { not_built("cuda_tiled"); }
 void mma_backward(const BwdParams&) { not_built("cuda_mma"); }
+void wgmma_backward(const BwdParams&) { not_built("cuda_wgmma"); }
 
 std::string wgmma_unsupported(const AttnParams&) {
   return "backend: cuda_wgmma is not built (no CUDA support)";
 }
+std::string wgmma_backward_unsupported(const BwdParams& p) { return wgmma_unsupported(p); }
 
 void run_forward(void (*)(const AttnParams&), const AttnParams&) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");

@@ -74,11 +74,44 @@ std::vector<harness::Case> backward_cases(bool gpu) {
   return cases;
 }
 
+// cuda_wgmma: the cases above whose tensors TMA can describe (head_dim a
+// multiple of 8; strided views padded to keep rows 16-byte aligned), plus its
+// own: each head-dim bucket over many key tiles (128 keys) and query tiles
+// (64 or 128 rows), so that every stage's barrier phase wraps and several key
+// tiles add into each dQ tile; GQA groups of 4; both causal alignments with
+// seqlen_q on either side of seqlen_k; a padded head dim; a single query row;
+// and small ones for the sanitizer (Nq70).
+std::vector<harness::Case> wgmma_backward_cases() {
+  std::vector<harness::Case> cases;
+  for (harness::Case c : backward_cases(true)) {
+    if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
+    c.strided_pad = 8;
+    cases.push_back(c);
+  }
+  auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
+    harness::Case c = make_case(shape, dtype, mask, strided);
+    c.strided_pad = 8;
+    cases.push_back(c);
+  };
+  add({2, 1000, 1100, 4, 2, 64}, DType::bf16, Mask::none, false);
+  add({1, 700, 900, 8, 2, 128}, DType::f16, Mask::causal_bottom_right, false);
+  add({1, 900, 600, 4, 1, 128}, DType::bf16, Mask::causal_top_left, true);
+  add({1, 600, 900, 2, 2, 64}, DType::f16, Mask::causal_top_left, false);
+  add({1, 1500, 1500, 2, 1, 80}, DType::bf16, Mask::causal_bottom_right, true);
+  add({2, 1, 700, 2, 2, 128}, DType::f16, Mask::none, false);
+  add({1, 300, 40, 2, 1, 64}, DType::bf16, Mask::causal_bottom_right, false);
+  add({1, 70, 300, 4, 2, 64}, DType::bf16, Mask::causal_top_left, false);
+  add({1, 70, 300, 2, 1, 128}, DType::f16, Mask::none, true);
+  return cases;
+}
+
 std::vector<BackendCase> backend_cases() {
   std::vector<BackendCase> out;
   for (Backend b : backward_backends()) {
     const bool gpu = device_of(b) == DeviceKind::cuda;
-    for (const harness::Case& c : backward_cases(gpu))
+    const std::vector<harness::Case> cases =
+        b == Backend::cuda_wgmma ? wgmma_backward_cases() : backward_cases(gpu);
+    for (const harness::Case& c : cases)
       if (takes_backward(b, c)) out.push_back({b, c});
   }
   return out;
@@ -122,14 +155,18 @@ class BackwardBackend : public testing::TestWithParam<Backend> {
 
 // Deterministic mode: the same bytes from every run (five runs, fresh poison
 // each time), on a problem where several key tiles add into each dq row and a
-// GQA group into each dk and dv; on the GPU also at head_dim 512, whose
-// tensor-core kernel has a schedule of its own.
+// GQA group into each dk and dv; on the GPU also at head_dim 128 (cuda_wgmma's
+// dQ split by columns) and 512 (cuda_mma's schedule of its own), where the
+// backend's limit takes them.
 TEST_P(BackwardBackend, DeterministicModeIsBitIdentical) {
   std::vector<harness::Case> cases = {
       make_case({2, 600, 700, 8, 2, 64}, dtype(), Mask::causal_bottom_right)};
-  if (device().kind == DeviceKind::cuda)
+  if (device().kind == DeviceKind::cuda) {
+    cases.push_back(make_case({1, 500, 700, 4, 2, 128}, dtype(), Mask::none));
     cases.push_back(make_case({1, 200, 150, 4, 2, 512}, dtype(), Mask::causal_top_left));
+  }
   for (const harness::Case& c : cases) {
+    if (!takes_backward(GetParam(), c)) continue;
     SCOPED_TRACE(harness::describe(c));
     harness::GradProblem problem(c, device(), fresh_seed());
     problem.run(GetParam(), true);

@@ -1,4 +1,4 @@
-"""The backward on PyTorch CUDA tensors: cuda_mma and cuda_tiled (and the automatic choice)
+"""The backward on PyTorch CUDA tensors: cuda_wgmma (on Hopper), cuda_mma and cuda_tiled (and the automatic choice)
 against float64 autograd, deterministic mode, torch.compile training steps, streams.
 Skipped without torch or a CUDA GPU."""
 import pytest
@@ -58,14 +58,23 @@ def problem(shape, dtype, seed=0):
     return q, k, v, dout.to(device="cuda", dtype=dtype)
 
 
+def skip_unless_runs(backend, head_dim):
+    info = {b.name: b for b in flashattn.backends()}[backend]
+    major, minor = torch.cuda.get_device_capability()
+    if info.compute_capability and info.compute_capability != 10 * major + minor:
+        pytest.skip(f"{backend} runs on GPUs of compute capability {info.compute_capability / 10} only")
+    if head_dim > backward_limit(backend):
+        pytest.skip(f"beyond {backend}'s backward head_dim limit")
+
+
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
-def test_cuda_mma_backward(shape, dtype, mask):
-    if shape[-1] > backward_limit("cuda_mma"):
-        pytest.skip("beyond cuda_mma's backward head_dim limit")
+@pytest.mark.parametrize("backend", ["cuda_mma", "cuda_wgmma"])
+def test_tensor_core_backward(backend, shape, dtype, mask):
+    skip_unless_runs(backend, shape[-1])
     q, k, v, dout = problem(shape, dtype, seed=1)
-    grads = grads_of(q, k, v, dout, backend="cuda_mma", **MASKS[mask])
+    grads = grads_of(q, k, v, dout, backend=backend, **MASKS[mask])
     assert_gradients_accurate(grads, (q, k, v), dout, MASKS[mask])
 
 
@@ -87,8 +96,9 @@ def test_automatic_backward_any_head_dim(dtype, head_dim):
     assert_gradients_accurate(grads, (q, k, v), dout, MASKS["top_left"])
 
 
-@pytest.mark.parametrize("backend", ["cuda_mma", "cuda_tiled"])
+@pytest.mark.parametrize("backend", ["cuda_wgmma", "cuda_mma", "cuda_tiled"])
 def test_deterministic_backward_is_bit_identical(backend):
+    skip_unless_runs(backend, 64)
     # Many key blocks and query heads per kv head: every dk, dv and dq sum crosses blocks.
     q, k, v, dout = problem((2, 1024, 1024, 8, 2, 64), torch.bfloat16, seed=4)
     out, lse = flashattn.attention(q, k, v, causal=True, return_lse=True)
@@ -201,5 +211,5 @@ def test_device_errors():
         flashattn.attention_backward(q, k, v, out, dout, lse.cpu())
     with pytest.raises(ValueError, match="dout: device differs"):
         flashattn.attention_backward(q, k, v, out, dout.cpu(), lse)
-    with pytest.raises(NotImplementedError, match="cuda_wgmma has no backward"):
-        flashattn.attention_backward(q, k, v, out, dout, lse, backend="cuda_wgmma")
+    with pytest.raises(NotImplementedError, match="cuda_naive has no backward"):
+        flashattn.attention_backward(q, k, v, out, dout, lse, backend="cuda_naive")

@@ -1,6 +1,6 @@
 // The 16-bit tensor-core backward's instantiations: run_backward<T, kHeadDim>
 // for T in {__half, __nv_bfloat16} and kHeadDim one of kBackwardHeadDimBuckets,
-// each defined in its own file under inst/; write_dq (dq_output.cu) finishes dq.
+// each defined in its own file under inst/.
 #pragma once
 
 #include "core/params.h"
@@ -16,9 +16,5 @@ static_assert(kBackwardHeadDimBuckets[4] == kMmaBackwardMaxHeadDim);
 
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p);
-
-// dq = scale·accum for every row and head: accum holds (batch, heads_q) blocks
-// of rows_padded × cols fp32 sums (cols >= head_dim) in dq_accum.cuh's layout.
-void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols);
 
 }  // namespace flashattn::cuda::mma

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/dq_output.h"
 #include "cuda/common/scratch.h"
 #include "cuda/sm80/mma/backward.h"
 #include "cuda/sm80/mma/backward_kernel.cuh"

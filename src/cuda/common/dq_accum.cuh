@@ -1,5 +1,5 @@
-// The layout of the fp32 dQ sums that the key-tile blocks add into and
-// dq_output.cu reads: per (batch, q head), rows_padded × cols floats cut into
+// The layout of the fp32 dQ sums that the backward's key-tile blocks (cuda_mma's
+// and cuda_wgmma's) add into and dq_output.cu reads: per (batch, q head), rows_padded × cols floats cut into
 // the 16 × 8 tiles of mma.sync's accumulator, row-major over tiles, each tile
 // stored in the order its fragment sits in the warp (lane (g, t) holds rows g
 // and g + 8, columns 2t and 2t + 1: 4 floats at 4·lane). So a warp adds a whole
@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace flashattn::cuda::mma {
+namespace flashattn::cuda {
 
 // Offset, in floats from the head's first, of the 16 × 8 tile holding row r and
 // column c (c a multiple of 8), for rows of `cols` floats.
@@ -23,4 +23,4 @@ __host__ __device__ __forceinline__ int dq_in_tile_offset(int rr, int cc) {
   return 4 * (4 * (rr % 8) + cc / 2) + 2 * (rr / 8) + cc % 2;
 }
 
-}  // namespace flashattn::cuda::mma
+}  // namespace flashattn::cuda

@@ -1,4 +1,4 @@
-// The last step of cuda_mma's backward: dq = scale·(the fp32 sums the key tiles
+// The last step of the tensor-core backwards (cuda_mma, cuda_wgmma): dq = scale·(the fp32 sums the key tiles
 // added), rounded to the dtype. A thread per 8 columns of a row, in dq's
 // (batch, row, head) order, so neighbouring threads write neighbouring memory.
 #include <cuda_bf16.h>
@@ -10,10 +10,10 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
-#include "cuda/sm80/mma/backward.h"
-#include "cuda/sm80/mma/dq_accum.cuh"
+#include "cuda/common/dq_accum.cuh"
+#include "cuda/common/dq_output.h"
 
-namespace flashattn::cuda::mma {
+namespace flashattn::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -62,7 +62,7 @@ void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols)
       dq_kernel<T><<<blocks, kThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
           p.grad.dq, s, accum, rows_padded, cols, p.softmax.scale, vec16);
   });
-  check_launch("cuda_mma dq_kernel");
+  check_launch("dq_kernel");
 }
 
-}  // namespace flashattn::cuda::mma
+}  // namespace flashattn::cuda

@@ -1,0 +1,100 @@
+// The walk every tensor-core backward's key-tile block makes (cuda_mma's and
+// cuda_wgmma's): which key tile of which (batch, kv head) a block owns, the
+// query tiles of each query head of its GQA group that see those keys, and the
+// order of the grid that keeps a head's key tiles side by side in L2. Also the
+// global-memory primitives of their dQ sums: the 16-byte reduction and the
+// acquire load of the deterministic mode's turn counters.
+#pragma once
+
+#include <cstdint>
+
+#include "core/mask.h"
+#include "core/params.h"
+
+namespace flashattn::cuda {
+
+// dst[0..3] += x in global memory: one 16-byte reduction on sm_90.
+__device__ __forceinline__ void add_four(float* dst, const float (&x)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(dst), make_float4(x[0], x[1], x[2], x[3]));
+#else
+#pragma unroll
+  for (int e = 0; e < 4; ++e) atomicAdd(dst + e, x[e]);
+#endif
+}
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// What the block walks: steps = group × (m_end − m_first) query tiles, the
+// query heads of the group in turn, each from query tile m_first to m_end − 1.
+// (Starting each key tile's walk at a different query tile, so that the key
+// tiles of a head do not add into the same dQ rows at once, gained nothing and
+// cost 12% at head dim 256 under a causal mask, v4; with a head's key tiles side
+// by side, without a causal mask, it cost up to 3% at d = 128 and gained up to
+// 2% at 256, v6: docs/perf/cuda_mma_backward.md.)
+struct BackwardWalk {
+  int b, hk, n;
+  int key0, keys;  // first key of the tile, and how many exist
+  int m_first, m_end, steps;
+};
+
+// A step of the walk: query head hq, query tile m.
+struct QueryTile {
+  int hq, m;
+  // The step after this one (no division per step).
+  __device__ __forceinline__ QueryTile next(const BackwardWalk& w) const {
+    return m + 1 < w.m_end ? QueryTile{hq, m + 1} : QueryTile{hq + 1, w.m_first};
+  }
+};
+
+// The block's key tile n and (batch, kv head). The grid cuts each head's key
+// tiles into runs of `chunk` (the last one shorter) and goes through run 0 of
+// every head, then run 1, and so on; inside a run n is the fastest index. So
+// the key tiles of a run are neighbours in the grid and share the head's Q and
+// dO tiles and its dQ sums in L2 (FlashAttention-2 runs a head's key tiles side
+// by side for that). With the key tile as the slowest index they ran waves
+// apart, and each read Q and dO and added dQ through HBM (+3–50%, the most at
+// short sequences: docs/perf/cuda_mma_backward.md, v6). chunk: all key tiles of
+// a head without a causal mask; 8 under one, so that the key tiles with the
+// longest walks (the first) still start first and no head's longest walk is left
+// for the last wave; 1 in deterministic mode, where key tile n waits for n − 1
+// at every query tile, so that side by side they would run as a staircase.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int query_tiles,
+                                                      bool deterministic) {
+  const Sizes& s = p.sizes;
+  const int slices = s.batch * s.heads_kv;
+  const int key_tiles = (s.seqlen_k + kBlockN - 1) / kBlockN;
+  const int chunk = deterministic ? 1 : p.mask.causal ? min(8, key_tiles) : key_tiles;
+  const int whole_runs = key_tiles / chunk * chunk;  // key tiles in full runs, per head
+  const int block = int(blockIdx.x);
+  int slice, n;
+  if (block < whole_runs * slices) {
+    const int run = block / (chunk * slices), in_run = block % (chunk * slices);
+    slice = in_run / chunk;
+    n = run * chunk + in_run % chunk;
+  } else {
+    const int rest = key_tiles - whole_runs, in_run = block - whole_runs * slices;
+    slice = in_run / rest;
+    n = whole_runs + in_run % rest;
+  }
+  BackwardWalk w;
+  w.n = n;
+  w.b = slice / s.heads_kv;
+  w.hk = slice % s.heads_kv;
+  w.key0 = w.n * kBlockN;
+  w.keys = min(kBlockN, s.seqlen_k - w.key0);
+  const RowRange rows = row_mask(p, w.b).rows_seeing(w.key0, w.keys);
+  w.m_first = rows.begin / kBlockM;
+  w.m_end = rows.end > rows.begin
+                ? min(query_tiles, (rows.end + kBlockM - 1) / kBlockM)
+                : w.m_first;
+  w.steps = (w.m_end - w.m_first) * s.group();
+  return w;
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,56 @@
+// cuda_wgmma's backward: what it can run, and the instantiation for the dtype
+// and head-dim bucket.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/error.h"
+#include "cuda/backends.h"
+#include "cuda/common/head_dim_bucket.h"
+#include "cuda/sm90/backward.h"
+#include "cuda/sm90/tensor_map.h"
+
+namespace flashattn::cuda {
+namespace {
+
+template <typename T>
+void run_bucket(const BwdParams& p) {
+  switch (head_dim_bucket(sm90::kBackwardHeadDimBuckets, p.sizes.head_dim)) {
+    case 64: sm90::run_backward<T, 64>(p); return;
+    case 128: sm90::run_backward<T, 128>(p); return;
+  }
+  fail(Status::internal, "head_dim: ", p.sizes.head_dim,
+       " reached cuda_wgmma's backward above its limit");
+}
+
+}  // namespace
+
+// The forward's rules (device, head_dim a multiple of 8, TMA-describable q, k,
+// v and out, the forward's output that the backward is asked about) and the same for the tensors only the backward touches: dout read, dk and
+// dv written by TMA. dq is written by write_dq, which takes any strides.
+std::string wgmma_backward_unsupported(const BwdParams& p) {
+  std::string why = wgmma_unsupported(p);
+  if (!why.empty()) return why;
+#ifdef FLASHATTN_HAS_SM90A
+  const Sizes& s = p.sizes;
+  const struct {
+    const TensorRef* tensor;
+    const char* name;
+    int seqlen, heads;
+  } tensors[] = {{&p.grad.dout, "dout", s.seqlen_q, s.heads_q},
+                 {&p.grad.dk, "dk", s.seqlen_k, s.heads_kv},
+                 {&p.grad.dv, "dv", s.seqlen_k, s.heads_kv}};
+  for (const auto& t : tensors) {
+    why = sm90::tma_unsupported(*t.tensor, t.name, t.seqlen, t.heads, s.batch);
+    if (!why.empty()) return why;
+  }
+#endif
+  return {};
+}
+
+void wgmma_backward(const BwdParams& p) {
+  if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);
+  else if (p.dtype == DType::f16) run_bucket<__half>(p);
+  else fail(Status::internal, "dtype: cuda_wgmma takes f16 or bf16");
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,17 @@
+// The Hopper backward's instantiations: run_backward<T, kHeadDim> for T in
+// {__half, __nv_bfloat16} and kHeadDim one of kBackwardHeadDimBuckets, each
+// defined in its own file under inst/.
+#pragma once
+
+#include "core/params.h"
+#include "cuda/backends.h"
+
+namespace flashattn::cuda::sm90 {
+
+inline constexpr int kBackwardHeadDimBuckets[] = {64, 128};
+static_assert(kBackwardHeadDimBuckets[1] == kWgmmaBackwardMaxHeadDim);
+
+template <typename T, int kHeadDim>
+void run_backward(const BwdParams& p);
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,347 @@
+// The 16-bit attention backward for Hopper (sm_90a): TMA loads into
+// mbarrier-guarded stages, wgmma products, warp specialisation.
+//
+// A block owns the kBlockN = 128 keys of key tile n of one (batch, kv head) and
+// walks, as cuda_mma's backward does (common/backward_walk.cuh), every query
+// head of the GQA group and the query tiles that see its keys; dK and dV of the
+// kv head sum over the group in registers. K and V are loaded once and stay in
+// shared memory. Warp 0 of warpgroup 0 is the producer: per query tile, into
+// one of two stages, Q and dO by TMA, lse·log2(e) and D by its lanes. The other
+// two warpgroups are consumers of 64 keys each. Per query tile, with
+// c = scale·log2(e) and lse2 = lse·log2(e), a consumer computes, transposed so
+// that its keys are the rows (wgmma's M):
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                            (wgmma, shared × shared)
+//   Pᵀ = 2^(Sᵀ·c − lse2), dSᵀ = Pᵀ∘(dPᵀ − D)           (registers)
+//   dV += Pᵀ·dO, dK += dSᵀ·Q                            (wgmma, registers × shared)
+//   dQ += dS·K                                          (wgmma on dSᵀ in shared memory,
+//                                                        fp32 adds into global memory)
+// The accumulator layout of Pᵀ and dSᵀ, packed to 16 bits, is wgmma's A
+// fragment, so dV and dK take them from registers; dQ needs dS with query rows
+// as M, so dSᵀ goes through shared memory and dQ reads it transposed (MN-major).
+// The two consumers share dQ (BackwardTraits::kDQSplitsRows) over all 128 keys,
+// after a barrier that has both halves of dSᵀ written. The dQ sums are those
+// of cuda_mma (common/dq_accum.cuh, a 16-byte reduction per lane), finished by
+// write_dq. As in cuda_mma, P comes from lse, and a select zeroes P and dS of
+// every key a row does not see, of rows past seqlen_q and of keys past
+// seqlen_k, only on the tiles that the mask or the ragged ends cut; dK takes
+// `scale` at the end and dQ in write_dq. Deterministic mode: dQ adds in
+// key-tile order, as cuda_mma's (turn counters per query tile).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "core/mask.h"
+#include "core/params.h"
+#include "cuda/common/backward_walk.cuh"
+#include "cuda/common/dq_accum.cuh"
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/sm90/backward_traits.h"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/wgmma.cuh"
+#include "cuda/sm90/wgmma_ops.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+// What the kernel needs: the problem, and its tensors as TMA descriptors.
+struct BackwardKernelParams {
+  CUtensorMap q, dout;    // boxes of kBlockM rows
+  CUtensorMap k, v;       // boxes of kBlockN rows
+  CUtensorMap dk, dv;     // stores, boxes of 64 rows (a consumer's keys)
+  BwdParams p;
+  int query_tiles;        // per (batch, q head)
+  float* dq_accum;        // zeroed fp32 sums, common/dq_accum.cuh's layout
+  int* turns;             // deterministic mode's counters, zeroed; else null
+};
+
+template <class Tr>
+struct BackwardBarriers {
+  uint64_t kv_full;
+  uint64_t q_full[Tr::kQStages];     // Q, lse2 and D of the stage
+  uint64_t dout_full[Tr::kQStages];  // dO of the stage
+  uint64_t q_empty[Tr::kQStages];    // every consumer warp is done with the stage
+};
+
+// Hardware barriers among the 256 consumer threads (0 is __syncthreads).
+enum BackwardBarrier : int { kDSWritten = 1, kDQAdded = 2, kKVDone = 3 };
+
+template <class Tr>
+__device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp,
+                                                  const BackwardWalk& w, uint8_t* smem,
+                                                  BackwardBarriers<Tr>& bar) {
+  const BwdParams& p = kp.p;
+  const Sizes& s = p.sizes;
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) {
+    expect_bytes(&bar.kv_full, 2 * Tr::kKVBytes);
+#pragma unroll
+    for (int panel = 0; panel < Tr::kPanels; ++panel) {
+      tma_load(smem + Tr::kKOffset + panel * Tr::kBlockN * 128, &kp.k, 64 * panel, w.key0, w.hk,
+               w.b, &bar.kv_full);
+      tma_load(smem + Tr::kVOffset + panel * Tr::kBlockN * 128, &kp.v, 64 * panel, w.key0, w.hk,
+               w.b, &bar.kv_full);
+    }
+  }
+  QueryTile tile{w.hk * s.group(), w.m_first};
+  for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
+    const int stage = step % Tr::kQStages;
+    wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
+    const int row0 = tile.m * Tr::kBlockM;
+    const int64_t stats0 = (int64_t(w.b) * s.heads_q + tile.hq) * s.seqlen_q + row0;
+    float* lse2 = reinterpret_cast<float*>(smem + Tr::kLseOffset) + stage * Tr::kBlockM;
+    float* dot = reinterpret_cast<float*>(smem + Tr::kRowDotOffset) + stage * Tr::kBlockM;
+#pragma unroll
+    for (int i = lane; i < Tr::kBlockM; i += 32) {
+      const bool exists = row0 + i < s.seqlen_q;
+      lse2[i] = exists ? p.grad.lse[stats0 + i] * kLog2e : 0.0f;
+      dot[i] = exists ? p.grad.row_dot[stats0 + i] : 0.0f;
+    }
+    // The lanes' stores, then lane 0's arrival: the consumers' wait on q_full
+    // acquires what the arrival releases, the warp barrier orders the rest.
+    __syncwarp();
+    if (lane == 0) {
+      expect_bytes(&bar.q_full[stage], Tr::kQBytes);
+      expect_bytes(&bar.dout_full[stage], Tr::kQBytes);
+#pragma unroll
+      for (int panel = 0; panel < Tr::kPanels; ++panel) {
+        const uint32_t at = stage * Tr::kQBytes + panel * Tr::kBlockM * 128;
+        tma_load(smem + Tr::kQOffset + at, &kp.q, 64 * panel, row0, tile.hq, w.b, &bar.q_full[stage]);
+        tma_load(smem + Tr::kDOutOffset + at, &kp.dout, 64 * panel, row0, tile.hq, w.b,
+                 &bar.dout_full[stage]);
+      }
+    }
+  }
+}
+
+// acc (+)= A·Bᵀ over kHeadDim, A and B K-major (head_dim contiguous): Sᵀ = K·Qᵀ
+// and dPᵀ = V·dOᵀ. A holds a_rows rows per panel, B b_rows.
+template <typename T, class Tr, int N>
+__device__ __forceinline__ void issue_kmajor(float (&acc)[N / 2], uint64_t a, int a_rows,
+                                             uint64_t b, int b_rows) {
+#pragma unroll
+  for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+    const uint32_t step = (kk % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
+    Wgmma<T, N>::ss(acc, advance(a, (kk / 4) * a_rows * 128 + step),
+                    advance(b, (kk / 4) * b_rows * 128 + step), kk > 0);
+  }
+}
+
+template <typename T, class Tr>
+__device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp,
+                                                  const BackwardWalk& w, uint8_t* smem,
+                                                  BackwardBarriers<Tr>& bar, int warpgroup) {
+  constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
+  const BwdParams& p = kp.p;
+  const Sizes& s = p.sizes;
+  const RowMask& mask = row_mask(p, w.b);
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const float c = p.softmax.scale_log2;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // This warpgroup's keys (rows of K and V, K-major A operands), and its
+  // thread's two key rows within the tile.
+  const int wg_key0 = 64 * warpgroup;
+  const int key_row = wg_key0 + 16 * warp + g;
+  const uint64_t k_rows = smem_descriptor(base + Tr::kKOffset + wg_key0 * 128, 16, 1024);
+  const uint64_t v_rows = smem_descriptor(base + Tr::kVOffset + wg_key0 * 128, 16, 1024);
+  // dQ: this warpgroup's query rows (a panel of dSᵀ) and columns (of K).
+  const int dq_row0 = Tr::kDQSplitsRows ? 64 * warpgroup : 0;
+  const int dq_col0 = Tr::kDQSplitsRows ? 0 : Tr::kDQCols * warpgroup;
+  const uint64_t k_cols = smem_descriptor(base + Tr::kKOffset + (dq_col0 / 64) * kBlockN * 128,
+                                          kBlockN * 128, 1024);
+
+  float dv[kD / 2], dk[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) dv[i] = dk[i] = 0.0f;
+
+  wait_barrier(&bar.kv_full, 0);
+  QueryTile tile{w.hk * s.group(), w.m_first};
+  for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
+    const int stage = step % Tr::kQStages;
+    const uint32_t filled = (step / Tr::kQStages) & 1;
+    const int row0 = tile.m * kBlockM;
+    const uint32_t q_at = base + Tr::kQOffset + stage * Tr::kQBytes;
+    const uint32_t dout_at = base + Tr::kDOutOffset + stage * Tr::kQBytes;
+
+    float st[kBlockM / 2], dpt[kBlockM / 2];
+    wait_barrier(&bar.q_full[stage], filled);
+    wgmma_fence();
+    issue_kmajor<T, Tr, kBlockM>(st, k_rows, kBlockN, smem_descriptor(q_at, 16, 1024), kBlockM);
+    wgmma_commit();
+    wait_barrier(&bar.dout_full[stage], filled);
+    issue_kmajor<T, Tr, kBlockM>(dpt, v_rows, kBlockN, smem_descriptor(dout_at, 16, 1024), kBlockM);
+    wgmma_commit();
+
+    // Pᵀ; element (i) of the fragment is key row key_row + 8·((i / 2) % 2),
+    // query column 8·(i / 4) + 2t + i % 2.
+    const float* lse2 = reinterpret_cast<const float*>(smem + Tr::kLseOffset) + stage * kBlockM;
+    const float* dot = reinterpret_cast<const float*>(smem + Tr::kRowDotOffset) + stage * kBlockM;
+    const int key_first = w.key0 + wg_key0;
+    const bool cut = row0 + kBlockM > s.seqlen_q || mask.beyond_end(row0, key_first + 63);
+    wgmma_wait<1>();
+    fence_registers(st);
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 4 * j + e;
+        float prob = fast_exp2(fmaf(st[i], c, -(e % 2 ? l.y : l.x)));
+        if (cut) {
+          const int row = row0 + 8 * j + 2 * t + e % 2;
+          const int key = w.key0 + key_row + 8 * (e / 2);
+          if (row >= s.seqlen_q || mask.beyond_end(row, key)) prob = 0.0f;
+        }
+        st[i] = prob;
+      }
+    }
+    wgmma_wait<0>();
+    fence_registers(dpt);
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
+    }
+    uint32_t pt[kBlockM / 16][4], dst[kBlockM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        pt[kk][r] = pack_pair<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+        dst[kk][r] = pack_pair<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+      }
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q: dO and Q as MN-major B (query rows are the K dimension).
+    wgmma_fence();
+    const uint64_t dout_mn = smem_descriptor(dout_at, kBlockM * 128, 1024);
+    const uint64_t q_mn = smem_descriptor(q_at, kBlockM * 128, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      Wgmma<T, kD>::rs(dv, pt[kk], advance(dout_mn, kk * 16 * 128), 1);
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      Wgmma<T, kD>::rs(dk, dst[kk], advance(q_mn, kk * 16 * 128), 1);
+    wgmma_commit();
+
+    // dSᵀ into this step's buffer (A-fragment register r: key row + 8·(r % 2),
+    // query column 16·kk + 8·(r / 2) + 2t). The other warpgroup may still read
+    // the other buffer (the last step's dQ), never this one: it passed this
+    // step's barrier below only after its dQ two steps back had completed.
+    const int buffer = step % 2;
+    uint8_t* ds_tile = smem + Tr::kDSOffset + buffer * Tr::kDSBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        *reinterpret_cast<uint32_t*>(
+            ds_tile + swizzled_offset(key_row + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t, kBlockN)) =
+            dst[kk][r];
+    fence_shared_to_async();
+    named_barrier_sync(kDSWritten, 256);
+
+    // dQ(rows, columns of this warpgroup) = dS·K over the block's keys.
+    float dq[Tr::kDQCols / 2];
+    const uint64_t ds_mn =
+        smem_descriptor(base + Tr::kDSOffset + buffer * Tr::kDSBytes + (dq_row0 / 64) * kBlockN * 128,
+                        kBlockN * 128, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      Wgmma<T, Tr::kDQCols>::ss_mn(dq, advance(ds_mn, kk * 16 * 128), advance(k_cols, kk * 16 * 128),
+                                   kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(dq);
+    fence_registers(dv);
+    fence_registers(dk);
+    if (lane == 0) arrive(&bar.q_empty[stage]);  // Q and dO read by every product of the step
+
+    int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
+                         : nullptr;
+    if (turn) {
+      if (lane == 0)
+        while (load_acquire(turn) != w.n) {
+        }
+      __syncwarp();
+    }
+    float* dq_head = kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * kBlockM * kD;
+    const int dq_row = row0 + dq_row0 + 16 * warp;
+#pragma unroll
+    for (int j = 0; j < Tr::kDQCols / 8; ++j) {
+      const int col = dq_col0 + 8 * j;
+      if (col >= s.head_dim) continue;  // padding columns: no adds
+      const float four[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
+      add_four(dq_head + dq_tile_offset(dq_row, col, kD) + 4 * lane, four);
+    }
+    if (turn) {
+      // Every consumer's adds, then one count, its fence cumulative over them.
+      named_barrier_sync(kDQAdded, 256);
+      if (threadIdx.x == 128) {
+        __threadfence();
+        atomicAdd(turn, 1);
+      }
+    }
+  }
+
+  // dV and scale·dK into V's and K's tiles (this warpgroup's 64 rows), once the
+  // other warpgroup's dQ products are done with K; then out by TMA.
+  named_barrier_sync(kKVDone, 256);
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t at = swizzled_offset(key_row + 8 * h, 8 * j + 2 * t, kBlockN);
+      *reinterpret_cast<uint32_t*>(smem + Tr::kVOffset + at) =
+          pack_pair<T>(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
+      *reinterpret_cast<uint32_t*>(smem + Tr::kKOffset + at) = pack_pair<T>(
+          dk[4 * j + 2 * h] * p.softmax.scale, dk[4 * j + 2 * h + 1] * p.softmax.scale);
+    }
+  fence_shared_to_async();
+  named_barrier_sync(kKVDone + 1 + warpgroup, 128);
+  if (threadIdx.x % 128 == 0 && w.key0 + wg_key0 < s.seqlen_k) {
+#pragma unroll
+    for (int panel = 0; panel < Tr::kPanels; ++panel) {
+      const uint32_t at = panel * kBlockN * 128 + wg_key0 * 128;
+      tma_store(&kp.dk, 64 * panel, w.key0 + wg_key0, w.hk, w.b, smem + Tr::kKOffset + at);
+      tma_store(&kp.dv, 64 * panel, w.key0 + wg_key0, w.hk, w.b, smem + Tr::kVOffset + at);
+    }
+    tma_store_commit();
+    tma_store_wait_read();
+  }
+}
+
+template <typename T, class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    backward_kernel(const __grid_constant__ BackwardKernelParams kp) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // TMA's 128-byte swizzle repeats every 1024 bytes; tiles start on that boundary.
+  uint8_t* smem = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  auto& bar = *reinterpret_cast<BackwardBarriers<Tr>*>(smem + Tr::kBarrierOffset);
+  const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (threadIdx.x == 0) {
+    ::cuda::ptx::mbarrier_init(&bar.kv_full, 1);
+    for (int stage = 0; stage < Tr::kQStages; ++stage) {
+      ::cuda::ptx::mbarrier_init(&bar.q_full[stage], 1);
+      ::cuda::ptx::mbarrier_init(&bar.dout_full[stage], 1);
+      ::cuda::ptx::mbarrier_init(&bar.q_empty[stage], Tr::kStageReleases);
+    }
+    ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
+  }
+  __syncthreads();
+  const BackwardWalk w =
+      backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turns != nullptr);
+  if (warpgroup == 0) {
+    release_registers<Tr::kProducerRegisters>();
+    if (threadIdx.x < 32) backward_producer<Tr>(kp, w, smem, bar);
+  } else {
+    claim_registers<Tr::kConsumerRegisters>();
+    backward_consumer<T, Tr>(kp, w, smem, bar, warpgroup - 1);
+  }
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,65 @@
+// Tile sizes and the shared-memory layout of the Hopper backward, per head-dim
+// bucket. A block owns kBlockN = 128 keys of one (batch, kv head): two consumer
+// warpgroups of 64 keys each (wgmma's M, so that Sᵀ and dPᵀ come out with keys
+// as rows and Pᵀ and dSᵀ feed dV and dK straight from registers), and one
+// producer warpgroup. It walks query tiles of kBlockM rows.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cuda::sm90 {
+
+template <int kHeadDim_, int kBlockM_>
+struct BackwardTraits {
+  static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to the bucket
+  static constexpr int kBlockM = kBlockM_;    // query rows per step: Sᵀ's wgmma N
+  static constexpr int kBlockN = 128;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kQStages = 2;  // Q, dO, lse and D of the next step load during this one
+  static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels
+
+  // dQ = dS·K (kBlockM × kHeadDim over the block's 128 keys) is shared by the
+  // two consumers: by rows when kBlockM = 128 (64 each), else by columns
+  // (kHeadDim / 2 each, which stays on 64-column panels for kHeadDim 128).
+  static constexpr bool kDQSplitsRows = kBlockM == 128;
+  static constexpr int kDQCols = kDQSplitsRows ? kHeadDim : kHeadDim / 2;
+
+  // The producer keeps 24 registers, the consumers 240: 128·24 + 256·240 = 64512.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  // Arrivals that free a Q/dO stage: every consumer warp.
+  static constexpr int kStageReleases = 4 * kConsumers;
+
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr uint32_t kDSBytes = kBlockN * kBlockM * 2;  // dSᵀ: keys × query rows
+  // Byte offsets from the 1024-aligned base: K, V, the Q and dO stages, two dSᵀ
+  // buffers (a step writes one while the other warpgroup may still read the
+  // last step's), the lse·log2(e) and D stages, then the mbarriers.
+  static constexpr uint32_t kKOffset = 0;
+  static constexpr uint32_t kVOffset = kKVBytes;
+  static constexpr uint32_t kQOffset = 2 * kKVBytes;
+  static constexpr uint32_t kDOutOffset = kQOffset + kQStages * kQBytes;
+  static constexpr uint32_t kDSOffset = kDOutOffset + kQStages * kQBytes;
+  static constexpr uint32_t kLseOffset = kDSOffset + 2 * kDSBytes;
+  static constexpr uint32_t kRowDotOffset = kLseOffset + kQStages * kBlockM * 4;
+  static constexpr uint32_t kBarrierOffset = kRowDotOffset + kQStages * kBlockM * 4;
+  static constexpr uint32_t kBarrierBytes = 8 * (1 + 3 * kQStages);
+  static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
+
+  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "64-column panels; wgmma N at most 256");
+  static_assert(kBlockM == 64 || kBlockM == 128, "one or two 64-row dQ halves");
+  static_assert(kDQCols % 64 == 0, "each consumer's dQ columns start on a panel");
+  static_assert(kSmemBytes <= 232448, "beyond the 227 KB a Hopper block may opt into");
+};
+
+// Per bucket: at d = 64 query tiles of 128 rows (the per-step costs, barriers
+// and the stats, over twice the products); at 128, 64 rows, so that dK, dV,
+// Sᵀ and dPᵀ (64 + 64 + 32 + 32 fp32 registers a thread) fit in 240.
+template <int kHeadDim>
+struct BackwardTraitsFor;
+template <> struct BackwardTraitsFor<64> { using type = BackwardTraits<64, 128>; };
+template <> struct BackwardTraitsFor<128> { using type = BackwardTraits<128, 64>; };
+
+}  // namespace flashattn::cuda::sm90

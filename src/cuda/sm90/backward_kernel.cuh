@@ -18,10 +18,12 @@
 // The accumulator layout of Pᵀ and dSᵀ, packed to 16 bits, is wgmma's A
 // fragment, so dV and dK take them from registers; dQ needs dS with query rows
 // as M, so dSᵀ goes through shared memory and dQ reads it transposed (MN-major).
-// The two consumers share dQ (BackwardTraits::kDQSplitsRows) over all 128 keys,
-// after a barrier that has both halves of dSᵀ written. The dQ sums are those
-// of cuda_mma (common/dq_accum.cuh, a 16-byte reduction per lane), finished by
-// write_dq. As in cuda_mma, P comes from lse, and a select zeroes P and dS of
+// dQ is the trailing consumer's (warpgroup 2's) alone: it waits for the leading
+// one's half of dSᵀ, while the leading one never waits for the trailing one
+// (but to reuse a dSᵀ buffer two steps on). So the two run out of step, each
+// one's exponentials and dS under the other's products. The dQ sums are those
+// of cuda_mma (common/dq_accum.cuh), added to by a bulk reduction from shared
+// memory, and finished by write_dq. As in cuda_mma, P comes from lse, and a select zeroes P and dS of
 // every key a row does not see, of rows past seqlen_q and of keys past
 // seqlen_k, only on the tiles that the mask or the ragged ends cut; dK takes
 // `scale` at the end and dQ in write_dq. Deterministic mode: dQ adds in
@@ -64,7 +66,11 @@ struct BackwardBarriers {
 };
 
 // Hardware barriers among the 256 consumer threads (0 is __syncthreads).
-enum BackwardBarrier : int { kDSWritten = 1, kDQAdded = 2, kKVDone = 3 };
+// kDSReady + b: the leading warpgroup has written its half of dSᵀ buffer b;
+// kDSFree + b: the trailing one's dQ has read buffer b; kDQWritten: the trailing
+// one's dQ is in shared memory; kKVDone: both are done with K and
+// V; kStored + w: warpgroup w's dK and dV tiles are written.
+enum BackwardBarrier : int { kDSReady = 1, kDSFree = 3, kDQWritten = 5, kKVDone = 6, kStored = 7 };
 
 template <class Tr>
 __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp,
@@ -83,19 +89,33 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
                w.b, &bar.kv_full);
     }
   }
+  // Each step's lse2 and D are loaded into registers a step ahead, so that
+  // their latency passes while the producer waits for the stage to free.
+  constexpr int kRowsPerLane = Tr::kBlockM / 32;
+  float lse2_next[kRowsPerLane], dot_next[kRowsPerLane];
+  const auto load_stats = [&](QueryTile next) {
+    const int row0 = next.m * Tr::kBlockM;
+    const int64_t stats0 = (int64_t(w.b) * s.heads_q + next.hq) * s.seqlen_q + row0;
+#pragma unroll
+    for (int r = 0; r < kRowsPerLane; ++r) {
+      const int i = lane + 32 * r;
+      const bool exists = row0 + i < s.seqlen_q;
+      lse2_next[r] = exists ? p.grad.lse[stats0 + i] * kLog2e : 0.0f;
+      dot_next[r] = exists ? p.grad.row_dot[stats0 + i] : 0.0f;
+    }
+  };
   QueryTile tile{w.hk * s.group(), w.m_first};
+  if (w.steps > 0) load_stats(tile);
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
     wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
     const int row0 = tile.m * Tr::kBlockM;
-    const int64_t stats0 = (int64_t(w.b) * s.heads_q + tile.hq) * s.seqlen_q + row0;
     float* lse2 = reinterpret_cast<float*>(smem + Tr::kLseOffset) + stage * Tr::kBlockM;
     float* dot = reinterpret_cast<float*>(smem + Tr::kRowDotOffset) + stage * Tr::kBlockM;
 #pragma unroll
-    for (int i = lane; i < Tr::kBlockM; i += 32) {
-      const bool exists = row0 + i < s.seqlen_q;
-      lse2[i] = exists ? p.grad.lse[stats0 + i] * kLog2e : 0.0f;
-      dot[i] = exists ? p.grad.row_dot[stats0 + i] : 0.0f;
+    for (int r = 0; r < kRowsPerLane; ++r) {
+      lse2[lane + 32 * r] = lse2_next[r];
+      dot[lane + 32 * r] = dot_next[r];
     }
     // The lanes' stores, then lane 0's arrival: the consumers' wait on q_full
     // acquires what the arrival releases, the warp barrier orders the rest.
@@ -111,6 +131,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
                  &bar.dout_full[stage]);
       }
     }
+    if (step + 1 < w.steps) load_stats(tile.next(w));
   }
 }
 
@@ -145,11 +166,9 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   const int key_row = wg_key0 + 16 * warp + g;
   const uint64_t k_rows = smem_descriptor(base + Tr::kKOffset + wg_key0 * 128, 16, 1024);
   const uint64_t v_rows = smem_descriptor(base + Tr::kVOffset + wg_key0 * 128, 16, 1024);
-  // dQ: this warpgroup's query rows (a panel of dSᵀ) and columns (of K).
-  const int dq_row0 = Tr::kDQSplitsRows ? 64 * warpgroup : 0;
-  const int dq_col0 = Tr::kDQSplitsRows ? 0 : Tr::kDQCols * warpgroup;
-  const uint64_t k_cols = smem_descriptor(base + Tr::kKOffset + (dq_col0 / 64) * kBlockN * 128,
-                                          kBlockN * 128, 1024);
+  // K as dQ's MN-major B operand (keys are the K dimension).
+  const uint64_t k_mn = smem_descriptor(base + Tr::kKOffset, kBlockN * 128, 1024);
+  const bool leads = warpgroup == 0;
 
   float dv[kD / 2], dk[kD / 2];
 #pragma unroll
@@ -225,11 +244,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       Wgmma<T, kD>::rs(dk, dst[kk], advance(q_mn, kk * 16 * 128), 1);
     wgmma_commit();
 
-    // dSᵀ into this step's buffer (A-fragment register r: key row + 8·(r % 2),
-    // query column 16·kk + 8·(r / 2) + 2t). The other warpgroup may still read
-    // the other buffer (the last step's dQ), never this one: it passed this
-    // step's barrier below only after its dQ two steps back had completed.
+    // dSᵀ into buffer step % 2 (A-fragment register r: key row + 8·(r % 2),
+    // query column 16·kk + 8·(r / 2) + 2t). The leading warpgroup reuses a
+    // buffer only once the trailing one's dQ of two steps back has read it.
     const int buffer = step % 2;
+    if (leads && step >= 2) named_barrier_sync(kDSFree + buffer, 256);
     uint8_t* ds_tile = smem + Tr::kDSOffset + buffer * Tr::kDSBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
@@ -239,51 +258,66 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
             ds_tile + swizzled_offset(key_row + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t, kBlockN)) =
             dst[kk][r];
     fence_shared_to_async();
-    named_barrier_sync(kDSWritten, 256);
-
-    // dQ(rows, columns of this warpgroup) = dS·K over the block's keys.
-    float dq[Tr::kDQCols / 2];
-    const uint64_t ds_mn =
-        smem_descriptor(base + Tr::kDSOffset + buffer * Tr::kDSBytes + (dq_row0 / 64) * kBlockN * 128,
-                        kBlockN * 128, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-      Wgmma<T, Tr::kDQCols>::ss_mn(dq, advance(ds_mn, kk * 16 * 128), advance(k_cols, kk * 16 * 128),
-                                   kk > 0);
-    wgmma_commit();
+    // The trailing warpgroup's thread 0 first sees its last dQ reduction read
+    // out of shared memory, so that passing kDSReady also frees the dQ buffer.
+    if (!leads && threadIdx.x % 128 == 0) tma_store_wait_read();
+    if (leads) named_barrier_arrive(kDSReady + buffer, 256);
+    else named_barrier_sync(kDSReady + buffer, 256);
     wgmma_wait<0>();
-    fence_registers(dq);
     fence_registers(dv);
     fence_registers(dk);
-    if (lane == 0) arrive(&bar.q_empty[stage]);  // Q and dO read by every product of the step
+    if (lane == 0) arrive(&bar.q_empty[stage]);  // Q and dO read by this warpgroup's products
+    if (leads) continue;
 
-    int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
-                         : nullptr;
-    if (turn) {
-      if (lane == 0)
+    // The trailing warpgroup: dQ(kBlockM rows) = dS·K over the block's keys,
+    // 64 rows per product, into shared memory in the layout of the fp32 sums
+    // (rows [row0, row0 + kBlockM) of them are contiguous there), then added
+    // to them by one bulk reduction: one instruction where a 16-byte atomic
+    // per lane and register quad took 25–35% of the kernel's time.
+    float dq[kBlockM / 64][kD / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int mb = 0; mb < kBlockM / 64; ++mb) {
+      const uint64_t ds_mn = smem_descriptor(
+          base + Tr::kDSOffset + buffer * Tr::kDSBytes + mb * kBlockN * 128, kBlockN * 128, 1024);
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        Wgmma<T, kD>::ss_mn(dq[mb], advance(ds_mn, kk * 16 * 128), advance(k_mn, kk * 16 * 128),
+                            kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mb = 0; mb < kBlockM / 64; ++mb) fence_registers(dq[mb]);
+    if (step + 2 < w.steps) named_barrier_arrive(kDSFree + buffer, 256);
+
+    float* dq_tile = reinterpret_cast<float*>(smem + Tr::kDQOffset);
+#pragma unroll
+    for (int mb = 0; mb < kBlockM / 64; ++mb)
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j)
+        *reinterpret_cast<float4*>(dq_tile + dq_tile_offset(64 * mb + 16 * warp, 8 * j, kD) + 4 * lane) =
+            make_float4(dq[mb][4 * j], dq[mb][4 * j + 1], dq[mb][4 * j + 2], dq[mb][4 * j + 3]);
+    fence_shared_to_async();
+    named_barrier_sync(kDQWritten, 128);
+    if (threadIdx.x % 128 == 0) {
+      int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
+                           : nullptr;
+      if (turn)
         while (load_acquire(turn) != w.n) {
         }
-      __syncwarp();
-    }
-    float* dq_head = kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * kBlockM * kD;
-    const int dq_row = row0 + dq_row0 + 16 * warp;
-#pragma unroll
-    for (int j = 0; j < Tr::kDQCols / 8; ++j) {
-      const int col = dq_col0 + 8 * j;
-      if (col >= s.head_dim) continue;  // padding columns: no adds
-      const float four[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
-      add_four(dq_head + dq_tile_offset(dq_row, col, kD) + 4 * lane, four);
-    }
-    if (turn) {
-      // Every consumer's adds, then one count, its fence cumulative over them.
-      named_barrier_sync(kDQAdded, 256);
-      if (threadIdx.x == 128) {
+      float* dq_head =
+          kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * kBlockM * kD;
+      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, kD), dq_tile, Tr::kDQBytes);
+      tma_store_commit();
+      if (turn) {  // the sums performed, then the count, its fence cumulative over them
+        tma_store_wait_all();
         __threadfence();
         atomicAdd(turn, 1);
       }
     }
   }
+  if (!leads && threadIdx.x % 128 == 0) tma_store_wait_all();
 
   // dV and scale·dK into V's and K's tiles (this warpgroup's 64 rows), once the
   // other warpgroup's dQ products are done with K; then out by TMA.
@@ -299,7 +333,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
           dk[4 * j + 2 * h] * p.softmax.scale, dk[4 * j + 2 * h + 1] * p.softmax.scale);
     }
   fence_shared_to_async();
-  named_barrier_sync(kKVDone + 1 + warpgroup, 128);
+  named_barrier_sync(kStored + warpgroup, 128);
   if (threadIdx.x % 128 == 0 && w.key0 + wg_key0 < s.seqlen_k) {
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel) {

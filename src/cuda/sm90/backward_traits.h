@@ -9,21 +9,15 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <int kHeadDim_, int kBlockM_>
+template <int kHeadDim_, int kBlockM_, int kQStages_>
 struct BackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to the bucket
   static constexpr int kBlockM = kBlockM_;    // query rows per step: Sᵀ's wgmma N
   static constexpr int kBlockN = 128;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kQStages = 2;  // Q, dO, lse and D of the next step load during this one
+  static constexpr int kQStages = kQStages_;  // Q, dO, lse and D stages
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels
-
-  // dQ = dS·K (kBlockM × kHeadDim over the block's 128 keys) is shared by the
-  // two consumers: by rows when kBlockM = 128 (64 each), else by columns
-  // (kHeadDim / 2 each, which stays on 64-column panels for kHeadDim 128).
-  static constexpr bool kDQSplitsRows = kBlockM == 128;
-  static constexpr int kDQCols = kDQSplitsRows ? kHeadDim : kHeadDim / 2;
 
   // The producer keeps 24 registers, the consumers 240: 128·24 + 256·240 = 64512.
   static constexpr int kProducerRegisters = 24;
@@ -34,9 +28,11 @@ struct BackwardTraits {
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
   static constexpr uint32_t kDSBytes = kBlockN * kBlockM * 2;  // dSᵀ: keys × query rows
+  static constexpr uint32_t kDQBytes = kBlockM * kHeadDim * 4;  // a step's fp32 dQ
   // Byte offsets from the 1024-aligned base: K, V, the Q and dO stages, two dSᵀ
   // buffers (a step writes one while the other warpgroup may still read the
-  // last step's), the lse·log2(e) and D stages, then the mbarriers.
+  // last step's), the lse·log2(e) and D stages, the step's dQ in the layout of
+  // the fp32 sums (common/dq_accum.cuh), then the mbarriers.
   static constexpr uint32_t kKOffset = 0;
   static constexpr uint32_t kVOffset = kKVBytes;
   static constexpr uint32_t kQOffset = 2 * kKVBytes;
@@ -44,22 +40,24 @@ struct BackwardTraits {
   static constexpr uint32_t kDSOffset = kDOutOffset + kQStages * kQBytes;
   static constexpr uint32_t kLseOffset = kDSOffset + 2 * kDSBytes;
   static constexpr uint32_t kRowDotOffset = kLseOffset + kQStages * kBlockM * 4;
-  static constexpr uint32_t kBarrierOffset = kRowDotOffset + kQStages * kBlockM * 4;
+  static constexpr uint32_t kDQOffset = kRowDotOffset + kQStages * kBlockM * 4;
+  static constexpr uint32_t kBarrierOffset = kDQOffset + kDQBytes;
   static constexpr uint32_t kBarrierBytes = 8 * (1 + 3 * kQStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "64-column panels; wgmma N at most 256");
-  static_assert(kBlockM == 64 || kBlockM == 128, "one or two 64-row dQ halves");
-  static_assert(kDQCols % 64 == 0, "each consumer's dQ columns start on a panel");
+  static_assert(kBlockM == 64 || kBlockM == 128, "dQ in one or two 64-row products");
   static_assert(kSmemBytes <= 232448, "beyond the 227 KB a Hopper block may opt into");
 };
 
 // Per bucket: at d = 64 query tiles of 128 rows (the per-step costs, barriers
 // and the stats, over twice the products); at 128, 64 rows, so that dK, dV,
-// Sᵀ and dPᵀ (64 + 64 + 32 + 32 fp32 registers a thread) fit in 240.
+// Sᵀ and dPᵀ (64 + 64 + 32 + 32 fp32 registers a thread) fit in 240. Three
+// Q/dO stages where shared memory holds them (d = 128: 227 KB of 227), so the
+// leading consumer, up to two steps ahead of the trailing one, finds its data.
 template <int kHeadDim>
 struct BackwardTraitsFor;
-template <> struct BackwardTraitsFor<64> { using type = BackwardTraits<64, 128>; };
-template <> struct BackwardTraitsFor<128> { using type = BackwardTraits<128, 64>; };
+template <> struct BackwardTraitsFor<64> { using type = BackwardTraits<64, 128, 2>; };
+template <> struct BackwardTraitsFor<128> { using type = BackwardTraits<128, 64, 3>; };
 
 }  // namespace flashattn::cuda::sm90

@@ -84,6 +84,22 @@ __device__ __forceinline__ void tma_store_wait_read() {
   ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
 }
 
+// dst[i] += src[i] for the bytes / 4 floats at smem_src, by the bulk copy
+// engine (16-byte aligned, bytes a multiple of 16); a store for
+// tma_store_commit's groups and their waits.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const void* smem_src, uint32_t bytes) {
+  const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(smem_src));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+
+// Waits until this thread's committed bulk stores and reductions are complete
+// (their writes performed), not only their shared-memory reads.
+__device__ __forceinline__ void tma_store_wait_all() {
+  ::cuda::ptx::cp_async_bulk_wait_group(::cuda::ptx::n32_t<0>{});
+}
+
 // Makes this thread's ordinary shared-memory writes visible to the async proxy
 // (TMA, wgmma) once a barrier has ordered them.
 __device__ __forceinline__ void fence_shared_to_async() {

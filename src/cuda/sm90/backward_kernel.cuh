@@ -60,7 +60,7 @@ struct BackwardKernelParams {
 template <class Tr>
 struct BackwardBarriers {
   uint64_t kv_full;
-  uint64_t q_full[Tr::kQStages];     // Q, lse2 and D of the stage
+  uint64_t q_full[Tr::kQStages];     // Q (by TMA), lse2 and D (by the producer's lanes)
   uint64_t dout_full[Tr::kQStages];  // dO of the stage
   uint64_t q_empty[Tr::kQStages];    // every consumer warp is done with the stage
 };
@@ -117,10 +117,11 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
       lse2[lane + 32 * r] = lse2_next[r];
       dot[lane + 32 * r] = dot_next[r];
     }
-    // The lanes' stores, then lane 0's arrival: the consumers' wait on q_full
-    // acquires what the arrival releases, the warp barrier orders the rest.
-    __syncwarp();
-    if (lane == 0) {
+    // Each lane's stores, then its arrival (q_full counts the 32 lanes): the
+    // consumers' wait on q_full acquires what every arrival releases.
+    if (lane != 0) {
+      arrive(&bar.q_full[stage]);
+    } else {
       expect_bytes(&bar.q_full[stage], Tr::kQBytes);
       expect_bytes(&bar.dout_full[stage], Tr::kQBytes);
 #pragma unroll
@@ -359,7 +360,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     ::cuda::ptx::mbarrier_init(&bar.kv_full, 1);
     for (int stage = 0; stage < Tr::kQStages; ++stage) {
-      ::cuda::ptx::mbarrier_init(&bar.q_full[stage], 1);
+      ::cuda::ptx::mbarrier_init(&bar.q_full[stage], 32);  // the producer warp's lanes
       ::cuda::ptx::mbarrier_init(&bar.dout_full[stage], 1);
       ::cuda::ptx::mbarrier_init(&bar.q_empty[stage], Tr::kStageReleases);
     }

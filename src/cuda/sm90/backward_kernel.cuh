@@ -267,7 +267,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     wgmma_wait<0>();
     fence_registers(dv);
     fence_registers(dk);
-    if (lane == 0) arrive(&bar.q_empty[stage]);  // Q and dO read by this warpgroup's products
+    arrive(&bar.q_empty[stage]);  // every thread: it read Q, dO, lse2 and D
     if (leads) continue;
 
     // The trailing warpgroup: dQ(kBlockM rows) = dS·K over the block's keys,

@@ -22,8 +22,10 @@ struct BackwardTraits {
   // The producer keeps 24 registers, the consumers 240: 128·24 + 256·240 = 64512.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
-  // Arrivals that free a Q/dO stage: every consumer warp.
-  static constexpr int kStageReleases = 4 * kConsumers;
+  // Arrivals that free a Q/dO stage: every consumer thread, each releasing its
+  // own reads of the stage's lse2 and D (one per warp left racecheck to see
+  // the other lanes' reads unordered with the producer's next writes).
+  static constexpr int kStageReleases = 128 * kConsumers;
 
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;

@@ -2,8 +2,8 @@
 // cuda_wgmma's): which key tile of which (batch, kv head) a block owns, the
 // query tiles of each query head of its GQA group that see those keys, and the
 // order of the grid that keeps a head's key tiles side by side in L2. Also the
-// global-memory primitives of their dQ sums: the 16-byte reduction and the
-// acquire load of the deterministic mode's turn counters.
+// global-memory primitives of their dQ sums: cuda_mma's 16-byte reduction and
+// the acquire load of the deterministic mode's turn counters.
 #pragma once
 
 #include <cstdint>

@@ -51,6 +51,21 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols)
+    : accum_bytes_(size_t(p.sizes.batch) * p.sizes.heads_q * query_tiles * block_m * cols *
+                   sizeof(float)),
+      turn_bytes_(p.grad.deterministic
+                      ? size_t(p.sizes.batch) * p.sizes.heads_q * query_tiles * sizeof(int)
+                      : 0),
+      scratch_(accum_bytes_ + turn_bytes_, p.device_index, p.stream),
+      turns_(p.grad.deterministic
+                 ? reinterpret_cast<int*>(static_cast<char*>(scratch_.data()) + accum_bytes_)
+                 : nullptr),
+      rows_padded_(query_tiles * block_m) {
+  FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch_.data(), 0, accum_bytes_ + turn_bytes_,
+                                       static_cast<cudaStream_t>(p.stream)));
+}
+
 void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols) {
   const Sizes& s = p.sizes;
   const int64_t total = int64_t(s.batch) * s.seqlen_q * s.heads_q * ((s.head_dim + 7) / 8);

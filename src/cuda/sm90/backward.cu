@@ -25,8 +25,9 @@ void run_bucket(const BwdParams& p) {
 }  // namespace
 
 // The forward's rules (device, head_dim a multiple of 8, TMA-describable q, k,
-// v and out, the forward's output that the backward is asked about) and the same for the tensors only the backward touches: dout read, dk and
-// dv written by TMA. dq is written by write_dq, which takes any strides.
+// v and out, as the forward checks them) and TMA's for the tensors only the
+// backward touches: dout read, dk and dv written. dq is written by write_dq,
+// which takes any strides.
 std::string wgmma_backward_unsupported(const BwdParams& p) {
   std::string why = wgmma_unsupported(p);
   if (!why.empty()) return why;

@@ -6,7 +6,7 @@
 // head of the GQA group and the query tiles that see its keys; dK and dV of the
 // kv head sum over the group in registers. K and V are loaded once and stay in
 // shared memory. Warp 0 of warpgroup 0 is the producer: per query tile, into
-// one of two stages, Q and dO by TMA, lse·log2(e) and D by its lanes. The other
+// one of kQStages stages, Q and dO by TMA, lse·log2(e) and D by its lanes. The other
 // two warpgroups are consumers of 64 keys each. Per query tile, with
 // c = scale·log2(e) and lse2 = lse·log2(e), a consumer computes, transposed so
 // that its keys are the rows (wgmma's M):
@@ -14,7 +14,7 @@
 //   Pᵀ = 2^(Sᵀ·c − lse2), dSᵀ = Pᵀ∘(dPᵀ − D)           (registers)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q                            (wgmma, registers × shared)
 //   dQ += dS·K                                          (wgmma on dSᵀ in shared memory,
-//                                                        fp32 adds into global memory)
+//                                                        a bulk reduction into fp32 sums)
 // The accumulator layout of Pᵀ and dSᵀ, packed to 16 bits, is wgmma's A
 // fragment, so dV and dK take them from registers; dQ needs dS with query rows
 // as M, so dSᵀ goes through shared memory and dQ reads it transposed (MN-major).
@@ -23,10 +23,10 @@
 // (but to reuse a dSᵀ buffer two steps on). So the two run out of step, each
 // one's exponentials and dS under the other's products. The dQ sums are those
 // of cuda_mma (common/dq_accum.cuh), added to by a bulk reduction from shared
-// memory, and finished by write_dq. As in cuda_mma, P comes from lse, and a select zeroes P and dS of
-// every key a row does not see, of rows past seqlen_q and of keys past
-// seqlen_k, only on the tiles that the mask or the ragged ends cut; dK takes
-// `scale` at the end and dQ in write_dq. Deterministic mode: dQ adds in
+// memory, and finished by write_dq. As in cuda_mma, P comes from lse, and a
+// select zeroes P and dS of every key a row does not see, of rows past
+// seqlen_q and of keys past seqlen_k, only on the tiles that the mask or the
+// ragged ends cut; dK takes `scale` at the end and dQ in write_dq. Deterministic mode: dQ adds in
 // key-tile order, as cuda_mma's (turn counters per query tile).
 #pragma once
 
@@ -62,7 +62,7 @@ struct BackwardBarriers {
   uint64_t kv_full;
   uint64_t q_full[Tr::kQStages];     // Q (by TMA), lse2 and D (by the producer's lanes)
   uint64_t dout_full[Tr::kQStages];  // dO of the stage
-  uint64_t q_empty[Tr::kQStages];    // every consumer warp is done with the stage
+  uint64_t q_empty[Tr::kQStages];    // every consumer thread is done with the stage
 };
 
 // Hardware barriers among the 256 consumer threads (0 is __syncthreads).

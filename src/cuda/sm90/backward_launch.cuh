@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "cuda/common/check.h"
 #include "cuda/common/dq_output.h"
-#include "cuda/common/scratch.h"
 #include "cuda/sm90/backward.h"
 #include "cuda/sm90/backward_kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -28,12 +27,7 @@ void run_backward(const BwdParams& p) {
   const int64_t blocks = int64_t(key_tiles) * s.batch * s.heads_kv;
   if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: shape too large for cuda_wgmma's grid");
 
-  const int64_t dq_rows = int64_t(s.batch) * s.heads_q * query_tiles * Tr::kBlockM;
-  const size_t accum_bytes = size_t(dq_rows) * kHeadDim * sizeof(float);
-  const size_t turn_bytes =
-      p.grad.deterministic ? size_t(s.batch) * s.heads_q * query_tiles * sizeof(int) : 0;
-  Scratch scratch(accum_bytes + turn_bytes, p.device_index, p.stream);
-  FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, accum_bytes + turn_bytes, stream));
+  const DqSums sums(p, query_tiles, Tr::kBlockM, kHeadDim);
 
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   BackwardKernelParams kp;
@@ -46,17 +40,15 @@ void run_backward(const BwdParams& p) {
   kp.dv = make_tensor_map(p.grad.dv, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, 64);
   kp.p = p;
   kp.query_tiles = query_tiles;
-  kp.dq_accum = static_cast<float*>(scratch.data());
-  kp.turns = p.grad.deterministic
-                 ? reinterpret_cast<int*>(static_cast<char*>(scratch.data()) + accum_bytes)
-                 : nullptr;
+  kp.dq_accum = sums.accum();
+  kp.turns = sums.turns();
 
   const auto kernel = backward_kernel<T, Tr>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
   kernel<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
   check_launch("cuda_wgmma backward_kernel");
-  write_dq(p, kp.dq_accum, query_tiles * Tr::kBlockM, kHeadDim);
+  write_dq(p, sums.accum(), sums.rows_padded(), kHeadDim);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -11,7 +11,6 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/dq_output.h"
-#include "cuda/common/scratch.h"
 #include "cuda/sm80/mma/backward.h"
 #include "cuda/sm80/mma/backward_kernel.cuh"
 
@@ -47,16 +46,7 @@ void run_backward(const BwdParams& p) {
   const int64_t blocks = int64_t(key_tiles) * s.batch * s.heads_kv;
   if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: shape too large for cuda_mma's grid");
 
-  const int64_t dq_rows = int64_t(s.batch) * s.heads_q * query_tiles * Shape::kBlockM;
-  const size_t accum_bytes = size_t(dq_rows) * Shape::kD * sizeof(float);
-  const size_t turn_bytes =
-      p.grad.deterministic ? size_t(s.batch) * s.heads_q * query_tiles * sizeof(int) : 0;
-  Scratch scratch(accum_bytes + turn_bytes, p.device_index, p.stream);
-  float* accum = static_cast<float*>(scratch.data());
-  int* turns = p.grad.deterministic
-                   ? reinterpret_cast<int*>(static_cast<char*>(scratch.data()) + accum_bytes)
-                   : nullptr;
-  FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, accum_bytes + turn_bytes, stream));
+  const DqSums sums(p, query_tiles, Shape::kBlockM, Shape::kD);
 
   bool vec16 = true;
   for (const TensorRef* t : {&p.q, &p.k, &p.v, &p.grad.dout, &p.grad.dk, &p.grad.dv})
@@ -64,10 +54,10 @@ void run_backward(const BwdParams& p) {
   const auto kernel = backward_kernel<T, Shape>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
-  kernel<<<unsigned(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(p, query_tiles, accum,
-                                                                           turns, vec16);
+  kernel<<<unsigned(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(
+      p, query_tiles, sums.accum(), sums.turns(), vec16);
   check_launch("cuda_mma backward_kernel");
-  write_dq(p, accum, query_tiles * Shape::kBlockM, Shape::kD);
+  write_dq(p, sums.accum(), sums.rows_padded(), Shape::kD);
 }
 
 }  // namespace flashattn::cuda::mma

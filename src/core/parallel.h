@@ -1,44 +1,38 @@
-// parallel_for over [0, count): the CPU backends' only threading primitive.
-// Items are handed out one at a time from an atomic counter, so uneven items
-// (causal rows) balance across threads.
+// parallel_for over [0, count): the CPU backends' only threading primitive. It
+// runs on one pool of threads created at the first call and kept for the
+// process, so a call costs a wake-up, not a thread start per worker. Items are
+// handed out one at a time from an atomic counter, so uneven items (causal
+// rows) balance across threads. The pool has one thread per CPU the process may
+// run on (its affinity mask), or FLASHATTN_NUM_THREADS if set.
 #pragma once
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <exception>
-#include <mutex>
-#include <thread>
-#include <vector>
+#include <utility>
 
 namespace flashattn {
 
-inline int worker_count(int64_t items) {
-  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
-  return int(std::min<int64_t>(hw, std::max<int64_t>(items, 1)));
-}
+// The pool's size: the most workers a parallel_for uses.
+int thread_count();
+
+// The workers a parallel_for over `items` uses: min(thread_count(), items), at least 1.
+int worker_count(int64_t items);
+
+namespace detail {
+using ItemFn = void (*)(void* body, int64_t item, int worker);
+// Runs fn(body, item, worker) for every item on the pool; the caller is worker
+// 0. The first exception thrown stops the hand-out and is rethrown here. A call
+// made from inside a pool task (or while another thread's call runs) runs its
+// items on the calling thread alone, as worker 0.
+void run_parallel(int64_t count, ItemFn fn, void* body);
+}  // namespace detail
 
 // Runs body(item, worker) for every item; worker is in [0, worker_count(count)).
 template <typename Body>
 void parallel_for(int64_t count, Body&& body) {
-  const int workers = worker_count(count);
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto loop = [&](int worker) {
-    try {
-      for (int64_t item = next++; item < count; item = next++) body(item, worker);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-      next = count;
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int w = 1; w < workers; ++w) threads.emplace_back(loop, w);
-  loop(0);
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  using B = std::remove_reference_t<Body>;
+  detail::run_parallel(
+      count, [](void* b, int64_t item, int worker) { (*static_cast<B*>(b))(item, worker); },
+      const_cast<void*>(static_cast<const void*>(&body)));
 }
 
 }  // namespace flashattn

@@ -1,0 +1,233 @@
+// The CPU backward on one instruction set, from the forward's out and lse.
+// With s_ij = scale·(q_i·k_j) and p_ij = e^(s_ij − lse_i) (recomputed, never
+// stored; 0 for keys row i does not see):
+//   D_i = dO_i·O_i                                  (a pass over rows)
+//   dv_j = Σ_i p_ij·dO_i,  dk_j = scale·Σ_i ds_ij·q_i (items: key tiles)
+//   dq_i = scale·Σ_j ds_ij·k_j                       (items: query tiles)
+// with ds_ij = p_ij·(dO_i·v_j − D_i). Each gradient is summed by one item in a
+// fixed order (a key tile walks its group's query heads and rows, a query tile
+// its keys), so the result is the same on every run and no item writes
+// another's rows: the deterministic option costs nothing here. P and dS are
+// recomputed by both passes (seven products of a tile's size where five would
+// do, in exchange for parallelism over tiles instead of heads and no shared
+// dQ sums).
+// Each pass transposes only its own item's tiles, once: a key item takes Kᵀ
+// and Vᵀ (keys across the lanes) and multiplies row-major Q and dO tiles
+// against them; a query item takes Qᵀ and dOᵀ (rows across the lanes), as the
+// forward does. A row that sees no key adds nothing and gets dq 0.
+// No include guard (see vec.h).
+
+namespace backward {
+
+constexpr int kBlockN = 64;  // keys per key item (a multiple of every lane count)
+constexpr int kBlockM = 64;  // query rows per query tile
+
+using forward::padded;
+
+// lse as the exponent's offset: +inf for a row that sees no key, so that its
+// probabilities are e^(s − inf) = 0 and it adds nothing.
+inline float lse_offset(const BwdParams& p, const RowMask& mask, int64_t at, int row) {
+  return mask.empty(row) ? INFINITY : p.grad.lse[at];
+}
+
+// D for every (batch, q head, row), laid out as lse.
+inline void row_dots(const BwdParams& p, float* dots) {
+  const Sizes& sz = p.sizes;
+  const int d = sz.head_dim, dp = padded(d);
+  parallel_for(int64_t(sz.batch) * sz.heads_q, [&](int64_t slice, int) {
+    const int b = int(slice / sz.heads_q), hq = int(slice % sz.heads_q);
+    thread_local AlignedBuffer buffer;
+    float* o = buffer.reserve(2 * size_t(kBlockM) * dp);
+    float* dout = o + size_t(kBlockM) * dp;
+    for (int m0 = 0; m0 < sz.seqlen_q; m0 += kBlockM) {
+      const int rows = std::min(kBlockM, sz.seqlen_q - m0);
+      load_tile(p.dtype, p.o, d, b, hq, m0, rows, o, dp);
+      load_tile(p.dtype, p.grad.dout, d, b, hq, m0, rows, dout, dp);
+      for (int r = 0; r < rows; ++r) {
+        Vec sum{};
+        for (int c = 0; c < dp; c += kLanes) sum += load(o + r * dp + c) * load(dout + r * dp + c);
+        float dot = 0.0f;
+        for (int l = 0; l < kLanes; ++l) dot += sum[l];
+        dots[slice * sz.seqlen_q + m0 + r] = dot;
+      }
+    }
+  });
+}
+
+// dst[e·ld + r] = scale·t[row0 + r][e] for r < rows; 0 for rows <= r < ld.
+inline void load_transposed(DType dtype, const TensorRef& t, int head_dim, int b, int h, int row0,
+                            int rows, float* dst, int ld, float scale = 1.0f) {
+  for (int e = 0; e < head_dim; ++e) std::fill(dst + int64_t(e) * ld + rows, dst + int64_t(e + 1) * ld, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const int64_t base = row_index(t, b, h, row0 + r);
+    for (int e = 0; e < head_dim; ++e) dst[int64_t(e) * ld + r] = load_float(t.data, dtype, base + e) * scale;
+  }
+}
+
+// Rows [row0, row0 + rows) of a head as a row-major fp32 matrix with rows
+// padded to a multiple of the lanes: read in place when fp32 and already so,
+// else converted into `tile`.
+inline MatB rows_of(const BwdParams& p, const TensorRef& t, int b, int h, int row0, int rows,
+                    float* tile) {
+  const int d = p.sizes.head_dim;
+  if (p.dtype == DType::f32 && d % kLanes == 0)
+    return {static_cast<const float*>(t.data) + row_index(t, b, h, row0), t.row_stride};
+  load_tile(p.dtype, t, d, b, h, row0, rows, tile, padded(d));
+  return {tile, padded(d)};
+}
+
+// P = e^(S·scale − lse) in place over a tile of lines × width scores, with
+// lse per line (the key pass: lines are rows) or per lane (the query pass:
+// lanes are rows); hide(s, line, lane0) first turns the scores of keys a row
+// does not see into −inf.
+template <typename Hide>
+void probabilities(float* s, int lines, int width, const float* lse, bool lse_per_line,
+                   float scale, Hide hide) {
+  const Vec c = splat(kLog2e), sc = splat(scale);
+  for (int x = 0; x < lines; ++x) {
+    for (int y = 0; y < width; y += kLanes) {
+      float* at = s + int64_t(x) * width + y;
+      const Vec offset = lse_per_line ? splat(lse[x]) : load(lse + y);
+      store(at, exp2_nonpositive((hide(load(at) * sc, x, y) - offset) * c));
+    }
+  }
+}
+
+// dS = P ⊙ (dP − D) in place of dP.
+inline void score_gradients(const float* prob, float* dp, int lines, int width, const float* dots,
+                            bool dots_per_line) {
+  for (int x = 0; x < lines; ++x)
+    for (int y = 0; y < width; y += kLanes) {
+      const Vec dot = dots_per_line ? splat(dots[x]) : load(dots + y);
+      float* at = dp + int64_t(x) * width + y;
+      store(at, load(prob + int64_t(x) * width + y) * (load(at) - dot));
+    }
+}
+
+// dk and dv of keys [n0, n0 + cols) of kv head hk.
+inline void key_item(const BwdParams& p, const float* dots, int b, int hk, int n0, int cols) {
+  const Sizes& sz = p.sizes;
+  const int d = sz.head_dim, dp = padded(d);
+  const RowMask& mask = row_mask(p, b);
+  thread_local AlignedBuffer buffer;
+  const size_t tile = size_t(kBlockN) * dp, square = size_t(kBlockM) * kBlockN;
+  float* k_t = buffer.reserve(6 * tile + 2 * square + 2 * kBlockM);
+  float* v_t = k_t + tile;
+  float* dk = v_t + tile;
+  float* dv = dk + tile;
+  float* q_tile = dv + tile;
+  float* dout_tile = q_tile + tile;
+  float* s = dout_tile + tile;
+  float* ds = s + square;
+  float* lse = ds + square;
+  float* row_dot = lse + kBlockM;
+  load_transposed(p.dtype, p.k, d, b, hk, n0, cols, k_t, kBlockN);
+  load_transposed(p.dtype, p.v, d, b, hk, n0, cols, v_t, kBlockN);
+  std::fill(dk, dk + tile, 0.0f);
+  std::fill(dv, dv + tile, 0.0f);
+  const RowRange seeing = mask.rows_seeing(n0, cols);
+  const IVec lane = lane_index();
+  for (int g = 0; g < sz.group(); ++g) {
+    const int hq = hk * sz.group() + g;
+    for (int m0 = seeing.begin; m0 < seeing.end; m0 += kBlockM) {
+      const int rows = std::min(kBlockM, seeing.end - m0);
+      const MatB q = rows_of(p, p.q, b, hq, m0, rows, q_tile);
+      const MatB dout = rows_of(p, p.grad.dout, b, hq, m0, rows, dout_tile);
+      const int64_t at = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
+      for (int r = 0; r < rows; ++r) {
+        lse[r] = lse_offset(p, mask, at + r, m0 + r);
+        row_dot[r] = dots[at + r];
+      }
+      // S = Q·Kᵀ (rows × keys); keys past a row's end (or the sequence's) hidden.
+      gemm<Init::zero>(rows, kBlockN, d, {q.p, q.ld, 1}, {k_t, kBlockN}, {s, kBlockN});
+      const bool cut = n0 + kBlockN > mask.key_end(m0);
+      const Vec minus_inf = splat(-INFINITY);
+      probabilities(s, rows, kBlockN, lse, true, p.softmax.scale, [&](Vec x, int r, int y) {
+        if (!cut) return x;
+        return (lane + (n0 + y)) < splat_int(mask.key_end(m0 + r)) ? x : minus_inf;
+      });
+      // dV += Pᵀ·dO; dP = dO·Vᵀ; dS = P ⊙ (dP − D); dK += dSᵀ·Q.
+      gemm<Init::add>(kBlockN, dp, rows, {s, 1, kBlockN}, dout, {dv, dp});
+      gemm<Init::zero>(rows, kBlockN, d, {dout.p, dout.ld, 1}, {v_t, kBlockN}, {ds, kBlockN});
+      score_gradients(s, ds, rows, kBlockN, row_dot, true);
+      gemm<Init::add>(kBlockN, dp, rows, {ds, 1, kBlockN}, q, {dk, dp});
+    }
+  }
+  const float scale = p.softmax.scale;
+  store_tile(p.dtype, p.grad.dk, d, b, hk, n0, cols, dk, dp, nullptr, scale);
+  store_tile(p.dtype, p.grad.dv, d, b, hk, n0, cols, dv, dp);
+}
+
+// dq of rows [m0, m0 + rows) of query head hq.
+inline void query_item(const BwdParams& p, const float* dots, int b, int hq, int m0, int rows) {
+  const Sizes& sz = p.sizes;
+  const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
+  const RowMask& mask = row_mask(p, b);
+  thread_local AlignedBuffer buffer;
+  const size_t tile = size_t(kBlockM) * dp, square = size_t(kBlockM) * kBlockN;
+  float* q_t = buffer.reserve(5 * tile + 2 * square + 3 * kBlockM);
+  float* dout_t = q_t + tile;
+  float* dq = dout_t + tile;
+  float* k_tile = dq + tile;
+  float* v_tile = k_tile + tile;
+  float* s = v_tile + tile;
+  float* ds = s + square;
+  float* lse = ds + square;
+  float* row_dot = lse + kBlockM;
+  int32_t* key_end = reinterpret_cast<int32_t*>(row_dot + kBlockM);
+  load_transposed(p.dtype, p.q, d, b, hq, m0, rows, q_t, lanes);
+  load_transposed(p.dtype, p.grad.dout, d, b, hq, m0, rows, dout_t, lanes);
+  const int64_t at = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
+  for (int r = 0; r < lanes; ++r) {
+    const bool real = r < rows;
+    lse[r] = real ? lse_offset(p, mask, at + r, m0 + r) : INFINITY;
+    row_dot[r] = real ? dots[at + r] : 0.0f;
+    key_end[r] = real ? mask.key_end(m0 + r) : 0;
+  }
+  std::fill(dq, dq + int64_t(rows) * dp, 0.0f);
+  const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlockN);
+  const int hi = mask.key_end(m0 + rows - 1);
+  const Vec minus_inf = splat(-INFINITY);
+  for (int n0 = blocks.first() * kBlockN; n0 < hi; n0 += kBlockN) {
+    const int cols = std::min(kBlockN, hi - n0);
+    const MatB k = rows_of(p, p.k, b, hk, n0, cols, k_tile);
+    const MatB v = rows_of(p, p.v, b, hk, n0, cols, v_tile);
+    // Sᵀ = K·Qᵀ (keys × rows); keys past a row's end hidden.
+    gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {q_t, lanes}, {s, lanes});
+    const bool cut = blocks.needs_mask(n0 / kBlockN);
+    probabilities(s, cols, lanes, lse, false, p.softmax.scale, [&](Vec x, int j, int y) {
+      if (!cut) return x;
+      IVec end;
+      __builtin_memcpy(&end, key_end + y, sizeof end);
+      return splat_int(n0 + j) < end ? x : minus_inf;
+    });
+    // dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ⊙ (dPᵀ − D); dQ += dS·K.
+    gemm<Init::zero>(cols, lanes, d, {v.p, v.ld, 1}, {dout_t, lanes}, {ds, lanes});
+    score_gradients(s, ds, cols, lanes, row_dot, false);
+    gemm<Init::add>(rows, dp, cols, {ds, 1, lanes}, k, {dq, dp});
+  }
+  for (int r = 0; r < rows; ++r)
+    if (mask.empty(m0 + r)) std::fill(dq + int64_t(r) * dp, dq + int64_t(r + 1) * dp, 0.0f);
+  store_tile(p.dtype, p.grad.dq, d, b, hq, m0, rows, dq, dp, nullptr, p.softmax.scale);
+}
+
+inline void run(const BwdParams& p) {
+  const Sizes& sz = p.sizes;
+  thread_local AlignedBuffer dots_buffer;
+  float* dots = dots_buffer.reserve(size_t(sz.batch) * sz.heads_q * sz.seqlen_q);
+  row_dots(p, dots);
+  const int n_blocks = (sz.seqlen_k + kBlockN - 1) / kBlockN;
+  const int m_blocks = (sz.seqlen_q + kBlockM - 1) / kBlockM;
+  parallel_for(int64_t(sz.batch) * sz.heads_kv * n_blocks, [&](int64_t item, int) {
+    const int n_block = int(item % n_blocks), hk = int(item / n_blocks % sz.heads_kv);
+    const int b = int(item / n_blocks / sz.heads_kv), n0 = n_block * kBlockN;
+    key_item(p, dots, b, hk, n0, std::min(kBlockN, sz.seqlen_k - n0));
+  });
+  parallel_for(int64_t(sz.batch) * sz.heads_q * m_blocks, [&](int64_t item, int) {
+    const int m_block = int(item % m_blocks), hq = int(item / m_blocks % sz.heads_q);
+    const int b = int(item / m_blocks / sz.heads_q), m0 = m_block * kBlockM;
+    query_item(p, dots, b, hq, m0, std::min(kBlockM, sz.seqlen_q - m0));
+  });
+}
+
+}  // namespace backward

@@ -1,0 +1,283 @@
+// The CPU forward on one instruction set. A work item is one (batch, q head,
+// query tile of up to block_rows rows), or one key split of it for shapes with
+// too few tiles to fill the threads (decode). It walks the key tiles of
+// kBlockN keys that some row of the tile sees (core/mask.h) and keeps, per
+// query row i, on scaled scores s_ij = (scale·q_i)·k_j (Q is pre-scaled, so any
+// sign of scale works), with c = log2 e:
+//   m_i = max of the scores seen so far, l_i = Σ 2^((s_ij − m_i)·c),
+//   o_i = Σ 2^((s_ij − m_i)·c)·v_j, rescaled when m_i grows (core/softmax.h).
+// The exponent is (s_ij − m_i)·c: the difference of two nearby floats is
+// exact, so scores of 1e4 keep their differences of 1 exact, with or without
+// a fused multiply-add (SSE2 has none).
+// Per key tile, two matrix products on the register-blocked kernel (gemm.h):
+//   Sᵀ = K·Qᵀ (keys × rows): the rows lie across the vector lanes, so the
+//       softmax's per-row max, sum and rescale are lane-wise, with no
+//       horizontal reduction, and only Q is ever transposed (once per item);
+//   O = diag(alpha)·O + P·V, reading P out of Sᵀ by its strides.
+// Extra memory: a few tiles per thread, kept between calls; a key split adds
+// its partial rows (splits × the few rows that split).
+// No include guard (see vec.h).
+
+namespace forward {
+
+constexpr int kBlockN = 64;
+
+inline int padded(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// Query rows per item: as many as keep Qᵀ and O (rows × head_dim each) within
+// a core's L2 beside the K and V tiles.
+inline int block_rows(int head_dim) { return head_dim <= 256 ? 64 : 32; }
+
+// One worker's tiles, carved from a buffer kept by its thread.
+struct Tiles {
+  float* q_t;       // head_dim × lanes: Q·scale, transposed, zero past the rows;
+                    // or, for few rows, rows × padded head_dim, not transposed
+  float* k;         // kBlockN × padded head_dim: K as fp32, when not read in place
+  float* v;         // kBlockN × padded head_dim: V as fp32, when not read in place
+  float* s;         // kBlockN × lanes: Sᵀ, then Pᵀ
+  float* o;         // rows × padded head_dim
+  float* m;         // lanes: running max
+  float* l;         // lanes: running sum
+  float* alpha;     // lanes: this tile's rescale
+  int32_t* key_end; // lanes: each row's key_end (0 past the rows)
+};
+
+inline Tiles tiles(int head_dim, int max_rows) {
+  thread_local AlignedBuffer buffer;
+  const size_t lanes = size_t(padded(max_rows)), dp = size_t(padded(head_dim));
+  const size_t sizes[] = {dp * lanes,               kBlockN * dp,                 kBlockN * dp,
+                          kBlockN * lanes,          lanes * dp,                   lanes,
+                          lanes,                    lanes,                        lanes};
+  // Each part starts on a 64-byte boundary.
+  auto rounded = [](size_t n) { return (n + 15) / 16 * 16; };
+  size_t total = 0;
+  for (size_t n : sizes) total += rounded(n);
+  float* part[9];
+  float* at = buffer.reserve(total);
+  for (int i = 0; i < 9; ++i) {
+    part[i] = at;
+    at += rounded(sizes[i]);
+  }
+  return {part[0], part[1], part[2], part[3], part[4],
+          part[5], part[6], part[7], reinterpret_cast<int32_t*>(part[8])};
+}
+
+// Whether a tile of `rows` query rows computes its scores as dot products
+// along head_dim (scores_by_dots) instead of the matrix kernel, whose lanes
+// span the rows: with rows far fewer than the lanes (decode) most of those
+// lanes would multiply the padding.
+inline bool few_rows(int rows) { return rows <= kLanes / 8; }
+
+// Sᵀ[j][r] = q_r·k_j for few rows (q: rows × dp, k: cols × dp), four keys at a
+// time so that four sums are in flight; lanes past the rows get 0.
+inline void scores_by_dots(const float* q, int rows, int lanes, int dp, MatB k, int cols, float* s) {
+  int j = 0;
+  for (; j + 4 <= cols; j += 4) {
+    const float* k0 = k.p + j * k.ld;
+    for (int r = 0; r < rows; ++r) {
+      const float* qr = q + int64_t(r) * dp;
+      Vec acc0{}, acc1{}, acc2{}, acc3{};
+      for (int c = 0; c < dp; c += kLanes) {
+        const Vec x = load(qr + c);
+        acc0 += x * load(k0 + c);
+        acc1 += x * load(k0 + k.ld + c);
+        acc2 += x * load(k0 + 2 * k.ld + c);
+        acc3 += x * load(k0 + 3 * k.ld + c);
+      }
+      s[int64_t(j) * lanes + r] = sum_lanes(acc0);
+      s[int64_t(j + 1) * lanes + r] = sum_lanes(acc1);
+      s[int64_t(j + 2) * lanes + r] = sum_lanes(acc2);
+      s[int64_t(j + 3) * lanes + r] = sum_lanes(acc3);
+    }
+  }
+  for (; j < cols; ++j)
+    for (int r = 0; r < rows; ++r) {
+      Vec acc{};
+      for (int c = 0; c < dp; c += kLanes) acc += load(q + int64_t(r) * dp + c) * load(k.p + j * k.ld + c);
+      s[int64_t(j) * lanes + r] = sum_lanes(acc);
+    }
+  for (j = 0; j < cols; ++j) std::fill(s + int64_t(j) * lanes + rows, s + int64_t(j + 1) * lanes, 0.0f);
+}
+
+// Sᵀ[j][r] = −inf where row r does not see key n0 + j. Score variants
+// (core/variant.h) belong in this pass, the one that sees each score with its
+// row and key; identity, the only one today, changes nothing.
+inline void mask_scores(const Tiles& t, int lanes, int n0, int cols) {
+  const Vec minus_inf = splat(-INFINITY);
+  for (int j = 0; j < cols; ++j) {
+    const IVec key = splat_int(n0 + j);
+    for (int r = 0; r < lanes; r += kLanes) {
+      IVec end;
+      __builtin_memcpy(&end, t.key_end + r, sizeof end);
+      float* s = t.s + int64_t(j) * lanes + r;
+      store(s, key < end ? load(s) : minus_inf);
+    }
+  }
+}
+
+// The online softmax over one tile of Sᵀ: m, l and alpha per row, Sᵀ → Pᵀ.
+inline void softmax_tile(const Tiles& t, int lanes, int cols) {
+  const Vec minus_inf = splat(-INFINITY);
+  for (int r = 0; r < lanes; r += kLanes) {
+    const Vec m_old = load(t.m + r);
+    Vec tile_max = minus_inf;
+    for (int j = 0; j < cols; ++j) tile_max = max_nan_blind(tile_max, load(t.s + int64_t(j) * lanes + r));
+    const Vec m_new = max_nan_blind(m_old, tile_max);
+    const Vec c = splat(kLog2e);
+    const Vec m_exp = m_new == minus_inf ? Vec{} : m_new;  // core's exponent_max
+    const Vec alpha = exp2_nonpositive((m_old - m_exp) * c);
+    Vec sum{};
+    for (int j = 0; j < cols; ++j) {
+      float* s = t.s + int64_t(j) * lanes + r;
+      const Vec prob = exp2_nonpositive((load(s) - m_exp) * c);
+      store(s, prob);
+      sum += prob;
+    }
+    store(t.l + r, load(t.l + r) * alpha + sum);
+    store(t.m + r, m_new);
+    store(t.alpha + r, alpha);
+  }
+}
+
+// Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for query rows
+// [m0, m0 + rows) of (b, hq); leaves O unnormalised, m and l in the tiles.
+inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0, int rows,
+                      int key_lo, int key_hi) {
+  const Sizes& sz = p.sizes;
+  const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
+  const RowMask& mask = row_mask(p, b);
+  const bool dots = few_rows(rows);
+  const float scale = p.softmax.scale;
+  if (dots) load_tile(p.dtype, p.q, d, b, hq, m0, rows, t.q_t, dp, scale);
+  // Otherwise Q's rows, scaled and transposed: lanes of Qᵀ are rows.
+  for (int r = 0; r < lanes; ++r) {
+    const bool real = r < rows;
+    const int64_t base = real ? row_index(p.q, b, hq, m0 + r) : 0;
+    for (int e = 0; e < d && !dots; ++e)
+      t.q_t[int64_t(e) * lanes + r] = real ? load_float(p.q.data, p.dtype, base + e) * scale : 0.0f;
+    t.m[r] = -INFINITY;
+    t.l[r] = 0.0f;
+    t.key_end[r] = real ? mask.key_end(m0 + r) : 0;
+  }
+  std::fill(t.o, t.o + int64_t(rows) * dp, 0.0f);
+  // K is the matrix kernel's A, read at any stride; the dot products load it
+  // as vectors, which need rows padded to the lanes.
+  const bool k_in_place = p.dtype == DType::f32 && (!dots || d % kLanes == 0);
+  const int k_ld = dots ? dp : d;
+  const bool v_in_place = p.dtype == DType::f32 && d % kLanes == 0;
+  const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlockN);
+  const int hi = std::min(key_hi, mask.key_end(m0 + rows - 1));
+  for (int n0 = std::max(key_lo, blocks.first() * kBlockN); n0 < hi; n0 += kBlockN) {
+    const int cols = std::min(kBlockN, hi - n0);
+    MatB k{t.k, k_ld};
+    if (k_in_place) k = {static_cast<const float*>(p.k.data) + row_index(p.k, b, hk, n0), p.k.row_stride};
+    else load_tile(p.dtype, p.k, d, b, hk, n0, cols, t.k, k_ld);
+    MatB v{t.v, dp};
+    if (v_in_place) v = {static_cast<const float*>(p.v.data) + row_index(p.v, b, hk, n0), p.v.row_stride};
+    else load_tile(p.dtype, p.v, d, b, hk, n0, cols, t.v, dp);
+    if (dots) scores_by_dots(t.q_t, rows, lanes, dp, k, cols, t.s);
+    else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
+    if (blocks.needs_mask(n0 / kBlockN)) mask_scores(t, lanes, n0, cols);
+    softmax_tile(t, lanes, cols);
+    gemm<Init::scale_rows>(rows, dp, cols, {t.s, 1, lanes}, v, {t.o, dp}, t.alpha);
+  }
+}
+
+// Finishes the rows in the tiles: out = O / l and lse (natural units), or 0 and
+// −inf where `empty` says the row saw no key. Writes rows of `out` (out's
+// layout and dtype) and lse at lse[r·lse_stride] if lse is non-null.
+template <typename Empty>
+void finish_rows(const Tiles& t, int rows, int d, Empty empty, float* lse, int64_t lse_stride) {
+  const int dp = padded(d);
+  for (int r = 0; r < rows; ++r) {
+    const FinishedRow<float> row = finish_row(t.m[r], t.l[r], empty(r));
+    if (row.empty) std::fill(t.o + int64_t(r) * dp, t.o + int64_t(r + 1) * dp, 0.0f);
+    t.alpha[r] = row.inv_l;  // reused as the output's row scale
+    if (lse) lse[r * lse_stride] = row.lse;
+  }
+}
+
+// Key splits for a problem of `tiles` query tiles over n_blocks key blocks:
+// enough that every thread has work several times over, none below two blocks.
+inline int key_splits(int64_t tiles, int n_blocks) {
+  const int64_t want = 4 * int64_t(thread_count());
+  if (tiles >= want || n_blocks < 4) return 1;
+  return int(std::min<int64_t>((want + tiles - 1) / tiles, n_blocks / 2));
+}
+
+inline void run(const AttnParams& p) {
+  const Sizes& sz = p.sizes;
+  const int d = sz.head_dim, bm = block_rows(d);
+  const int m_blocks = (sz.seqlen_q + bm - 1) / bm;
+  const int64_t query_tiles = int64_t(sz.batch) * sz.heads_q * m_blocks;
+  const int n_blocks = (sz.seqlen_k + kBlockN - 1) / kBlockN;
+  const int splits = key_splits(query_tiles, n_blocks);
+  const int split_keys = (n_blocks + splits - 1) / splits * kBlockN;
+  float* lse = p.softmax.lse;
+
+  if (splits == 1) {
+    parallel_for(query_tiles, [&](int64_t item, int) {
+      const int m_block = int(item % m_blocks), hq = int(item / m_blocks % sz.heads_q);
+      const int b = int(item / m_blocks / sz.heads_q);
+      const int m0 = m_block * bm, rows = std::min(bm, sz.seqlen_q - m0);
+      const Tiles t = tiles(d, bm);
+      walk_keys(p, t, b, hq, m0, rows, 0, sz.seqlen_k);
+      const RowMask& mask = row_mask(p, b);
+      finish_rows(t, rows, d, [&](int r) { return mask.empty(m0 + r); },
+                  lse ? lse + (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0 : nullptr, 1);
+      store_tile(p.dtype, p.o, d, b, hq, m0, rows, t.o, padded(d), t.alpha);
+    });
+    return;
+  }
+
+  // Split: each (query tile, split) writes its rows' normalised partial output
+  // and lse; a second pass merges them per row by their lse.
+  const int64_t all_rows = int64_t(sz.batch) * sz.heads_q * sz.seqlen_q;
+  thread_local AlignedBuffer partial_buffer;
+  float* partial_out = partial_buffer.reserve(size_t(splits) * all_rows * (d + 1));
+  float* partial_lse = partial_out + size_t(splits) * all_rows * d;
+  // Partial (split, row): out at partial_out[(split·all_rows + row)·d], lse at
+  // partial_lse[split·all_rows + row], row = (b·heads_q + hq)·seqlen_q + i.
+  const TensorRef partial_ref{partial_out, int64_t(sz.heads_q) * sz.seqlen_q * d, d,
+                              int64_t(sz.seqlen_q) * d};
+  parallel_for(query_tiles * splits, [&](int64_t item, int) {
+    const int split = int(item % splits);
+    const int64_t tile = item / splits;
+    const int m_block = int(tile % m_blocks), hq = int(tile / m_blocks % sz.heads_q);
+    const int b = int(tile / m_blocks / sz.heads_q);
+    const int m0 = m_block * bm, rows = std::min(bm, sz.seqlen_q - m0);
+    const int key_lo = split * split_keys, key_hi = std::min(sz.seqlen_k, key_lo + split_keys);
+    const Tiles t = tiles(d, bm);
+    walk_keys(p, t, b, hq, m0, rows, key_lo, key_hi);
+    const RowMask& mask = row_mask(p, b);
+    const int64_t row0 = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
+    finish_rows(t, rows, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
+                partial_lse + split * all_rows + row0, 1);
+    TensorRef out = partial_ref;
+    out.data = partial_out + split * all_rows * d;
+    store_tile(DType::f32, out, d, b, hq, m0, rows, t.o, padded(d), t.alpha);
+  });
+  parallel_for((all_rows + 63) / 64, [&](int64_t chunk, int) {
+    std::vector<float> merged(d);
+    for (int64_t row = chunk * 64; row < std::min(all_rows, (chunk + 1) * 64); ++row) {
+      float lse_top = -INFINITY;
+      for (int s = 0; s < splits; ++s) lse_top = lse_max(lse_top, partial_lse[s * all_rows + row]);
+      float sum = 0.0f;
+      std::fill(merged.begin(), merged.end(), 0.0f);
+      for (int s = 0; s < splits; ++s) {
+        const float w = partial_weight(partial_lse[s * all_rows + row], lse_top);
+        sum += w;
+        const float* part = partial_out + (s * all_rows + row) * d;
+        for (int c = 0; c < d; ++c) merged[c] += w * part[c];
+      }
+      const FinishedRow<float> fin = finish_row(lse_top, sum, lse_top == -INFINITY);
+      const int i = int(row % sz.seqlen_q), hq = int(row / sz.seqlen_q % sz.heads_q);
+      const int b = int(row / sz.seqlen_q / sz.heads_q);
+      const int64_t base = row_index(p.o, b, hq, i);
+      for (int c = 0; c < d; ++c) store_float(p.o.data, p.dtype, base + c, fin.out(merged[c]));
+      if (lse) lse[row] = fin.lse;
+    }
+  });
+}
+
+}  // namespace forward

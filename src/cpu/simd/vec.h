@@ -1,0 +1,87 @@
+// Vectors of kLanes floats as GCC/Clang vector extensions: the instruction-set
+// unit that includes this picks the lane count (FLASHATTN_CPU_LANES) and the
+// target, and the compiler maps +, *, compares and selects onto that set's
+// registers, so one source serves SSE2, NEON, AVX2 and AVX-512. No include
+// guard: each unit includes it once, inside its own namespace.
+
+constexpr int kLanes = FLASHATTN_CPU_LANES;
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t IVec __attribute__((vector_size(kLanes * sizeof(int32_t))));
+typedef uint16_t HVec __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+
+// Unaligned loads and stores (memcpy of a register's size compiles to one move).
+inline Vec load(const float* p) {
+  Vec v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, Vec v) { __builtin_memcpy(p, &v, sizeof v); }
+inline Vec splat(float x) { return Vec{} + x; }
+// Bit casts (a C-style cast between vector types of one size keeps the bits).
+inline Vec as_float(IVec v) { return (Vec)v; }
+inline IVec as_int(Vec v) { return (IVec)v; }
+inline IVec splat_int(int32_t x) { return IVec{} + x; }
+inline IVec lane_index() {
+  IVec v;
+  for (int i = 0; i < kLanes; ++i) v[i] = i;
+  return v;
+}
+
+// The sum of a vector's lanes, by halving (log2(kLanes) shuffles and adds).
+inline float sum_lanes(Vec v) {
+  for (int half = kLanes / 2; half > 0; half /= 2) {
+    IVec upper;
+    for (int i = 0; i < kLanes; ++i) upper[i] = (i + half) % kLanes;
+    v += __builtin_shuffle(v, upper);
+  }
+  return v[0];
+}
+
+// The NaN-blind max of a running max and new values: a NaN x leaves m alone
+// (as fmaxf), so NaN scores reach the row through their probabilities instead.
+inline Vec max_nan_blind(Vec m, Vec x) { return x > m ? x : m; }
+
+// 2^x for x <= 0, lane by lane, as core's scalar rule: −inf gives 0, NaN gives
+// NaN, below 2^-126 gives 0. x = n + f with n an integer and |f| <= 1/2, then
+// 2^x = 2^n · e^(f·ln 2), the second factor by its Taylor series to degree 7
+// (remainder below 6e-9 relative, under fp32 rounding).
+inline Vec exp2_nonpositive(Vec x) {
+  const Vec lo = splat(-127.0f);
+  const Vec t = x > lo ? x : lo;  // NaN-blind: the arithmetic below stays finite
+  // Round to nearest by adding and subtracting 1.5·2^23 (exact for |t| < 2^22).
+  const Vec round = splat(12582912.0f);
+  const Vec n = (t + round) - round;
+  const Vec y = (t - n) * splat(0.69314718055994531f);
+  Vec e = splat(1.0f / 5040);
+  e = e * y + splat(1.0f / 720);
+  e = e * y + splat(1.0f / 120);
+  e = e * y + splat(1.0f / 24);
+  e = e * y + splat(1.0f / 6);
+  e = e * y + splat(0.5f);
+  e = e * y + splat(1.0f);
+  e = e * y + splat(1.0f);
+  const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
+  const Vec normal = e * as_float(bits);
+  const Vec min_exp = splat(-126.0f);
+  return x >= min_exp ? normal : (x < min_exp ? Vec{} : x);
+}
+
+// kLanes 16-bit floats to fp32: bf16 is the high half of an fp32; fp16's
+// exponent and mantissa move up 13 bits and a multiply by 2^112 rebiases the
+// exponent (exact, subnormals included), except Inf and NaN, which keep an
+// all-ones exponent.
+inline Vec bf16_to_vec(const uint16_t* p) {
+  HVec h;
+  __builtin_memcpy(&h, p, sizeof h);
+  return as_float(__builtin_convertvector(h, IVec) << 16);
+}
+inline Vec f16_to_vec(const uint16_t* p) {
+  HVec h16;
+  __builtin_memcpy(&h16, p, sizeof h16);
+  const IVec h = __builtin_convertvector(h16, IVec);
+  const IVec sign = (h & 0x8000) << 16;
+  const IVec shifted = (h & 0x7fff) << 13;
+  const IVec finite = as_int(as_float(shifted) * splat(0x1p112f));
+  const IVec special = shifted | 0x7f800000;
+  return as_float(((h & 0x7c00) == 0x7c00 ? special : finite) | sign);
+}

@@ -1,0 +1,136 @@
+// The CPU backend on each instruction set this machine runs, forced through
+// FLASHATTN_CPU_ISA (baseline, avx2, avx512; a set the CPU lacks is skipped): the shared case list plus shapes that
+// reach the kernels' other paths (few query rows scored by dot products, keys
+// split across threads and merged, query tiles and key tiles cut by the
+// sequence ends), forward and backward, against the float64 reference; and the
+// variable's rules.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cases.h"
+#include "dense.h"
+#include "grad_problem.h"
+#include "seed.h"
+
+namespace flashattn::test {
+namespace {
+
+constexpr const char* kSets[] = {"baseline", "avx2", "avx512"};
+
+// Sets FLASHATTN_CPU_ISA for one test and restores it after.
+class ForcedIsa {
+ public:
+  explicit ForcedIsa(const char* name) {
+    if (const char* old = std::getenv("FLASHATTN_CPU_ISA")) old_ = old, had_ = true;
+    setenv("FLASHATTN_CPU_ISA", name, 1);
+  }
+  ~ForcedIsa() {
+    if (had_) setenv("FLASHATTN_CPU_ISA", old_.c_str(), 1);
+    else unsetenv("FLASHATTN_CPU_ISA");
+  }
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
+harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided = false) {
+  harness::Case c;
+  c.shape = shape;
+  c.dtype = dtype;
+  c.mask = mask;
+  c.strided = strided;
+  return c;
+}
+
+// The shared list and the shapes that take the kernels' other paths.
+std::vector<harness::Case> isa_cases() {
+  std::vector<harness::Case> cases = shared_cases();
+  // One or two query rows against many keys: dot-product scores, and key
+  // splits merged by lse (few tiles for the threads).
+  cases.push_back(make_case({1, 1, 3000, 2, 1, 128}, DType::f32, Mask::none));
+  cases.push_back(make_case({1, 2, 2500, 4, 2, 64}, DType::bf16, Mask::causal_bottom_right));
+  cases.push_back(make_case({1, 1, 700, 1, 1, 80}, DType::f16, Mask::none, true));
+  cases.push_back(make_case({2, 3, 1100, 1, 1, 40}, DType::f32, Mask::causal_top_left));
+  // Several query and key tiles, ragged at both ends, head dims that are not
+  // multiples of the lanes, GQA.
+  cases.push_back(make_case({1, 200, 190, 4, 2, 72}, DType::f32, Mask::causal_top_left));
+  cases.push_back(make_case({2, 130, 257, 2, 1, 136}, DType::f16, Mask::causal_bottom_right));
+  cases.push_back(make_case({1, 65, 129, 3, 3, 300}, DType::bf16, Mask::none, true));
+  return cases;
+}
+
+// Whether the CPU runs the set: the backend refuses one it lacks as unsupported.
+bool runs(const char* set) {
+  ForcedIsa forced(set);
+  DenseProblem p{Dense(1, 1, 1, 1), Dense(1, 1, 1, 1), Dense(1, 1, 1, 1)};
+  try {
+    run_dense(p, Backend::cpu);
+  } catch (const Error& e) {
+    if (e.status() == Status::unsupported) return false;
+    throw;
+  }
+  return true;
+}
+
+struct IsaCase {
+  const char* set;
+  harness::Case c;
+};
+
+std::vector<IsaCase> all_isa_cases() {
+  std::vector<IsaCase> out;
+  for (const char* set : kSets)
+    for (const harness::Case& c : isa_cases()) out.push_back({set, c});
+  return out;
+}
+
+class CpuIsa : public testing::TestWithParam<IsaCase> {
+ protected:
+  void SetUp() override {
+    if (!runs(GetParam().set)) GTEST_SKIP() << "this CPU does not run " << GetParam().set;
+  }
+};
+
+TEST_P(CpuIsa, ForwardMatchesFloat64Reference) {
+  ForcedIsa forced(GetParam().set);
+  expect_accurate({Backend::cpu, GetParam().c}, Device{});
+}
+
+TEST_P(CpuIsa, BackwardMatchesFloat64Reference) {
+  ForcedIsa forced(GetParam().set);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(harness::describe(GetParam().c) + ", " + replay_hint(seed));
+  harness::GradProblem problem(GetParam().c, Device{}, seed);
+  problem.run(Backend::cpu);
+  const harness::GradAccuracy acc = problem.evaluate(Backend::cpu);
+  EXPECT_TRUE(acc.passed()) << acc.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(EachSet, CpuIsa, testing::ValuesIn(all_isa_cases()),
+                         [](const testing::TestParamInfo<IsaCase>& info) {
+                           return std::string(info.param.set) + "_" +
+                                  case_name(info.param.c);
+                         });
+
+TEST(CpuIsaVariable, UnknownNameIsAnErrorThatNamesTheChoices) {
+  ForcedIsa forced("sse9");
+  DenseProblem p{Dense(1, 1, 1, 1), Dense(1, 1, 1, 1), Dense(1, 1, 1, 1)};
+  try {
+    run_dense(p, Backend::cpu);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+    EXPECT_THAT(e.what(), testing::HasSubstr("FLASHATTN_CPU_ISA=sse9"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("baseline, avx2, avx512"));
+  }
+}
+
+TEST(CpuIsaVariable, TheBaselineRunsEverywhere) { EXPECT_TRUE(runs("baseline")); }
+
+}  // namespace
+}  // namespace flashattn::test

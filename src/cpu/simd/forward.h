@@ -139,6 +139,18 @@ inline void softmax_tile(const Tiles& t, int lanes, int cols) {
   }
 }
 
+// Asks for rows [row0, row0 + rows) of head h's K and V to be brought into
+// the cache.
+inline void prefetch_rows(const AttnParams& p, int b, int h, int row0, int rows) {
+  const int64_t bytes = int64_t(p.sizes.head_dim) * (p.dtype == DType::f32 ? 4 : 2);
+  const int64_t item = p.dtype == DType::f32 ? 4 : 2;
+  for (int r = 0; r < rows; ++r)
+    for (const TensorRef* t : {&p.k, &p.v}) {
+      const char* row = static_cast<const char*>(t->data) + row_index(*t, b, h, row0 + r) * item;
+      for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
+    }
+}
+
 // Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for query rows
 // [m0, m0 + rows) of (b, hq); leaves O unnormalised, m and l in the tiles.
 inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0, int rows,
@@ -169,6 +181,10 @@ inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0
   const int hi = std::min(key_hi, mask.key_end(m0 + rows - 1));
   for (int n0 = std::max(key_lo, blocks.first() * kBlockN); n0 < hi; n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
+    // Few rows spend little arithmetic per key, so the next tile's K and V
+    // rows are requested now: rows of one head lie a row stride apart, each
+    // often in its own page, where the hardware prefetchers do not follow.
+    if (dots) prefetch_rows(p, b, hk, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
     MatB k{t.k, k_ld};
     if (k_in_place) k = {static_cast<const float*>(p.k.data) + row_index(p.k, b, hk, n0), p.k.row_stride};
     else load_tile(p.dtype, p.k, d, b, hk, n0, cols, t.k, k_ld);

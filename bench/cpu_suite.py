@@ -1,0 +1,235 @@
+"""The CPU grid of bench/run (--grids cpu): flashattn's `cpu` backend against PyTorch's CPU
+scaled_dot_product_attention, fp32, timed by wall clock in this one process on the same
+inputs, forward and backward.
+
+Points: seqlen 128 to 8192 at head dims 64 and 128, causal and not (batch × seqlen = 4096
+tokens where seqlen allows, 8 heads); the four shapes of the issue's table; decode shapes
+(1 to 4 query rows against 4k to 32k cached keys, grouped kv heads among them); the backward
+on seqlen 512 to 4096 and the table's shapes. PyTorch runs each point on every SDPA backend
+that takes it on the CPU (flash and math) and the fastest counts. The ceilings: the vector
+units' fp32 multiply-add rate on all threads, measured by flashattn-cpu-peak (tools/cpu_peak,
+found beside the library or at $FLASHATTN_CPU_PEAK), for the instruction set the backend runs;
+the fp32 matrix rate of torch.mm at 4096³; and the copy bandwidth.
+"""
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn
+
+TORCH_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
+SEQLENS = (128, 512, 1024, 2048, 4096, 8192)
+TABLE = ((1, 1024, 8, 64, False), (1, 2048, 16, 64, True), (1, 4096, 8, 128, True),
+         (4, 512, 12, 64, False))
+# (batch, query rows, cached keys, q heads, kv heads, head_dim)
+DECODE = ((1, 1, 8192, 32, 32, 128), (1, 1, 32768, 32, 8, 128), (8, 1, 4096, 32, 8, 128),
+          (1, 4, 16384, 8, 8, 64), (16, 1, 4096, 16, 16, 64))
+BWD_SEQLENS = (512, 1024, 2048, 4096)
+
+
+def points(quick=False):
+    pts = []
+    seqlens = (512, 2048) if quick else SEQLENS
+    for n in seqlens:
+        for d in (64, 128):
+            for causal in (False, True):
+                pts.append(dict(pass_="fwd", batch=max(1, 4096 // n), nq=n, nk=n, hq=8, hkv=8,
+                                d=d, causal=causal))
+    for b, n, h, d, causal in TABLE:
+        pts.append(dict(pass_="fwd", batch=b, nq=n, nk=n, hq=h, hkv=h, d=d, causal=causal))
+        pts.append(dict(pass_="bwd", batch=b, nq=n, nk=n, hq=h, hkv=h, d=d, causal=causal))
+    for b, nq, nk, hq, hkv, d in (DECODE[:2] if quick else DECODE):
+        pts.append(dict(pass_="fwd", batch=b, nq=nq, nk=nk, hq=hq, hkv=hkv, d=d, causal=False))
+    for n in ((1024,) if quick else BWD_SEQLENS):
+        for d in (64, 128):
+            for causal in (False, True):
+                pts.append(dict(pass_="bwd", batch=max(1, 4096 // n), nq=n, nk=n, hq=8, hkv=8,
+                                d=d, causal=causal))
+    return pts
+
+
+def label(p):
+    mask = " causal" if p["causal"] else ""
+    heads = f"H{p['hq']}" + (f"/{p['hkv']}" if p["hkv"] != p["hq"] else "")
+    return (f"{p['pass_']} B{p['batch']} Nq{p['nq']} Nk{p['nk']} {heads} d{p['d']}{mask}")
+
+
+def flops(p):
+    """4·B·H·Nq·Nk·d, halved for causal (square problems), 2.5× for the backward."""
+    f = 4 * p["batch"] * p["hq"] * p["nq"] * p["nk"] * p["d"]
+    f = f / 2 if p["causal"] else f
+    return f * (2.5 if p["pass_"] == "bwd" else 1.0)
+
+
+def timed(fn, budget_s=0.6, min_reps=3, max_reps=20):
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or (len(times) < max_reps and time.perf_counter() - start < budget_s):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def vector_peak(threads, isa):
+    """GFLOP/s of flashattn-cpu-peak's line for `isa` on `threads` threads, or None."""
+    lib = Path(os.environ.get("FLASHATTN_LIBRARY", "build/libflashattn.so")).resolve().parent
+    exe = Path(os.environ.get("FLASHATTN_CPU_PEAK", lib / "tools/cpu_peak/flashattn-cpu-peak"))
+    if not exe.exists():
+        return None
+    out = subprocess.run([str(exe), str(threads)], capture_output=True, text=True).stdout
+    peaks = {}
+    for line in out.splitlines():
+        m = re.match(r"(\w+) 1 thread ([\d.]+) GFLOP/s, \d+ threads ([\d.]+)", line)
+        if m:
+            peaks[m.group(1)] = float(m.group(3))
+    return peaks.get(isa, max(peaks.values()) if peaks else None)
+
+
+def ceilings():
+    a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
+    mm = min(timed(lambda: torch.mm(a, b), budget_s=1.0) for _ in range(2))
+    src = torch.randn(256 * 2**20 // 4)
+    dst = torch.empty_like(src)
+    copy = timed(lambda: dst.copy_(src), budget_s=1.0)
+    return {"f32_matmul_gflops": 2 * 4096**3 / mm / 1e9,
+            "copy_gb_per_s": 2 * src.numel() * 4 / copy / 1e9}
+
+
+def inputs(p):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(p["batch"], p["nq"], p["hq"], p["d"], generator=g)
+    k = torch.randn(p["batch"], p["nk"], p["hkv"], p["d"], generator=g)
+    v = torch.randn(p["batch"], p["nk"], p["hkv"], p["d"], generator=g)
+    return q, k, v
+
+
+def measure_point(p):
+    q, k, v = inputs(p)
+    causal = p["causal"]
+    gqa = p["hkv"] != p["hq"]
+    # PyTorch's layout (batch, heads, seqlen, head_dim), as views of the same tensors.
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    row = dict(p, label=label(p), gflop=flops(p) / 1e9)
+    if p["pass_"] == "fwd":
+        ours = timed(lambda: flashattn.attention(q, k, v, causal=causal, backend="cpu"))
+        theirs = {}
+        for name, backend in TORCH_BACKENDS.items():
+            try:
+                with sdpa_kernel(backend):
+                    theirs[name] = timed(lambda: F.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=causal, enable_gqa=gqa))
+            except RuntimeError:
+                pass
+    else:
+        out, lse = flashattn.attention(q, k, v, causal=causal, backend="cpu", return_lse=True)
+        dout = torch.randn_like(out)
+        ours = timed(lambda: flashattn.attention_backward(q, k, v, out, dout, lse, causal=causal,
+                                                          backend="cpu"))
+        theirs = {}
+        for name, backend in TORCH_BACKENDS.items():
+            try:
+                leaves = [x.detach().requires_grad_() for x in (qt, kt, vt)]
+                with sdpa_kernel(backend), torch.enable_grad():
+                    o = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=gqa)
+                    theirs[name] = timed(lambda: torch.autograd.grad(
+                        o, leaves, dout.transpose(1, 2), retain_graph=True))
+            except RuntimeError:
+                pass
+    row["ms"] = ours * 1e3
+    row["gflops"] = flops(p) / ours / 1e9
+    row["torch_ms"] = {name: t * 1e3 for name, t in theirs.items()}
+    best = min(theirs, key=theirs.get)
+    row["torch_best"] = best
+    row["torch_gflops"] = flops(p) / theirs[best] / 1e9
+    row["ratio"] = theirs[best] / ours
+    if p["nq"] == 1 or p["nq"] < 8:  # decode: bytes of K and V read once
+        kv_bytes = 2 * k.numel() * 4
+        row["kv_gb_per_s"] = kv_bytes / ours / 1e9
+    return row
+
+
+def flashattn_isa():
+    """The widest set the CPU runs, as the backend picks it (cpu/isa.h)."""
+    flags = ""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pass
+    if all(f" {x}" in flags for x in ("avx512f", "avx512bw", "avx512dq", "avx512vl")):
+        return "avx512"
+    if all(f" {x}" in flags for x in ("avx2", "fma", "f16c")):
+        return "avx2"
+    return "baseline"
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def markdown(results):
+    c = results["ceilings"]
+    lines = [f"# CPU grid: {results['cpu']}, commit {results['commit']}", "",
+             f"{results['threads']} flashattn threads, {results['torch_threads']} PyTorch "
+             f"threads, flashattn's vector set {results['isa']}. Ceilings: vector fp32 "
+             f"multiply-add peak {c.get('vector_peak_gflops') or float('nan'):.0f} GFLOP/s "
+             f"(measured), fp32 torch.mm 4096³ {c['f32_matmul_gflops']:.0f} GFLOP/s, copy "
+             f"{c['copy_gb_per_s']:.1f} GB/s (read + write).", "",
+             "| point | flashattn ms | GFLOP/s | of peak | PyTorch best | its GFLOP/s | ratio |",
+             "|---|---|---|---|---|---|---|"]
+    peak = c.get("vector_peak_gflops") or c["f32_matmul_gflops"]
+    for r in results["rows"]:
+        lines.append(f"| {r['label']} | {r['ms']:.3f} | {r['gflops']:.0f} | "
+                     f"{r['gflops'] / peak:.0%} | {r['torch_best']} "
+                     f"{r['torch_ms'][r['torch_best']]:.3f} ms | {r['torch_gflops']:.0f} | "
+                     f"{r['ratio']:.2f}× |")
+    ratios = [r["ratio"] for r in results["rows"]]
+    lines += ["", f"Ratio (PyTorch's fastest time / flashattn's): min {min(ratios):.2f}×, "
+              f"geometric mean {statistics.geometric_mean(ratios):.2f}× over {len(ratios)} points."]
+    return "\n".join(lines) + "\n"
+
+
+def run(out_dir, commit, quick=False, match=None):
+    isa = os.environ.get("FLASHATTN_CPU_ISA") or flashattn_isa()
+    results = {"cpu": cpu_name(), "commit": commit, "isa": isa, "threads": os.cpu_count(),
+               "torch_threads": torch.get_num_threads(), "rows": []}
+    if hasattr(os, "sched_getaffinity"):
+        results["threads"] = len(os.sched_getaffinity(0))
+    if os.environ.get("FLASHATTN_NUM_THREADS"):
+        results["threads"] = int(os.environ["FLASHATTN_NUM_THREADS"])
+    print(f"{results['cpu']}: measuring the ceilings", flush=True)
+    results["ceilings"] = ceilings()
+    results["ceilings"]["vector_peak_gflops"] = vector_peak(results["threads"], isa)
+    print(f"  fp32 mm {results['ceilings']['f32_matmul_gflops']:.0f} GFLOP/s, copy "
+          f"{results['ceilings']['copy_gb_per_s']:.1f} GB/s, vector peak "
+          f"{results['ceilings']['vector_peak_gflops']} GFLOP/s", flush=True)
+    for p in points(quick):
+        if match and not re.search(match, label(p)):
+            continue
+        row = measure_point(p)
+        results["rows"].append(row)
+        print(f"  {row['label']:<40} {row['gflops']:7.1f} GFLOP/s  PyTorch {row['torch_best']} "
+              f"{row['torch_gflops']:7.1f}  ratio {row['ratio']:.2f}", flush=True)
+    slug = re.sub(r"\W+", "-", results["cpu"]).strip("-").lower()
+    stem = f"cpu-{slug}-{time.strftime('%Y-%m-%d')}-{commit}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    (out_dir / f"{stem}.md").write_text(markdown(results))
+    print(f"wrote {out_dir / stem}.json and .md")

@@ -86,7 +86,7 @@ Kind kind(double x) {
 // The backends whose products are tiles: a non-finite value of v reaches, as
 // 0·v, rows that share its key tile without seeing it (docs/guide.md).
 bool tiles_values(Backend b) {
-  return b == Backend::cpu || b == Backend::cuda_tiled || b == Backend::cuda_tf32x3 || b == Backend::cuda_f16x3 ||
+  return b == Backend::cuda_tiled || b == Backend::cuda_tf32x3 || b == Backend::cuda_f16x3 ||
          b == Backend::cuda_mma || b == Backend::cuda_wgmma;
 }
 

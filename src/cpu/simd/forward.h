@@ -139,6 +139,29 @@ inline void softmax_tile(const Tiles& t, int lanes, int cols) {
   }
 }
 
+// O = diag(alpha)·O + P·V on a tile the mask cuts, each row adding only the
+// keys it sees: a block of rows multiplies the keys its first row sees (every
+// later row sees them too, key_end growing with the row) on the matrix kernel,
+// then each row adds its few further keys alone. So a NaN or Inf in v at a key
+// a row does not see never reaches it as 0·v, as standard attention's rule has
+// it (docs/guide.md, non-finite values).
+inline void masked_update(const Tiles& t, int rows, int dp, int lanes, int n0, int cols, MatB v) {
+  for (int r0 = 0; r0 < rows; r0 += kGemmRows) {
+    const int block = std::min(kGemmRows, rows - r0);
+    const int shared = std::clamp(t.key_end[r0] - n0, 0, cols);
+    gemm<Init::scale_rows>(block, dp, shared, {t.s + r0, 1, lanes}, v, {t.o + int64_t(r0) * dp, dp},
+                           t.alpha + r0);
+    for (int r = r0; r < r0 + block; ++r) {
+      float* o = t.o + int64_t(r) * dp;
+      for (int j = shared; j < std::clamp(t.key_end[r] - n0, shared, cols); ++j) {
+        const Vec prob = splat(t.s[int64_t(j) * lanes + r]);
+        const float* vj = v.p + j * v.ld;
+        for (int c = 0; c < dp; c += kLanes) store(o + c, load(o + c) + prob * load(vj + c));
+      }
+    }
+  }
+}
+
 // Asks for rows [row0, row0 + rows) of head h's K and V to be brought into
 // the cache.
 inline void prefetch_rows(const AttnParams& p, int b, int h, int row0, int rows) {
@@ -193,9 +216,11 @@ inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0
     else load_tile(p.dtype, p.v, d, b, hk, n0, cols, t.v, dp);
     if (dots) scores_by_dots(t.q_t, rows, lanes, dp, k, cols, t.s);
     else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
-    if (blocks.needs_mask(n0 / kBlockN)) mask_scores(t, lanes, n0, cols);
+    const bool cut = blocks.needs_mask(n0 / kBlockN);
+    if (cut) mask_scores(t, lanes, n0, cols);
     softmax_tile(t, lanes, cols);
-    gemm<Init::scale_rows>(rows, dp, cols, {t.s, 1, lanes}, v, {t.o, dp}, t.alpha);
+    if (cut) masked_update(t, rows, dp, lanes, n0, cols, v);
+    else gemm<Init::scale_rows>(rows, dp, cols, {t.s, 1, lanes}, v, {t.o, dp}, t.alpha);
   }
 }
 

@@ -21,7 +21,7 @@ const std::vector<BackendEntry>& table() {
         "float64 with each score row materialised: the oracle the tests compare with", 0},
        cpu::reference_forward, cpu::reference_backward},
       {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
-        "tiled online softmax in fp32, threads over (batch, head, query tile)", 0},
+        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0},
        cpu::flash_forward, cpu::flash_backward},
       {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
         "one thread per query row, scores recomputed: simple enough to be obviously right"},

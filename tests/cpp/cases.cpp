@@ -66,6 +66,17 @@ std::vector<harness::Case> shared_cases() {
   return cases;
 }
 
+harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided,
+                        int strided_pad) {
+  harness::Case c;
+  c.shape = shape;
+  c.dtype = dtype;
+  c.mask = mask;
+  c.strided = strided;
+  c.strided_pad = strided_pad;
+  return c;
+}
+
 std::string case_name(const harness::Case& c) {
   const harness::Shape& s = c.shape;
   std::ostringstream out;

@@ -17,6 +17,11 @@ namespace flashattn::test {
 // list in seconds.
 std::vector<harness::Case> shared_cases();
 
+// One case of the given shape, dtype and mask; strided views with the given
+// padding if `strided` (harness::Case).
+harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided = false,
+                        int strided_pad = 3);
+
 // A unique, gtest-safe name, e.g. "B1_Nq17_Nk17_Hq1_Hkv1_d3_f16_causal_br_strided".
 std::string case_name(const harness::Case& c);
 

@@ -28,17 +28,6 @@ bool have_hopper() {
 constexpr const char* kNoGpu =
     "no CUDA device: cuda_device_count() is 0 (no GPU or driver, or a build without CUDA)";
 
-harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided,
-                        int strided_pad = 3) {
-  harness::Case c;
-  c.shape = shape;
-  c.dtype = dtype;
-  c.mask = mask;
-  c.strided = strided;
-  c.strided_pad = strided_pad;
-  return c;
-}
-
 // The shared list, then larger shapes for the GPU only.
 std::vector<harness::Case> cuda_cases() {
   std::vector<harness::Case> cases = shared_cases();

@@ -36,15 +36,6 @@ bool takes_backward(Backend backend, const harness::Case& c) {
   return false;
 }
 
-harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided = false) {
-  harness::Case c;
-  c.shape = shape;
-  c.dtype = dtype;
-  c.mask = mask;
-  c.strided = strided;
-  return c;
-}
-
 // The shared list; for the GPU also tile-sized and multi-block shapes of every
 // head-dim bucket of the tensor-core kernels, aligned strided views, and GQA
 // groups of 8.

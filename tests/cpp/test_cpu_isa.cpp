@@ -38,15 +38,6 @@ class ForcedIsa {
   bool had_ = false;
 };
 
-harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided = false) {
-  harness::Case c;
-  c.shape = shape;
-  c.dtype = dtype;
-  c.mask = mask;
-  c.strided = strided;
-  return c;
-}
-
 // The shared list and the shapes that take the kernels' other paths.
 std::vector<harness::Case> isa_cases() {
   std::vector<harness::Case> cases = shared_cases();

@@ -25,6 +25,16 @@ inline void load_tile(DType dtype, const TensorRef& t, int head_dim, int b, int 
   }
 }
 
+// dst[e·ld + r] = scale·t[row0 + r][e] for r < rows; 0 for rows <= r < ld.
+inline void load_transposed(DType dtype, const TensorRef& t, int head_dim, int b, int h, int row0,
+                            int rows, float* dst, int ld, float scale = 1.0f) {
+  for (int e = 0; e < head_dim; ++e) std::fill(dst + int64_t(e) * ld + rows, dst + int64_t(e + 1) * ld, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const int64_t base = row_index(t, b, h, row0 + r);
+    for (int e = 0; e < head_dim; ++e) dst[int64_t(e) * ld + r] = load_float(t.data, dtype, base + e) * scale;
+  }
+}
+
 // t[row0 + r][c] = src[r·ld + c]·row_scale[r]·scale (row_scale null: 1), in
 // t's dtype.
 inline void store_tile(DType dtype, const TensorRef& t, int head_dim, int b, int h, int row0,

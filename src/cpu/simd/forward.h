@@ -181,15 +181,13 @@ inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
   const RowMask& mask = row_mask(p, b);
+  // Q's rows, scaled: as they are for dot products, else transposed (lanes of
+  // Qᵀ are rows).
   const bool dots = few_rows(rows);
-  const float scale = p.softmax.scale;
-  if (dots) load_tile(p.dtype, p.q, d, b, hq, m0, rows, t.q_t, dp, scale);
-  // Otherwise Q's rows, scaled and transposed: lanes of Qᵀ are rows.
+  if (dots) load_tile(p.dtype, p.q, d, b, hq, m0, rows, t.q_t, dp, p.softmax.scale);
+  else load_transposed(p.dtype, p.q, d, b, hq, m0, rows, t.q_t, lanes, p.softmax.scale);
   for (int r = 0; r < lanes; ++r) {
     const bool real = r < rows;
-    const int64_t base = real ? row_index(p.q, b, hq, m0 + r) : 0;
-    for (int e = 0; e < d && !dots; ++e)
-      t.q_t[int64_t(e) * lanes + r] = real ? load_float(p.q.data, p.dtype, base + e) * scale : 0.0f;
     t.m[r] = -INFINITY;
     t.l[r] = 0.0f;
     t.key_end[r] = real ? mask.key_end(m0 + r) : 0;

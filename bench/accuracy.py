@@ -8,10 +8,15 @@ not the O(seqlen²) of a full reference, so it fits beside the largest points.
 
 Grouped-query attention: k and v may have fewer heads than q (a divisor of q's); query head
 h reads kv head h // (heads_q / heads_kv), and dk, dv of a kv head sum over its group.
+
+The variants (window, softcap, ALiBi) come as a score_variants.Variants, applied to the
+float64 scores by score_variants.scores, the same rule the baselines' masks are made from.
 """
 import math
 
 import torch
+
+import score_variants
 
 SAMPLE_ROWS = 64
 
@@ -27,16 +32,15 @@ def per_query_head(t, heads_q):
     return t0.repeat_interleave(heads_q // t0.shape[0], dim=0)
 
 
-def reference_rows(q, k, v, causal, rows):
+def reference_rows(q, k, v, causal, rows, variants=score_variants.NONE):
     """float64 softmax(q·kᵀ/√d)·v for batch 0 at query `rows`: (heads_q, rows, head_dim).
     q is (batch, seqlen, heads_q, head_dim), k and v (batch, seqlen, heads_kv, head_dim);
-    causal is top-left (key j ≤ query i)."""
+    causal is top-left (key j ≤ query i); the scores go through `variants`."""
     q0 = q[0, rows].transpose(0, 1).double()
     k0, v0 = (per_query_head(t, q.shape[2]) for t in (k, v))
-    s = torch.matmul(q0, k0.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if causal:
-        keys = torch.arange(k.shape[1], device=q.device)
-        s.masked_fill_(keys[None, :] > rows[:, None], float("-inf"))
+    keys = torch.arange(k.shape[1], device=q.device)
+    s, _ = score_variants.scores(torch.matmul(q0, k0.transpose(-2, -1)) / math.sqrt(q.shape[-1]),
+                                 rows, keys, causal, variants)
     return torch.matmul(torch.softmax(s, dim=-1), v0)
 
 
@@ -54,11 +58,12 @@ def rel_l2_err(out, reference, rows):
 CHUNK_ELEMENTS = 1 << 27
 
 
-def reference_gradients(q, k, v, dout, causal, rows):
+def reference_gradients(q, k, v, dout, causal, rows, variants=score_variants.NONE):
     """float64 gradients of batch 0 with dout: dq at query `rows`, dk and dv at the keys of
     the same indices, dq (heads_q, rows, head_dim), dk and dv (heads_kv, rows, head_dim). q
     and dout are (batch, seqlen, heads_q, head_dim), k and v (batch, seqlen, heads_kv,
-    head_dim), seqlen_q = seqlen_k; causal is top-left.
+    head_dim), seqlen_q = seqlen_k; causal is top-left; the scores go through `variants`
+    (dS times the softcap's derivative).
 
     dk and dv of a key sum over every query row, so every row's probabilities are needed:
     the rows go through in chunks, each recomputing its scores against all keys (lse and
@@ -75,13 +80,14 @@ def reference_gradients(q, k, v, dout, causal, rows):
     step = max(1, CHUNK_ELEMENTS // (heads * seqlen))
     for first in range(0, seqlen, step):
         chunk = torch.arange(first, min(first + step, seqlen), device=q.device)
-        s = torch.matmul(q0[:, chunk], k0.transpose(-2, -1)) * scale
-        if causal:
-            s.masked_fill_(keys[None, :] > chunk[:, None], float("-inf"))
+        s, capped = score_variants.scores(torch.matmul(q0[:, chunk], k0.transpose(-2, -1)) *
+                                          scale, chunk, keys, causal, variants)
         p = torch.softmax(s, dim=-1)
         row_dot = (do0[:, chunk] * torch.matmul(p, v0)).sum(-1, keepdim=True)  # D_i
         dp = torch.matmul(do0[:, chunk], v0[:, rows].transpose(-2, -1))  # sampled keys only
         ds = p[:, :, rows] * (dp - row_dot)
+        if variants.softcap > 0:
+            ds = ds * capped[:, :, rows]
         dk += torch.matmul(ds.transpose(-2, -1), q0[:, chunk]) * scale
         dv += torch.matmul(p[:, :, rows].transpose(-2, -1), do0[:, chunk])
         inside = (rows >= chunk[0]) & (rows <= chunk[-1])
@@ -89,6 +95,8 @@ def reference_gradients(q, k, v, dout, causal, rows):
             local = rows[inside] - first
             dp_rows = torch.matmul(do0[:, chunk[local]], v0.transpose(-2, -1))
             ds_rows = p[:, local] * (dp_rows - row_dot[:, local])
+            if variants.softcap > 0:
+                ds_rows = ds_rows * capped[:, local]
             dq[:, inside] = torch.matmul(ds_rows, k0) * scale
     group = heads // k.shape[2]  # query heads per kv head
     dk, dv = (g.view(-1, group, *g.shape[1:]).sum(1) for g in (dk, dv))

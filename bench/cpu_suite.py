@@ -5,8 +5,11 @@ inputs, forward and backward.
 Points: seqlen 128 to 8192 at head dims 64 and 128, causal and not (batch × seqlen = 4096
 tokens where seqlen allows, 8 heads); the four shapes of the issue's table; decode shapes
 (1 to 4 query rows against 4k to 32k cached keys, grouped kv heads among them); the backward
-on seqlen 512 to 4096 and the table's shapes. PyTorch runs each point on every SDPA backend
-that takes it on the CPU (flash and math) and the fastest counts. The ceilings: the vector
+on seqlen 512 to 4096 and the table's shapes; the variants (score_variants.py), forward and
+backward, at shapes whose plain point is in the grid: a causal sliding window (512, 0) on
+4096 tokens, softcap 30 and ALiBi at 1024. PyTorch runs each point on every SDPA backend
+that takes it on the CPU (flash and math) and the fastest counts; a variant reaches it as an
+additive attn_mask, and softcap, which has no SDPA form, has no PyTorch time. The ceilings: the vector
 units' fp32 multiply-add rate on all threads, measured by flashattn-cpu-peak (tools/cpu_peak,
 found beside the library or at $FLASHATTN_CPU_PEAK), for the instruction set the backend runs;
 the fp32 matrix rate of torch.mm at 4096³; and the copy bandwidth.
@@ -25,6 +28,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+import grid
+import score_variants
 
 TORCH_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
 SEQLENS = (128, 512, 1024, 2048, 4096, 8192)
@@ -34,6 +39,9 @@ TABLE = ((1, 1024, 8, 64, False), (1, 2048, 16, 64, True), (1, 4096, 8, 128, Tru
 DECODE = ((1, 1, 8192, 32, 32, 128), (1, 1, 32768, 32, 8, 128), (8, 1, 4096, 32, 8, 128),
           (1, 4, 16384, 8, 8, 64), (16, 1, 4096, 16, 16, 64))
 BWD_SEQLENS = (512, 1024, 2048, 4096)
+# (seqlen, causal, variant): each beside the plain point of its shape (8 heads, head_dim 64).
+VARIANTS = ((4096, True, dict(window=(512, 0))), (1024, False, dict(softcap=30.0)),
+            (1024, True, dict(alibi=True)))
 
 
 def points(quick=False):
@@ -54,17 +62,34 @@ def points(quick=False):
             for causal in (False, True):
                 pts.append(dict(pass_="bwd", batch=max(1, 4096 // n), nq=n, nk=n, hq=8, hkv=8,
                                 d=d, causal=causal))
+    for pass_ in ("fwd", "bwd"):
+        for n, causal, variant in VARIANTS[:1] if quick else VARIANTS:
+            pts.append(dict(pass_=pass_, batch=4096 // n, nq=n, nk=n, hq=8, hkv=8, d=64,
+                            causal=causal, **variant))
     return pts
+
+
+def as_point(p):
+    """The grid.Point of a square point, for its FLOPs and variant label."""
+    return grid.Point("cpu", "f32", p["batch"], p["nq"], p["hq"], p["d"],
+                      "top_left" if p["causal"] else "none", pass_=p["pass_"],
+                      window=p.get("window"), softcap=p.get("softcap", 0.0),
+                      alibi=p.get("alibi", False))
 
 
 def label(p):
     mask = " causal" if p["causal"] else ""
     heads = f"H{p['hq']}" + (f"/{p['hkv']}" if p["hkv"] != p["hq"] else "")
-    return (f"{p['pass_']} B{p['batch']} Nq{p['nq']} Nk{p['nk']} {heads} d{p['d']}{mask}")
+    variant = as_point(p).variant_label()
+    return (f"{p['pass_']} B{p['batch']} Nq{p['nq']} Nk{p['nk']} {heads} d{p['d']}{mask}" +
+            (f" {variant}" if variant else ""))
 
 
 def flops(p):
-    """4·B·H·Nq·Nk·d, halved for causal (square problems), 2.5× for the backward."""
+    """4·B·H·Nq·Nk·d, halved for causal (square problems), 2.5× for the backward; with a
+    window, 4·B·H·d times the (row, key) pairs it leaves visible (grid.Point.flops)."""
+    if p.get("window"):
+        return as_point(p).flops()
     f = 4 * p["batch"] * p["hq"] * p["nq"] * p["nk"] * p["d"]
     f = f / 2 if p["causal"] else f
     return f * (2.5 if p["pass_"] == "bwd" else 1.0)
@@ -118,30 +143,38 @@ def measure_point(p):
     q, k, v = inputs(p)
     causal = p["causal"]
     gqa = p["hkv"] != p["hq"]
+    variants = score_variants.of_point(as_point(p), "cpu")
+    ours_options = dict(causal=causal, backend="cpu", **variants.keywords())
+    # PyTorch's: the variants as one additive mask (which holds the causal mask too); none
+    # for softcap, which SDPA cannot express.
+    mask = (score_variants.sdpa_mask(p["nq"], causal, variants, q.dtype, "cpu")
+            if variants.any() and not variants.softcap else None)
+    torch_options = dict(attn_mask=mask, is_causal=causal and mask is None, enable_gqa=gqa)
+    torch_backends = {} if variants.softcap else TORCH_BACKENDS
     # PyTorch's layout (batch, heads, seqlen, head_dim), as views of the same tensors.
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     row = dict(p, label=label(p), gflop=flops(p) / 1e9)
     if p["pass_"] == "fwd":
-        ours = timed(lambda: flashattn.attention(q, k, v, causal=causal, backend="cpu"))
+        ours = timed(lambda: flashattn.attention(q, k, v, **ours_options))
         theirs = {}
-        for name, backend in TORCH_BACKENDS.items():
+        for name, backend in torch_backends.items():
             try:
                 with sdpa_kernel(backend):
                     theirs[name] = timed(lambda: F.scaled_dot_product_attention(
-                        qt, kt, vt, is_causal=causal, enable_gqa=gqa))
+                        qt, kt, vt, **torch_options))
             except RuntimeError:
                 pass
     else:
-        out, lse = flashattn.attention(q, k, v, causal=causal, backend="cpu", return_lse=True)
+        out, lse = flashattn.attention(q, k, v, return_lse=True, **ours_options)
         dout = torch.randn_like(out)
-        ours = timed(lambda: flashattn.attention_backward(q, k, v, out, dout, lse, causal=causal,
-                                                          backend="cpu"))
+        ours = timed(lambda: flashattn.attention_backward(q, k, v, out, dout, lse,
+                                                          **ours_options))
         theirs = {}
-        for name, backend in TORCH_BACKENDS.items():
+        for name, backend in torch_backends.items():
             try:
                 leaves = [x.detach().requires_grad_() for x in (qt, kt, vt)]
                 with sdpa_kernel(backend), torch.enable_grad():
-                    o = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=gqa)
+                    o = F.scaled_dot_product_attention(*leaves, **torch_options)
                     theirs[name] = timed(lambda: torch.autograd.grad(
                         o, leaves, dout.transpose(1, 2), retain_graph=True))
             except RuntimeError:
@@ -149,10 +182,10 @@ def measure_point(p):
     row["ms"] = ours * 1e3
     row["gflops"] = flops(p) / ours / 1e9
     row["torch_ms"] = {name: t * 1e3 for name, t in theirs.items()}
-    best = min(theirs, key=theirs.get)
+    best = min(theirs, key=theirs.get, default=None)
     row["torch_best"] = best
-    row["torch_gflops"] = flops(p) / theirs[best] / 1e9
-    row["ratio"] = theirs[best] / ours
+    row["torch_gflops"] = flops(p) / theirs[best] / 1e9 if best else None
+    row["ratio"] = theirs[best] / ours if best else None
     if p["nq"] < 8:  # decode: bytes of K and V read once
         kv_bytes = 2 * k.numel() * 4
         row["kv_gb_per_s"] = kv_bytes / ours / 1e9
@@ -196,11 +229,12 @@ def markdown(results):
              "|---|---|---|---|---|---|---|"]
     peak = c.get("vector_peak_gflops") or c["f32_matmul_gflops"]
     for r in results["rows"]:
+        theirs = ("none (no SDPA form)", "", "") if r["torch_best"] is None else (
+            f"{r['torch_best']} {r['torch_ms'][r['torch_best']]:.3f} ms",
+            f"{r['torch_gflops']:.0f}", f"{r['ratio']:.2f}×")
         lines.append(f"| {r['label']} | {r['ms']:.3f} | {r['gflops']:.0f} | "
-                     f"{r['gflops'] / peak:.0%} | {r['torch_best']} "
-                     f"{r['torch_ms'][r['torch_best']]:.3f} ms | {r['torch_gflops']:.0f} | "
-                     f"{r['ratio']:.2f}× |")
-    ratios = [r["ratio"] for r in results["rows"]]
+                     f"{r['gflops'] / peak:.0%} | " + " | ".join(theirs) + " |")
+    ratios = [r["ratio"] for r in results["rows"] if r["ratio"] is not None]
     lines += ["", f"Ratio (PyTorch's fastest time / flashattn's): min {min(ratios):.2f}×, "
               f"geometric mean {statistics.geometric_mean(ratios):.2f}× over {len(ratios)} points."]
     return "\n".join(lines) + "\n"
@@ -225,8 +259,9 @@ def run(out_dir, commit, quick=False, match=None):
             continue
         row = measure_point(p)
         results["rows"].append(row)
-        print(f"  {row['label']:<40} {row['gflops']:7.1f} GFLOP/s  PyTorch {row['torch_best']} "
-              f"{row['torch_gflops']:7.1f}  ratio {row['ratio']:.2f}", flush=True)
+        theirs = (f"PyTorch {row['torch_best']} {row['torch_gflops']:7.1f}  ratio "
+                  f"{row['ratio']:.2f}" if row["torch_best"] else "PyTorch: no SDPA form")
+        print(f"  {row['label']:<40} {row['gflops']:7.1f} GFLOP/s  {theirs}", flush=True)
     slug = re.sub(r"\W+", "-", results["cpu"]).strip("-").lower()
     stem = f"cpu-{slug}-{time.strftime('%Y-%m-%d')}-{commit}"
     out_dir.mkdir(parents=True, exist_ok=True)

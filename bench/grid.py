@@ -1,6 +1,6 @@
 """The benchmark's points: which shapes, dtypes and masks each part of the suite runs.
 
-Six grids:
+Seven grids:
 - "paper": the FlashAttention papers' forward grid: batch × seqlen = 16384 tokens and
   heads × head_dim = 2048, so every point does the same work per token.
 - "exercise": the multi-head exercise's fp32 shapes (N, d_model, h): Q, K, V are N × d_model
@@ -12,9 +12,17 @@ Six grids:
   results) and a forward and backward together (pass "fwd+bwd", a training step's work).
 - "wide_bwd": the backward (both passes) at head dims 320, 384 and 512, bf16, 16384 tokens,
   8 query heads with 8 kv heads or 4 (grouped-query attention: Gemma 4's 8 query / 4 kv).
+- "variants": the attention variants (score_variants.py), bf16, head_dim 128, 16 heads, the
+  forward and the backward alone: a causal sliding window (4096, 0) on 16384 tokens beside
+  the dense causal problem of the same work (its seqlen chosen so); softcap 30 and ALiBi,
+  causal and not, at 4096 and 16384 tokens (batch × seqlen = 16384), each beside the plain
+  problem of the same shape.
 
 Pure Python (no torch), so the grids can be listed and tested anywhere.
 """
+import dataclasses
+import functools
+import math
 from dataclasses import dataclass
 
 ITEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}  # the project's dtype names
@@ -51,6 +59,17 @@ WIDE_HEADS = ((8, 8), (8, 4))  # (heads_q, heads_kv): plain, and Gemma 4's group
 WIDE_SEQLENS = (4096, 8192)
 WIDE_DTYPES = ("bf16",)
 
+VARIANT_DTYPE = "bf16"
+VARIANT_HEADS = 16
+VARIANT_HEAD_DIM = 128
+WINDOW = (4096, 0)          # (left, right): each query sees itself and the 4096 keys before
+WINDOW_SEQLEN = 16384
+VARIANT_SEQLENS = (4096, 16384)
+SOFTCAP = 30.0              # Gemma 2's attention softcap
+VARIANT_PASSES = ("fwd", "bwd")
+# Sequence lengths of the equal-work dense problem are a multiple of this (a key block).
+BLOCK = 128
+
 
 @dataclass(frozen=True)
 class Point:
@@ -69,6 +88,9 @@ class Point:
     exercise: tuple = None  # (N, d_model, h) for the exercise grid
     pass_: str = "fwd"      # one of PASSES
     heads_kv: int = None    # None: heads
+    window: tuple = None    # (left, right), -1 an open side; None: no window
+    softcap: float = 0.0    # > 0: each scaled score s becomes softcap·tanh(s / softcap)
+    alibi: bool = False     # ALiBi with the standard slopes
 
     def __post_init__(self):
         if self.heads_kv is None:
@@ -76,10 +98,21 @@ class Point:
 
     def flops(self):
         """The forward's 4·B·H·Nq·Nk·d (two matrix products of 2·Nq·Nk·d each, H the query
-        heads: grouping shares k and v, not the work), halved for causal; times 2.5 for the
-        backward, 3.5 for forward and backward (PASS_FLOPS)."""
+        heads: grouping shares k and v, not the work), halved for causal; with a window,
+        4·B·H·d times the (row, key) pairs it leaves visible. Times 2.5 for the backward,
+        3.5 for forward and backward (PASS_FLOPS)."""
+        if self.window is not None:
+            pairs = visible_pairs(self.seqlen, self.causal != "none", *self.window)
+            return PASS_FLOPS[self.pass_] * 4 * self.batch * self.heads * self.head_dim * pairs
         full = 4 * self.batch * self.heads * self.seqlen * self.seqlen * self.head_dim
         return PASS_FLOPS[self.pass_] * (full / 2 if self.causal != "none" else full)
+
+    def variant_label(self):
+        """"window(4096,0) softcap 30 alibi": the point's variants, "" for none."""
+        parts = [f"window({self.window[0]},{self.window[1]})"] if self.window else []
+        parts += [f"softcap {self.softcap:g}"] if self.softcap else []
+        parts += ["alibi"] if self.alibi else []
+        return " ".join(parts)
 
     def tensor_bytes(self):
         """Bytes of one of q, out (and dout, dq)."""
@@ -103,7 +136,29 @@ class Point:
             n, d_model, h = self.exercise
             shape = f"N={n} d_model={d_model} h={h} (d{self.head_dim})"
         step = "" if self.pass_ == "fwd" else f" {self.pass_}"
-        return f"{shape} {self.dtype}{mask}{step}"
+        variant = f" {self.variant_label()}" if self.variant_label() else ""
+        return f"{shape} {self.dtype}{mask}{variant}{step}"
+
+
+@functools.lru_cache(maxsize=None)
+def visible_pairs(seqlen, causal, left, right):
+    """(row, key) pairs a window leaves visible in a square problem: row i sees keys
+    max(0, i - left) .. min(seqlen - 1, i + right), a side -1 open, causal capping the right
+    side at 0."""
+    if causal:
+        right = 0
+    pairs = 0
+    for i in range(seqlen):
+        first = 0 if left < 0 else max(0, i - left)
+        last = seqlen - 1 if right < 0 else min(seqlen - 1, i + right)
+        pairs += max(0, last - first + 1)
+    return pairs
+
+
+def equal_work_seqlen(pairs):
+    """The causal sequence length, a multiple of BLOCK, whose seqlen²/2 is nearest `pairs`:
+    the dense problem that does a window's work."""
+    return max(BLOCK, BLOCK * round(math.sqrt(2 * pairs) / BLOCK))
 
 
 def heads_label(heads_q, heads_kv):
@@ -144,6 +199,28 @@ def wide_bwd_points(head_dims=WIDE_HEAD_DIMS, heads=WIDE_HEADS, seqlens=WIDE_SEQ
             for mask in masks for n in seqlens for pass_ in passes]
 
 
+def variants_points(seqlens=VARIANT_SEQLENS, masks=MASKS, passes=VARIANT_PASSES, window=True):
+    """Per pass: the window point and its equal-work dense point (with `window`), then at each
+    seqlen and mask the plain, softcap and ALiBi points of one shape, side by side."""
+    shape = dict(grid="variants", dtype=VARIANT_DTYPE, heads=VARIANT_HEADS,
+                 head_dim=VARIANT_HEAD_DIM)
+    points = []
+    for pass_ in passes:
+        if window:
+            windowed = Point(batch=PAPER_TOKENS // WINDOW_SEQLEN, seqlen=WINDOW_SEQLEN,
+                             causal="top_left", pass_=pass_, window=WINDOW, **shape)
+            pairs = visible_pairs(WINDOW_SEQLEN, True, *WINDOW)
+            points += [windowed, Point(batch=windowed.batch, seqlen=equal_work_seqlen(pairs),
+                                       causal="top_left", pass_=pass_, **shape)]
+        for n in seqlens:
+            for mask in masks:
+                plain = Point(batch=PAPER_TOKENS // n, seqlen=n, causal=mask, pass_=pass_,
+                              **shape)
+                points += [plain, dataclasses.replace(plain, softcap=SOFTCAP),
+                           dataclasses.replace(plain, alibi=True)]
+    return points
+
+
 def memory_points(seqlens=MEMORY_SEQLENS):
     return [Point("memory", MEMORY_DTYPE, 1, n, MEMORY_HEADS, MEMORY_HEAD_DIM, timed=False)
             for n in seqlens]
@@ -152,14 +229,15 @@ def memory_points(seqlens=MEMORY_SEQLENS):
 def full_suite():
     return {"paper": paper_points(), "exercise": exercise_points(), "memory": memory_points(),
             "paper_bwd": paper_bwd_points(), "exercise_bwd": exercise_bwd_points(),
-            "wide_bwd": wide_bwd_points()}
+            "wide_bwd": wide_bwd_points(), "variants": variants_points()}
 
 
 def quick_suite():
     """A few representative points, about two minutes of GPU time (forward): the headline
     shape (head_dim 128) short and long, two exercise shapes, memory at three sizes; the
-    backward on the same headline shapes and one exercise shape; and one wide-head backward
-    point: d512, causal, Gemma 4's 8 query heads on 4 kv heads."""
+    backward on the same headline shapes and one exercise shape; one wide-head backward
+    point: d512, causal, Gemma 4's 8 query heads on 4 kv heads; and the variants at 4096
+    tokens, causal, forward (with the window pair)."""
     return {"paper": paper_points(seqlens=(2048, 8192), head_dims=(128,), dtypes=("bf16",)),
             "exercise": exercise_points(shapes=((1000, 1024, 16), (4096, 1024, 16)),
                                         masks=("none",)),
@@ -168,4 +246,6 @@ def quick_suite():
                                           dtypes=("bf16",)),
             "exercise_bwd": exercise_bwd_points(shapes=((1000, 1024, 16),), masks=("none",)),
             "wide_bwd": wide_bwd_points(head_dims=(512,), heads=((8, 4),), seqlens=(8192,),
-                                        masks=("top_left",), passes=("bwd",))}
+                                        masks=("top_left",), passes=("bwd",)),
+            "variants": variants_points(seqlens=(4096,), masks=("top_left",),
+                                        passes=("fwd",))}

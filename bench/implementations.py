@@ -11,12 +11,19 @@ heads, query head h reading kv head h // (heads_q / heads_kv). flashattn takes s
 as they are; PyTorch's SDPA with enable_gqa=True (a backend without it declines the point,
 and its row says why); standard attention repeats each kv head over its group first.
 
-The backward (grids paper_bwd, exercise_bwd, wide_bwd): an implementation with `gradients`
-prepares, for every input copy (q, k, v, dout), what its timed call needs and returns
-call(i) -> (dq, dk, dv), each the shape of q, k, v. Pass "bwd" times the backward alone:
-flashattn_backward on the forward's out and lse for ours, autograd.grad through a graph
-kept from one forward (retain_graph) for PyTorch's. Pass "fwd+bwd" times a forward and a
-backward through autograd, as a training step runs them.
+The backward (grids paper_bwd, exercise_bwd, wide_bwd, variants): an implementation with
+`gradients` prepares, for every input copy (q, k, v, dout), what its timed call needs and
+returns call(i) -> (dq, dk, dv), each the shape of q, k, v. Pass "bwd" times the backward
+alone: flashattn_backward on the forward's out and lse for ours, autograd.grad through a
+graph kept from one forward (retain_graph) for PyTorch's. Pass "fwd+bwd" times a forward and
+a backward through autograd, as a training step runs them.
+
+The variants (grid variants, score_variants.py) reach every call as a Variants. flashattn
+takes them as its keywords; PyTorch's SDPA as an additive attn_mask holding the window, the
+causal mask and ALiBi's bias, made once per point where it fits (MASK_LIMIT_BYTES), so only
+the backends that take a mask run (efficient, cuDNN, math); softcap has no SDPA form, and
+standard attention here none of the variants: those decline the point (Declined), and the
+report says why.
 """
 import contextlib
 import math
@@ -28,6 +35,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+import score_variants
 from flashattn import _library, _torch_op
 
 FLASHATTN = "flashattn"
@@ -45,15 +53,21 @@ SLOW_BACKWARDS = {"cuda_tiled": 1.0}
 AUTO = "auto"  # flashattn's automatic choice (backend=None), as an implementation's name
 
 
+class Declined(Exception):
+    """An implementation cannot express a point's problem (a variant it lacks); the point's
+    row says "unsupported" with this message."""
+
+
 @dataclass
 class Impl:
     name: str
     family: str                  # FLASHATTN or ALTERNATIVE
-    call: Callable               # call(q, k, v, causal) -> out (batch, heads, seqlen, head_dim)
+    call: Callable               # call(q, k, v, causal, variants=NONE) -> out (batch, heads,
+    #                              seqlen, head_dim)
     context: Callable = contextlib.nullcontext  # entered around all calls of one point
     slow: bool = False           # the forward is skipped where one call would take too long
-    gradients: Callable = None   # gradients(pass_, inputs, causal) -> call(i); None: no
-    #                              backward
+    gradients: Callable = None   # gradients(pass_, inputs, causal, variants=NONE) -> call(i);
+    #                              None: no backward
     slow_backward_tflops: float = None  # the backward is slow: its prior rate (SlowRate)
     forward: bool = True         # timed on forward points too
 
@@ -79,14 +93,14 @@ def leaves(inputs):
 
 
 def autograd_gradients(forward):
-    """gradients() of a differentiable forward(q, k, v, causal) -> (batch, heads, seqlen,
-    head_dim): "bwd" runs autograd.grad through a graph kept from one forward per copy,
-    "fwd+bwd" a forward and autograd.grad."""
-    def gradients(pass_, inputs, causal):
+    """gradients() of a differentiable forward(q, k, v, causal, variants) -> (batch, heads,
+    seqlen, head_dim): "bwd" runs autograd.grad through a graph kept from one forward per
+    copy, "fwd+bwd" a forward and autograd.grad."""
+    def gradients(pass_, inputs, causal, variants=score_variants.NONE):
         copies = leaves(inputs)
         if pass_ == "bwd":
             with torch.enable_grad():
-                outs = [forward(q, k, v, causal) for q, k, v, _ in copies]
+                outs = [forward(q, k, v, causal, variants) for q, k, v, _ in copies]
 
             def call(i):
                 q, k, v, dout = copies[i]
@@ -97,7 +111,7 @@ def autograd_gradients(forward):
         def step(i):
             q, k, v, dout = copies[i]
             with torch.enable_grad():
-                out = forward(q, k, v, causal)
+                out = forward(q, k, v, causal, variants)
             return torch.autograd.grad(out, (q, k, v), dout.transpose(1, 2))
         return step
     return gradients
@@ -107,19 +121,21 @@ def flashattn_gradients(backend):
     """gradients() of one flashattn backend (None: automatic): "bwd" calls
     flashattn.attention_backward on the out and lse of the automatic forward, computed once
     per copy; "fwd+bwd" runs flashattn.attention and its backward through autograd."""
-    def gradients(pass_, inputs, causal):
+    def gradients(pass_, inputs, causal, variants=score_variants.NONE):
         if pass_ == "fwd+bwd":
             return autograd_gradients(
-                lambda q, k, v, c: flashattn.attention(q, k, v, causal=c, backend=backend)
-                .transpose(1, 2))(pass_, inputs, causal)
-        saved = [flashattn.attention(q, k, v, causal=causal, return_lse=True)
+                lambda q, k, v, c, vs: flashattn.attention(q, k, v, causal=c, backend=backend,
+                                                           **vs.keywords())
+                .transpose(1, 2))(pass_, inputs, causal, variants)
+        saved = [flashattn.attention(q, k, v, causal=causal, return_lse=True,
+                                     **variants.keywords())
                  for q, k, v, _ in inputs]
 
         def call(i):
             q, k, v, dout = inputs[i]
             out, lse = saved[i]
             return flashattn.attention_backward(q, k, v, out, dout, lse, causal=causal,
-                                                backend=backend)
+                                                backend=backend, **variants.keywords())
         return call
     return gradients
 
@@ -138,8 +154,9 @@ def flashattn_impl(backend):
     the backward grids (its forward is one of the backends, timed by name already)."""
     chosen = None if backend == AUTO else backend
 
-    def call(q, k, v, causal):
-        return flashattn.attention(q, k, v, causal=causal, backend=chosen).transpose(1, 2)
+    def call(q, k, v, causal, variants=score_variants.NONE):
+        return flashattn.attention(q, k, v, causal=causal, backend=chosen,
+                                   **variants.keywords()).transpose(1, 2)
     backward = backend == AUTO or has_backward(backend)
     return Impl(backend, FLASHATTN, call, slow=backend in SLOW_BACKENDS,
                 gradients=flashattn_gradients(chosen) if backward else None,
@@ -153,8 +170,11 @@ def build_impl(backend, build, path):
     through this build's table, and only flashattn_forward is called on the other one."""
     lib = _library.load(path)
 
-    def call(q, k, v, causal):
-        out, _ = _torch_op.run(q, k, v, causal, "top_left", None, backend, False, lib=lib)
+    def call(q, k, v, causal, variants=score_variants.NONE):
+        (window_left, window_right), softcap = variants.window, variants.softcap
+        out, _ = _torch_op.run(q, k, v, causal, "top_left", None, backend, False, lib=lib,
+                               window_left=window_left, window_right=window_right,
+                               softcap=softcap, alibi_slopes=variants.alibi_slopes)
         return out.transpose(1, 2)
     return Impl(f"{backend}@{build}", ALTERNATIVE, call, slow=backend in SLOW_BACKENDS)
 
@@ -175,21 +195,45 @@ def grouped(q, k):
     return k.shape[2] != q.shape[2]
 
 
+def sdpa_mask(q, causal, variants):
+    """The additive attn_mask of a point's variants (score_variants.sdpa_mask), made on the
+    first call and kept on its Variants for the point's other calls; Declined where SDPA has
+    no form of them or the mask would not fit."""
+    if variants.softcap > 0:
+        raise Declined("PyTorch's SDPA has no softcap: no PyTorch baseline")
+    seqlen, heads = q.shape[1], q.shape[2]
+    key = (seqlen, causal, q.dtype)
+    if key not in variants.sdpa_masks:
+        size = score_variants.sdpa_mask_bytes(seqlen, heads, q.dtype, variants)
+        if size > score_variants.MASK_LIMIT_BYTES:
+            raise Declined(f"the attn_mask for SDPA would take {size / 2**30:.1f} GiB (over "
+                           f"{score_variants.MASK_LIMIT_BYTES / 2**30:g} GiB)")
+        variants.sdpa_masks[key] = score_variants.sdpa_mask(seqlen, causal, variants, q.dtype,
+                                                             q.device)
+    return variants.sdpa_masks[key]
+
+
 def sdpa_impl(name, backend):
-    def call(q, k, v, causal):
+    def call(q, k, v, causal, variants=score_variants.NONE):
+        mask = sdpa_mask(q, causal, variants) if variants.any() else None
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                              v.transpose(1, 2), is_causal=causal,
+                                              v.transpose(1, 2), attn_mask=mask,
+                                              is_causal=causal and mask is None,
                                               enable_gqa=grouped(q, k))
     return Impl(name, ALTERNATIVE, call, context=lambda: sdpa_kernel([backend]),
                 gradients=autograd_gradients(call))
 
 
-def standard_attention(q, k, v, causal):
+def standard_attention(q, k, v, causal, variants=score_variants.NONE):
     """softmax(q·kᵀ·scale)·v with the score matrix materialised, every step in the tensors'
     dtype: two cuBLAS matrix products around torch.softmax, as models wrote attention
     before fused kernels. The causal mask is built in the call, as a model without a cached
     mask buffer would. Grouped k and v are repeated over each group of query heads, as
-    models without a fused kernel do (autograd sums dk and dv back over the group)."""
+    models without a fused kernel do (autograd sums dk and dv back over the group). No
+    variants: SDPA's math backend with the mask is the materialised baseline there."""
+    if variants.any():
+        raise Declined("standard attention here has no variants (math SDPA with the mask "
+                       "is the materialised baseline)")
     if grouped(q, k):
         group = q.shape[2] // k.shape[2]
         k, v = (t.repeat_interleave(group, dim=2) for t in (k, v))

@@ -2,10 +2,11 @@
 warm-up call and one call for peak extra memory and accuracy; on timed points, then, the
 timed calls of all of them in interleaved rounds (time_in_rounds). A backward point's
 call is its pass (implementations.py): the backward alone, or forward and backward; its
-accuracy is that of dq, dk and dv.
+accuracy is that of dq, dk and dv. A point of the variants grid gives every call and the
+reference its Variants (score_variants.py), made once for the point.
 
 A row's "status" says what happened: "ok"; "unsupported" (the implementation declines the
-dtype or head_dim); "oom" (torch.OutOfMemoryError); "skipped" (a slow implementation
+dtype, head_dim or a variant); "oom" (torch.OutOfMemoryError); "skipped" (a slow implementation
 whose predicted time per call is over the limit); "error" (anything else, message in "note").
 """
 import gc
@@ -18,6 +19,8 @@ import torch
 
 import accuracy
 import flashattn
+import implementations
+import score_variants
 import timing
 
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -78,13 +81,13 @@ def make_inputs(point, copies):
             for _ in range(copies)]
 
 
-def operation(point, impl, inputs):
+def operation(point, impl, inputs, variants):
     """call(i): what a point times, on input copy i; its preparation (a backward's saved
     forward) is done here, before any timing."""
     causal = point.causal != "none"
     if point.pass_ == "fwd":
-        return lambda i: impl.call(*inputs[i], causal)
-    return impl.gradients(point.pass_, inputs, causal)
+        return lambda i: impl.call(*inputs[i], causal, variants)
+    return impl.gradients(point.pass_, inputs, causal, variants)
 
 
 def output_err(point, out, reference, rows):
@@ -101,6 +104,9 @@ def base_row(point, impl):
            "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     if point.exercise:
         row["exercise"] = list(point.exercise)
+    if point.variant_label():
+        row.update(variant=point.variant_label(), window=point.window, softcap=point.softcap,
+                   alibi=point.alibi)
     return row
 
 
@@ -109,7 +115,8 @@ def failure(exc, caught_warnings):
     first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, torch.OutOfMemoryError):
         return "oom", first_line[:200]
-    declined = isinstance(exc, (flashattn.UnsupportedError, flashattn.InvalidArgumentError))
+    declined = isinstance(exc, (flashattn.UnsupportedError, flashattn.InvalidArgumentError,
+                                implementations.Declined))
     if declined or "No available kernel" in first_line or "No viable backend" in first_line:
         return "unsupported", (sdpa_reasons(caught_warnings) or first_line)[:300]
     return "error", f"{type(exc).__name__}: {first_line}"[:300]
@@ -140,7 +147,7 @@ def guarded(row, work):
         release_memory()
 
 
-def run_impl(point, impl, inputs, reference, rows):
+def run_impl(point, impl, inputs, variants, reference, rows):
     """The row of one implementation at one point, before timing, and its call(i) (None if
     it failed). The first call is a warm-up (module loads, plans, workspaces); the second
     gives the peak extra memory, the accuracy and the estimate ("single_call_ms") that sizes
@@ -150,7 +157,7 @@ def run_impl(point, impl, inputs, reference, rows):
 
     def first_calls():
         with impl.context():
-            call = operation(point, impl, inputs)
+            call = operation(point, impl, inputs, variants)
             call(0)
             out, estimate, row["peak_extra_bytes"] = timing.measured_call(lambda: call(0))
             row["rel_l2_err"] = output_err(point, out, reference, rows)
@@ -231,10 +238,12 @@ def measure_point(point, impls, budget, slow_rate):
     set_bytes = of_q * point.tensor_bytes() + 2 * point.kv_bytes()
     copies = timing.copies_needed(set_bytes) if point.timed else 1
     inputs = make_inputs(point, copies)
+    variants = score_variants.of_point(point)
     rows = accuracy.sample_rows(point.seqlen, "cuda")
     causal = point.causal != "none"
-    reference = (accuracy.reference_rows(*inputs[0], causal, rows) if point.pass_ == "fwd"
-                 else accuracy.reference_gradients(*inputs[0], causal, rows))
+    reference = (accuracy.reference_rows(*inputs[0], causal, rows, variants)
+                 if point.pass_ == "fwd"
+                 else accuracy.reference_gradients(*inputs[0], causal, rows, variants))
     results = []
     timed = []
     for impl in (impl for impl in impls if impl.runs(point.pass_)):
@@ -245,7 +254,7 @@ def measure_point(point, impls, budget, slow_rate):
             row["note"] = (f"predicted {predicted:.0f} s per call at {rate:.3g} TFLOP/s, "
                            f"over the {slow_rate.limit_s:g} s limit")
         else:
-            row, call = run_impl(point, impl, inputs, reference, rows)
+            row, call = run_impl(point, impl, inputs, variants, reference, rows)
             if row["status"] == "ok":
                 slow_rate.observe(point, impl, row["single_call_ms"])
             if point.timed and row["status"] == "ok":
@@ -253,5 +262,5 @@ def measure_point(point, impls, budget, slow_rate):
         results.append(row)
     if timed:
         time_in_rounds(point, timed, inputs, budget)
-    del inputs, reference, timed  # the calls hold a backward's saved forward
+    del inputs, variants, reference, timed  # the calls hold a backward's saved forward
     return results

@@ -4,13 +4,13 @@ plots.py does not import report.py, so the two no longer import each other."""
 import math
 from collections import defaultdict
 
-from grid import heads_label
+from grid import Point, heads_label
 
 FLASHATTN = "flashattn"
 
 
 # The grids of speed results, forward and backward (memory is a grid of its own kind).
-SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd", "wide_bwd")
+SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd", "wide_bwd", "variants")
 PASS_NAMES = {"fwd": "forward", "bwd": "backward alone", "fwd+bwd": "forward + backward"}
 
 
@@ -24,10 +24,24 @@ def heads_kv_of(row):
     return row.get("heads_kv") or row["heads_q"]
 
 
+def variant_of(row):
+    """A row's variants as labels show them ("window(4096,0)", "softcap 30", "alibi"), ""
+    for plain attention."""
+    return row.get("variant", "")
+
+
 def point_key(row):
-    """(grid, dtype, batch, seqlen, heads_q, head_dim, causal, pass, heads_kv)."""
+    """(grid, dtype, batch, seqlen, heads_q, head_dim, causal, pass, heads_kv, variant)."""
     return (row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
-            row["head_dim"], row["causal"], pass_of(row), heads_kv_of(row))
+            row["head_dim"], row["causal"], pass_of(row), heads_kv_of(row), variant_of(row))
+
+
+def point_of(row):
+    """The grid.Point a row measured (its FLOPs and bytes)."""
+    return Point(row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
+                 row["head_dim"], row["causal"], pass_=pass_of(row), heads_kv=row.get("heads_kv"),
+                 window=tuple(row["window"]) if row.get("window") else None,
+                 softcap=row.get("softcap", 0.0), alibi=row.get("alibi", False))
 
 
 def grouped(key):

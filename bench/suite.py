@@ -9,9 +9,9 @@ import torch
 import triton
 
 import accuracy
-import grid
 import measure
 import timing
+from result_rows import point_of
 
 
 def driver_version():
@@ -83,9 +83,7 @@ def add_ceiling_fraction(row, ceilings):
     """floor_ms: the larger of flops / matrix rate and bytes / copy bandwidth, a time no
     implementation can beat; fraction_of_ceiling = floor_ms / ms. fp32 points are held to
     the fp32 matrix rate, the others to bf16's (fp16's is the same on these GPUs)."""
-    point = grid.Point(row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
-                       row["head_dim"], row["causal"], pass_=row.get("pass", "fwd"),
-                       heads_kv=row.get("heads_kv"))
+    point = point_of(row)
     rate = ceilings["f32_matmul_tflops"] if point.dtype == "f32" else ceilings["bf16_matmul_tflops"]
     floor_ms = max(point.flops() / (rate * 1e9),
                    point.min_bytes() / (ceilings["copy_tb_per_s"] * 1e9))

@@ -30,13 +30,25 @@ def takes_part(point, impl):
     return impl not in (BACKWARD_ONLY if point.pass_ == "fwd" else FORWARD_ONLY)
 
 
+# Variant points (grid variants): our rates fall by this factor with softcap or ALiBi.
+VARIANT_COST = 1.03
+
+
 def synthetic_row(point, impl):
     row = {"impl": impl, "family": FAMILIES[impl], "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
            "heads_q": point.heads, "heads_kv": point.heads_kv, "head_dim": point.head_dim,
            "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
            "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
+    if point.variant_label():
+        row.update(variant=point.variant_label(), window=point.window, softcap=point.softcap,
+                   alibi=point.alibi)
     rate = RATES[impl]
+    if FAMILIES[impl] == "flashattn" and (point.softcap or point.alibi):
+        rate = rate / VARIANT_COST
+    if point.variant_label() and FAMILIES[impl] != "flashattn" and (
+            impl in ("flash", "standard_cublas") or point.softcap):
+        return dict(row, status="unsupported", note="No available kernel: no mask")
     if impl in ("flash", "cudnn") and point.head_dim > 256:
         return dict(row, status="unsupported", note="head_dim over 256")
     if impl == "efficient" and point.heads_kv != point.heads:
@@ -233,7 +245,7 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
-                             "paper_bwd": 144, "wide_bwd": 48}
+                             "paper_bwd": 144, "wide_bwd": 48, "variants": 28}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
     assert line["ratios"]["cuda_tiled/flash paper"] == [0.04, 0.04, 0.04, 72, 0]
@@ -452,3 +464,157 @@ def test_grouped_reference_is_the_reference_on_kv_heads_repeated_over_each_group
     # A kv head's gradient is the sum over the query heads that share it.
     assert torch.allclose(dk, dk_rep.view(2, 2, len(rows), 16).sum(1))
     assert torch.allclose(dv, dv_rep.view(2, 2, len(rows), 16).sum(1))
+
+
+def test_variants_grid_sets_each_variant_beside_its_plain_shape():
+    points = grid.variants_points()
+    assert len(points) == 28 and grid.full_suite()["variants"] == points
+    assert {(p.dtype, p.head_dim, p.heads) for p in points} == {("bf16", 128, 16)}
+    assert {p.pass_ for p in points} == {"fwd", "bwd"}
+    labels = {p.label() for p in points}
+    assert "B1 N16384 H16 d128 bf16 causal window(4096,0) bwd" in labels
+    assert "B4 N4096 H16 d128 bf16 softcap 30" in labels
+    assert "B1 N16384 H16 d128 bf16 causal alibi bwd" in labels
+    shapes = {}
+    for p in points:
+        if p.window is None:
+            shapes.setdefault((p.pass_, p.batch, p.seqlen, p.causal), set()).add(
+                p.variant_label())
+    triplets = {key: v for key, v in shapes.items() if len(v) > 1}
+    assert len(triplets) == 2 * 2 * 2  # passes × seqlens × masks
+    assert all(v == {"", "softcap 30", "alibi"} for v in triplets.values())
+    assert {(key[1], key[2]) for key in triplets} == {(4, 4096), (1, 16384)}
+    quick = grid.quick_suite()["variants"]
+    assert [p.label() for p in quick][:2] == ["B1 N16384 H16 d128 bf16 causal window(4096,0)",
+                                               "B1 N10880 H16 d128 bf16 causal"]
+
+
+def test_window_flops_count_the_visible_pairs_and_the_dense_point_matches_them():
+    assert grid.visible_pairs(5, True, 1, 0) == 1 + 2 + 2 + 2 + 2
+    assert grid.visible_pairs(5, True, -1, -1) == 15  # causal alone: n(n+1)/2
+    assert grid.visible_pairs(4, False, -1, -1) == 16
+    assert grid.visible_pairs(6, False, 1, 2) == 3 + 4 + 4 + 4 + 3 + 2
+    window, dense = grid.variants_points()[:2]
+    pairs = 4096 * 4097 // 2 + (16384 - 4096) * 4097
+    assert window.flops() == 4 * 128 * pairs * 16 * 1
+    assert dense.window is None and dense.causal == "top_left" and dense.seqlen % 128 == 0
+    assert abs(dense.flops() / window.flops() - 1) < 0.01
+    assert window.variant_label() == "window(4096,0)" and dense.variant_label() == ""
+
+
+def variants_results():
+    return synthetic_results({"variants": grid.variants_points()})
+
+
+def test_report_sets_each_variant_against_plain_and_the_window_against_equal_work():
+    results = variants_results()
+    md = report.markdown(results, "x.json")
+    assert "## Variants: forward (ms)" in md and "## Variants: backward alone (ms)" in md
+    assert "## Sliding window against the dense causal problem of the same work" in md
+    # Our rates fall by VARIANT_COST with softcap or ALiBi: +3.0% over plain, each.
+    softcap = next(line for line in md.splitlines() if line.startswith("| 4×4096 |  | softcap"))
+    assert f"{100 * (VARIANT_COST - 1):+.1f}%" in softcap
+    # The window at the same rate as its dense partner: TFLOP/s ratio 1.
+    window = next(line for line in md.splitlines() if line.startswith("| fwd | cuda_tiled |"))
+    assert window.endswith("| 1.00× |") and "1×10880" in window
+    assert "`flash` unsupported" in md
+    line = report.history_line(results, "x.json")
+    assert line["grids"] == {"variants": 28}
+    assert "cuda_tiled/efficient variants bwd" in line["ratios"]
+    rows = [synthetic_row(p, "auto") for p in grid.variants_points()[2:5]]
+    assert len(report.merge_rounds(rows)) == 3  # plain, softcap, alibi: three points
+
+
+def test_dry_run_lists_the_variants_grid():
+    import subprocess
+    run = Path(__file__).resolve().parent / "run"
+    listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "variants"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "variants: 28 points" in listed
+    assert "B1 N16384 H16 d128 bf16 causal window(4096,0) bwd" in listed
+
+
+def test_the_variants_rule_of_the_bench_is_flashattns():
+    """score_variants (the SDPA masks and the float64 reference) against flashattn's own
+    float64 reference backend, forward and gradients, on the CPU."""
+    torch = pytest.importorskip("torch")
+    import accuracy
+    import flashattn
+    import score_variants
+    heads, seqlen = 4, 40
+    rows = accuracy.sample_rows(seqlen, "cpu", count=8)
+    for window, softcap, alibi in [((6, 0), 0.0, False), ((-1, -1), 3.0, False),
+                                   ((-1, -1), 0.0, True), ((5, 3), 2.0, True)]:
+        for causal in (False, True):
+            variants = score_variants.Variants(
+                window, softcap, score_variants.alibi_slopes(heads, "cpu") if alibi else None)
+            q, k, v, dout = (torch.randn(2, seqlen, heads, 16) for _ in range(4))
+            out, lse = flashattn.attention(q, k, v, causal=causal, return_lse=True,
+                                           backend="reference", **variants.keywords())
+            got = out.transpose(1, 2)
+            assert accuracy.rel_l2_err(got, accuracy.reference_rows(q, k, v, causal, rows,
+                                                                    variants), rows) < 1e-5
+            grads = flashattn.attention_backward(q, k, v, out, dout, lse, causal=causal,
+                                                 backend="reference", **variants.keywords())
+            reference = accuracy.reference_gradients(q, k, v, dout, causal, rows, variants)
+            assert accuracy.gradients_err(grads, reference, rows) < 1e-5
+            if softcap == 0:
+                mask = score_variants.sdpa_mask(seqlen, causal, variants, torch.float32, "cpu")
+                theirs = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
+                assert accuracy.rel_l2_err(theirs, accuracy.reference_rows(
+                    q, k, v, causal, rows, variants), rows) < 1e-5
+
+
+def test_implementations_take_the_variants_or_decline_them():
+    torch = pytest.importorskip("torch")
+    implementations = pytest.importorskip("implementations")
+    import accuracy
+    import measure
+    import score_variants
+    point = grid.Point("variants", "f32", 2, 48, 4, 16, "top_left", window=(8, 0), alibi=True)
+    variants = score_variants.of_point(point, "cpu")
+    inputs = [tuple(torch.randn(2, 48, 4, 16) for _ in range(4))]
+    rows = accuracy.sample_rows(48, "cpu", count=8)
+    reference = accuracy.reference_rows(*inputs[0][:3], True, rows, variants)
+    gradients = accuracy.reference_gradients(*inputs[0], True, rows, variants)
+    impls = [implementations.flashattn_impl("cpu"), implementations.flashattn_impl(
+        implementations.AUTO), implementations.sdpa_impl("math",
+                                                         implementations.SDPA_BACKENDS["math"])]
+    for impl in impls:
+        with impl.context():
+            if impl.forward:
+                out = measure.operation(point, impl, [inputs[0][:3]], variants)(0)
+                assert accuracy.rel_l2_err(out, reference, rows) < 1e-5, impl.name
+            for pass_ in ("bwd", "fwd+bwd"):
+                grads = impl.gradients(pass_, inputs, True, variants)(0)
+                assert accuracy.gradients_err(grads, gradients, rows) < 1e-5, (impl.name, pass_)
+    assert len(variants.sdpa_masks) == 1  # made once, kept for the point's calls
+    math_sdpa = impls[2]
+    softcap = score_variants.Variants(softcap=30.0)
+    with pytest.raises(implementations.Declined, match="no softcap"):
+        math_sdpa.call(*inputs[0][:3], True, softcap)
+    with pytest.raises(implementations.Declined, match="no variants"):
+        implementations.standard_attention(*inputs[0][:3], True, variants)
+    huge = torch.empty(1, 16384, 16, 128, dtype=torch.bfloat16, device="meta")
+    alibi = score_variants.Variants(alibi_slopes=torch.ones(16))
+    with pytest.raises(implementations.Declined, match="8.0 GiB"):
+        implementations.sdpa_mask(huge, True, alibi)
+    status, note = measure.failure(implementations.Declined("no softcap"), [])
+    assert (status, note) == ("unsupported", "no softcap")
+
+
+def test_cpu_grid_sets_the_variants_beside_plain_points_of_their_shape():
+    cpu_suite = pytest.importorskip("cpu_suite")  # imports torch
+    points = cpu_suite.points()
+    labels = [cpu_suite.label(p) for p in points]
+    variants = [p for p in points if p.get("window") or p.get("softcap") or p.get("alibi")]
+    assert len(variants) == 2 * len(cpu_suite.VARIANTS)
+    assert "bwd B1 Nq4096 Nk4096 H8 d64 causal window(512,0)" in labels
+    assert "fwd B4 Nq1024 Nk1024 H8 d64 softcap 30" in labels
+    for p in variants:
+        plain = {key: value for key, value in p.items()
+                 if key not in ("window", "softcap", "alibi")}
+        assert plain in points, cpu_suite.label(p)
+    window = next(p for p in variants if p.get("window") and p["pass_"] == "bwd")
+    assert cpu_suite.flops(window) == 2.5 * 4 * 8 * 64 * grid.visible_pairs(4096, True, 512, 0)

@@ -105,6 +105,31 @@ flashattn_params flashattn_default_params(flashattn_tensor q, flashattn_tensor k
 
 flashattn_status flashattn_forward(const flashattn_params* params);
 
+/* Variants of the scores and the mask (flashattn::Variants in flashattn.hpp says
+ * the math). A sized struct: start from flashattn_variants_defaults() (every
+ * variant off), then set what you need; fields a later header adds come at the
+ * end, and the library gives fields beyond a caller's struct_size their defaults. */
+typedef struct {
+  uint32_t struct_size;        /* sizeof(flashattn_variants) as the caller was built */
+  int32_t window_left;         /* -1: no left end */
+  int32_t window_right;        /* -1: no right end */
+  float softcap;               /* > 0: s -> softcap * tanh(s / softcap); 0: none */
+  const float* alibi_slopes;   /* float32 (heads_q) on the tensors' device, or NULL */
+} flashattn_variants;
+
+static inline flashattn_variants flashattn_variants_defaults(void) {
+  flashattn_variants v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = (uint32_t)sizeof v;
+  v.window_left = -1;
+  v.window_right = -1;
+  return v;
+}
+
+/* flashattn_forward with variants; variants may be NULL (none). */
+flashattn_status flashattn_forward_variants(const flashattn_params* params,
+                                            const flashattn_variants* variants);
+
 /* The gradients dq, dk, dv of attention given dout, the gradient with respect to
  * the forward's output (flashattn::backward in flashattn.hpp says the math).
  * A sized struct: start from flashattn_backward_defaults(), which sets
@@ -124,9 +149,10 @@ typedef struct {
   int32_t backend;           /* flashattn_backend */
   int32_t deterministic;     /* nonzero: bit-identical gradients from run to run */
   void* stream;              /* cudaStream_t, or NULL for the default stream */
+  const flashattn_variants* variants; /* the forward's variants, or NULL (none) */
 } flashattn_backward_params;
 
-/* Every field zero (automatic backend, default scale, no mask) and struct_size
+/* Every field zero (automatic backend, default scale, no mask, no variants) and struct_size
  * set; inline, so struct_size is the size the caller was compiled with. */
 static inline flashattn_backward_params flashattn_backward_defaults(void) {
   flashattn_backward_params p;

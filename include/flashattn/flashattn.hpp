@@ -50,6 +50,23 @@ TensorView contiguous_view(void* data, DType dtype, int64_t batch, int64_t seqle
 // and a row whose visible scores are all -inf is NaN (docs/guide.md).
 enum class Mask { none, causal_top_left, causal_bottom_right };
 
+// Variants of the scores and the mask, each off by default and combinable with
+// each other and with the causal masks (docs/guide.md). With off the mask's
+// alignment (0 for causal_top_left; seqlen_k - seqlen_q for causal_bottom_right
+// and for no mask, FlashAttention's convention):
+struct Variants {
+  // Sliding window: query i sees keys j with i + off - window_left <= j <=
+  // i + off + window_right; -1 leaves that side open. A causal mask is
+  // window_right = 0 and wins over a wider one. Blocks outside are skipped.
+  int window_left = -1;
+  int window_right = -1;
+  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2, Grok).
+  float softcap = 0.0f;
+  // ALiBi: float32 slopes (heads_q), on the tensors' device; score i, j of head
+  // h gets -slope_h * |i + off - j| after the softcap. Null: none.
+  const float* alibi_slopes = nullptr;
+};
+
 // The backends; backends() describes each (device, dtypes, head_dim limit) from
 // the library's one table, which the C ABI, the CLI and Python also read.
 enum class Backend {
@@ -94,6 +111,7 @@ struct Params {
   float* lse = nullptr;
   std::optional<float> scale;  // any finite value; default 1/sqrt(head_dim)
   Mask mask = Mask::none;
+  Variants variants;
   void* stream = nullptr;  // cudaStream_t for CUDA tensors; nullptr is the default stream
   Backend backend = Backend::automatic;
 };
@@ -141,6 +159,7 @@ struct BackwardParams {
   TensorView dq, dk, dv;  // written; the shapes of q, k and v, q's dtype
   std::optional<float> scale;  // as in the forward: any finite value, default 1/sqrt(head_dim)
   Mask mask = Mask::none;
+  Variants variants;  // the forward's: the gradients are of the attention they define
   // Bit-identical gradients from run to run (no floating-point atomics whose
   // order varies); on the fastest kernels this costs time (docs/guide.md).
   bool deterministic = false;

@@ -2,6 +2,8 @@
 and PyTorch tensors, through libflashattn's C ABI.
 
     out = flashattn.attention(q, k, v, causal=True)     # (batch, seqlen, heads, head_dim)
+    out = flashattn.attention(q, k, v, causal=True, window_size=(1024, 0), softcap=30.0,
+                              alibi_slopes=slopes)       # FlashAttention's variant keywords
     out = flashattn.sdpa(query, key, value, is_causal=True)  # torch SDPA's signature
     out.sum().backward()                                 # autograd on torch tensors
     dq, dk, dv = flashattn.attention_backward(q, k, v, out, dout, lse)  # the raw backward

@@ -3,10 +3,10 @@
 The package talks to libflashattn.so only through this C ABI, so it never depends on
 PyTorch's (or any Python's) C++ ABI. Keep every definition here in step with the header.
 
-The ctypes structures define the layout; calls pass flashattn_params and
-flashattn_backward_params as bytes packed by a struct.Struct derived from them, since
-building ctypes structures and arrays per call costs more host time than a small kernel
-takes on the GPU.
+The ctypes structures define the layout; calls pass flashattn_params,
+flashattn_backward_params and flashattn_variants as bytes packed by a struct.Struct derived
+from them, since building ctypes structures and arrays per call costs more host time than a
+small kernel takes on the GPU.
 """
 import ctypes
 import struct
@@ -112,7 +112,25 @@ class BackwardParams(ctypes.Structure):
         ("backend", ctypes.c_int32),
         ("deterministic", ctypes.c_int32),
         ("stream", ctypes.c_void_p),
+        ("variants", ctypes.c_void_p),
     ]
+
+
+class Variants(ctypes.Structure):
+    """flashattn_variants: a sized struct; the caller sets struct_size to sizeof(Variants),
+    as flashattn_variants_defaults() does in C."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", ctypes.c_void_p),
+    ]
+
+
+# flashattn_variants_defaults(): every variant off (window sides -1: open; softcap 0; no slopes).
+NO_VARIANTS = (-1, -1, 0.0, 0)
 
 
 # struct codes of the scalar C types used above (standard sizes; pointers are 64-bit).
@@ -146,6 +164,7 @@ def packer(structure):
 assert ctypes.sizeof(ctypes.c_void_p) == 8, "flashattn supports 64-bit platforms only"
 PARAMS = packer(Params)
 BACKWARD_PARAMS = packer(BackwardParams)
+VARIANTS = packer(Variants)
 
 
 def pack_params(q, k, v, out, lse, has_scale, scale, mask, backend, stream):
@@ -155,16 +174,29 @@ def pack_params(q, k, v, out, lse, has_scale, scale, mask, backend, stream):
 
 
 def pack_backward_params(q, k, v, out, dout, lse, dq, dk, dv, has_scale, scale, mask, backend,
-                         deterministic, stream):
+                         deterministic, stream, variants=0):
     """flashattn_backward_params as bytes, struct_size set to its size; tensors are view()
-    tuples, pointers ints (0 for NULL)."""
+    tuples, pointers ints (0 for NULL), variants the address of a flashattn_variants."""
     return BACKWARD_PARAMS.pack(BACKWARD_PARAMS.size, *q, *k, *v, *out, *dout, lse, *dq, *dk,
-                                *dv, has_scale, scale, mask, backend, deterministic, stream)
+                                *dv, has_scale, scale, mask, backend, deterministic, stream,
+                                variants)
+
+
+def pack_variants(window_left, window_right, softcap, alibi_slopes):
+    """flashattn_variants as bytes, struct_size set to its size; alibi_slopes an address (0 for
+    NULL)."""
+    return VARIANTS.pack(VARIANTS.size, window_left, window_right, softcap, alibi_slopes)
 
 
 def has_backward(lib):
     """Whether lib has flashattn_backward (libraries built before the backward do not)."""
     return hasattr(lib, "flashattn_backward")
+
+
+def has_variants(lib):
+    """Whether lib has flashattn_forward_variants and reads the backward's variants (libraries
+    built before the variants do not: they would ignore the backward's field)."""
+    return hasattr(lib, "flashattn_forward_variants")
 
 
 def has_registry(lib):
@@ -174,7 +206,7 @@ def has_registry(lib):
 
 def declare(lib):
     """Gives the loaded library's functions their C signatures; a library older than the
-    backend table or the backward gets only the functions it has."""
+    backend table, the backward or the variants gets only the functions it has."""
     lib.flashattn_forward.argtypes = [ctypes.c_char_p]
     lib.flashattn_forward.restype = ctypes.c_int
     lib.flashattn_last_error.argtypes = []
@@ -182,6 +214,9 @@ def declare(lib):
     if has_backward(lib):
         lib.flashattn_backward.argtypes = [ctypes.c_char_p]
         lib.flashattn_backward.restype = ctypes.c_int
+    if has_variants(lib):
+        lib.flashattn_forward_variants.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        lib.flashattn_forward_variants.restype = ctypes.c_int
     if has_registry(lib):
         lib.flashattn_backend_count.argtypes = []
         lib.flashattn_backend_count.restype = ctypes.c_int32

@@ -14,7 +14,8 @@ except ModuleNotFoundError as e:
 
 
 def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
-              return_lse=False, backend=None):
+              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, return_lse=False,
+              backend=None):
     """Exact attention softmax(q·kᵀ·scale)·v over (batch, seqlen, heads, head_dim) inputs.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), with
@@ -34,6 +35,16 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     and sizes) or the name of one of flashattn.backends(), which gives each one's device,
     dtypes and head_dim limit (`flashattn backends` prints the same table).
 
+    The variants, FlashAttention's keywords, each off by default and combinable with each
+    other and with causal. With off the alignment's offset (0 for causal top_left;
+    seqlen_k - seqlen_q for bottom_right and without causal):
+    window_size=(left, right): sliding window, query i sees keys j with i + off - left <= j
+    <= i + off + right; -1 leaves a side open ((-1, -1): no window); with causal the right
+    side is at most 0. softcap: c > 0 turns each scaled score s into c·tanh(s/c) (0: none).
+    alibi_slopes: float32 (heads_q,), on q's device, the same array type as q (a torch
+    tensor or a NumPy array); score i, j of head h gets -slope_h·|i + off - j|, after the
+    softcap. The slopes get no gradient. softcap and ALiBi need a nonzero scale.
+
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
     softmax denominator. On torch tensors out is differentiable (autograd, torch.compile;
@@ -42,30 +53,40 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     ValueError) with the library's message, naming the argument and the rule it broke; an
     argument of the wrong type raises TypeError.
     """
-    scale = _options.scale_value(scale)
+    options = dict(causal=causal, causal_alignment=causal_alignment,
+                   scale=_options.scale_value(scale), backend=backend, return_lse=return_lse,
+                   **variant_options(window_size, softcap, alibi_slopes))
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
-        out, lse = torch_op.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
-                                      scale=scale, backend=backend, return_lse=return_lse)
+        out, lse = torch_op.attention(q, k, v, **options)
     elif isinstance(q, np.ndarray):
-        out, lse = _numpy.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
-                                    scale=scale, backend=backend, return_lse=return_lse)
+        out, lse = _numpy.attention(q, k, v, **options)
     else:
         raise TypeError(f"q: is a {type(q).__module__}.{type(q).__qualname__}, must be a NumPy "
                         f"array or a torch tensor")
     return (out, lse) if return_lse else out
 
 
+def variant_options(window_size, softcap, alibi_slopes):
+    """The variants as the NumPy and torch paths take them; each path checks alibi_slopes
+    against its own array type."""
+    window_left, window_right = _options.window_sides(window_size)
+    return dict(window_left=window_left, window_right=window_right,
+                softcap=_options.softcap_value(softcap), alibi_slopes=alibi_slopes)
+
+
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignment="top_left",
-                       scale=None, backend=None, deterministic=False):
+                       scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                       backend=None, deterministic=False):
     """The gradients (dq, dk, dv) of attention, given dout, the gradient of a loss with
     respect to the forward's output.
 
-    q, k, v and the options causal, causal_alignment and scale are the forward's; out and
-    lse are what flashattn.attention(q, k, v, ..., return_lse=True) returned for them (the
-    backward recomputes the probabilities from q, k and lse, and reads out for the row sums
-    D_i = Σ dout_i·out_i); dout has out's shape. Same array types, devices and dtypes as
-    flashattn.attention (PyTorch CUDA tensors on the current stream, with no host
-    synchronisation); lse is float32 (batch, heads_q, seqlen_q).
+    q, k, v and the options causal, causal_alignment, scale and the variants (window_size,
+    softcap, alibi_slopes) are the forward's; out and lse are what flashattn.attention(q, k,
+    v, ..., return_lse=True) returned for them (the backward recomputes the probabilities
+    from q, k and lse, and reads out for the row sums D_i = Σ dout_i·out_i); dout has out's
+    shape. Same array types, devices and dtypes as flashattn.attention (PyTorch CUDA tensors
+    on the current stream, with no host synchronisation); lse is float32 (batch, heads_q,
+    seqlen_q).
 
     Returns dq, dk, dv: contiguous, in q's dtype, with the shapes of q, k and v. With
     grouped-query attention, dk and dv of a kv head sum over the query heads of its group. A
@@ -79,9 +100,10 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignmen
     history; flashattn.attention and flashattn.sdpa call this through autograd. Errors as
     flashattn.attention's, naming the argument (out, dout, lse, ...).
     """
-    scale = _options.scale_value(scale)
-    options = dict(causal=causal, causal_alignment=causal_alignment, scale=scale,
-                   backend=backend, deterministic=deterministic)
+    options = dict(causal=causal, causal_alignment=causal_alignment,
+                   scale=_options.scale_value(scale), backend=backend,
+                   deterministic=deterministic,
+                   **variant_options(window_size, softcap, alibi_slopes))
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
         return torch_op.attention_backward(q, k, v, out, dout, lse, **options)
     if isinstance(q, np.ndarray):

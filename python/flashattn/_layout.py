@@ -42,3 +42,15 @@ def require_lse(shape, dtype_name, is_float32, q_shape):
         raise _errors.InvalidArgumentError(
             f"lse: has shape {tuple(shape)}, must be (batch, heads_q, seqlen_q) = "
             f"{lse_shape(q_shape)} (the forward's lse for q)")
+
+
+def require_slopes(shape, dtype_name, is_float32, heads_q):
+    """ALiBi's slopes must be float32 (heads_q,), one per query head: the library reads them
+    as such and cannot check their size itself."""
+    if not is_float32:
+        raise _errors.InvalidArgumentError(
+            f"alibi_slopes: dtype is {dtype_name}, must be float32 (one slope per query head)")
+    if tuple(shape) != (heads_q,):
+        raise _errors.InvalidArgumentError(
+            f"alibi_slopes: has shape {tuple(shape)}, must be (heads_q,) = ({heads_q},): one "
+            f"slope per query head, the same for every batch element")

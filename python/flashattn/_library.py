@@ -49,44 +49,72 @@ def library():
     return load(library_path())
 
 
+def has_any(variants):
+    """Whether a (window_left, window_right, softcap, alibi_slopes address) tuple, or None,
+    asks for any variant."""
+    return variants is not None and tuple(variants) != _abi.NO_VARIANTS
+
+
+def require_variants(lib):
+    """Raises UnsupportedError naming the library for a build from before the variants."""
+    if not _abi.has_variants(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no attention variants (window, "
+            f"softcap, ALiBi: flashattn_forward_variants); it predates them")
+
+
 def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUTO, stream=None,
-            lib=None):
+            variants=None, lib=None):
     """flashattn_forward on _abi.view() tuples.
 
     lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None (or 0: an
     empty one); scale None means 1/sqrt(head_dim); backend is a flashattn_backend value
     (_options.backend_value); stream is a cudaStream_t address or None (the default stream);
-    lib is a load() result, by default library(). Calls only the functions every library
-    since the first has, so an older build works too. Raises the _errors exception for a
-    non-zero status, with the library's message.
+    variants is None or (window_left, window_right, softcap, alibi_slopes address), as
+    flashattn_variants holds them; lib is a load() result, by default library(). Without
+    variants it calls only the functions every library since the first has, so an older
+    build works too. Raises the _errors exception for a non-zero status, with the library's
+    message.
     """
     params = _abi.pack_params(q, k, v, out, lse or 0, scale is not None,
                               0.0 if scale is None else scale, _abi.MASKS[mask], backend,
                               stream or 0)
     lib = lib or library()
-    status = lib.flashattn_forward(params)
+    if has_any(variants):
+        require_variants(lib)
+        status = lib.flashattn_forward_variants(params, _abi.pack_variants(*variants))
+    else:
+        status = lib.flashattn_forward(params)
     if status != _abi.OK:
         raise _errors.from_status(status, lib.flashattn_last_error().decode())
 
 
 def backward(q, k, v, out, dout, lse, dq, dk, dv, *, scale=None, mask="none",
-             backend=_abi.AUTO, deterministic=False, stream=None, lib=None):
+             backend=_abi.AUTO, deterministic=False, stream=None, variants=None, lib=None):
     """flashattn_backward on _abi.view() tuples: writes dq, dk and dv.
 
     lse is the address of the forward's float32 (batch, heads_q, seqlen_q) lse (0 where q
     has no elements); the other arguments are forward()'s. Raises UnsupportedError naming
-    the library for a build from before the backward, else the _errors exception for a
-    non-zero status, with the library's message.
+    the library for a build from before the backward (or, with variants, before them), else
+    the _errors exception for a non-zero status, with the library's message.
     """
     lib = lib or library()
     if not _abi.has_backward(lib):
         raise _errors.UnsupportedError(
             f"flashattn: {getattr(lib, '_name', lib)} has no backward (flashattn_backward); "
             f"it predates it")
+    # The params hold the variants' address: the buffer lives until the call returns.
+    packed_variants = None
+    if has_any(variants):
+        require_variants(lib)
+        packed_variants = ctypes.create_string_buffer(_abi.pack_variants(*variants),
+                                                      _abi.VARIANTS.size)
     params = _abi.pack_backward_params(q, k, v, out, dout, lse or 0, dq, dk, dv,
                                        scale is not None, 0.0 if scale is None else scale,
                                        _abi.MASKS[mask], backend, bool(deterministic),
-                                       stream or 0)
+                                       stream or 0,
+                                       0 if packed_variants is None
+                                       else ctypes.addressof(packed_variants))
     status = lib.flashattn_backward(params)
     if status != _abi.OK:
         raise _errors.from_status(status, lib.flashattn_last_error().decode())

@@ -37,21 +37,43 @@ def kernel_array(name, a):
     return a, _abi.view(a.ctypes.data, DTYPES[a.dtype], a.shape, strides, _abi.CPU)
 
 
-def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse):
+def slopes_array(alibi_slopes, heads_q):
+    """alibi_slopes as the library reads them (float32 (heads_q,), contiguous: a strided array
+    is copied), or None."""
+    if alibi_slopes is None:
+        return None
+    if not isinstance(alibi_slopes, np.ndarray):
+        raise TypeError(f"alibi_slopes: is a {_options.type_name(alibi_slopes)}; with NumPy "
+                        f"inputs it must be a NumPy array (float32, one slope per query head) "
+                        f"or None")
+    _layout.require_slopes(alibi_slopes.shape, alibi_slopes.dtype,
+                           alibi_slopes.dtype == np.float32, heads_q)
+    return np.require(alibi_slopes, requirements=("C_CONTIGUOUS", "ALIGNED"))
+
+
+def variant_values(window_left, window_right, softcap, slopes):
+    """The (window_left, window_right, softcap, slopes address) the library takes."""
+    return window_left, window_right, softcap, 0 if slopes is None else slopes.ctypes.data
+
+
+def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
+              window_right, softcap, alibi_slopes):
     """out (and lse, else None) for NumPy q, k, v; see flashattn.attention."""
     mask = _options.mask_name(causal, causal_alignment)
     backend = _options.backend_value(backend)
     # The arrays stay referenced until the call returns: the views hold bare addresses.
     (q, qv), (k, kv), (v, vv) = (kernel_array(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
+    slopes = slopes_array(alibi_slopes, q.shape[2])
     out, out_view = kernel_array("out", np.empty(q.shape, q.dtype))
     lse = np.empty(_layout.lse_shape(q.shape), np.float32) if return_lse else None
     _library.forward(qv, kv, vv, out_view, lse=None if lse is None else lse.ctypes.data,
-                     scale=scale, mask=mask, backend=backend)
+                     scale=scale, mask=mask, backend=backend,
+                     variants=variant_values(window_left, window_right, softcap, slopes))
     return out, lse
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
-                       deterministic):
+                       deterministic, window_left, window_right, softcap, alibi_slopes):
     """(dq, dk, dv) for NumPy arrays; see flashattn.attention_backward."""
     mask = _options.mask_name(causal, causal_alignment)
     backend = _options.backend_value(backend)
@@ -59,6 +81,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
     arrays = [kernel_array(n, a) for n, a in (("q", q), ("k", k), ("v", v), ("out", out),
                                                ("dout", dout))]
     (q, qv), (k, kv), (v, vv), (out, ov), (dout, dov) = arrays
+    slopes = slopes_array(alibi_slopes, q.shape[2])
     if not isinstance(lse, np.ndarray):
         raise TypeError(f"lse: is a {type(lse).__module__}.{type(lse).__qualname__}; the "
                         f"inputs must all be NumPy arrays or all torch tensors")
@@ -68,5 +91,6 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
                                                                      ("dv", v))]
     (dq, dqv), (dk, dkv), (dv, dvv) = grads
     _library.backward(qv, kv, vv, ov, dov, lse.ctypes.data, dqv, dkv, dvv, scale=scale,
-                      mask=mask, backend=backend, deterministic=deterministic)
+                      mask=mask, backend=backend, deterministic=deterministic,
+                      variants=variant_values(window_left, window_right, softcap, slopes))
     return dq, dk, dv

@@ -53,6 +53,18 @@ def real_number(name, x):
     raise TypeError(f"{name}: is a {type_name(x)}, must be a float (or int)")
 
 
+def float32_number(name, x):
+    """x as a Python float (real_number) that float32 holds: a finite value beyond its range
+    raises InvalidArgumentError (the library computes in float32). NaN and Inf go on to the
+    library, which says what it takes."""
+    value = real_number(name, x)
+    if math.isfinite(value) and abs(value) > FLOAT32_MAX:
+        raise _errors.InvalidArgumentError(
+            f"{name}: is {value!r}, beyond float32's range (the library computes in float32); "
+            f"must be finite")
+    return value
+
+
 def scale_value(scale):
     """scale as a Python float, or None (1/sqrt(head_dim)).
 
@@ -63,12 +75,39 @@ def scale_value(scale):
     """
     if scale is None:
         return None
-    value = real_number("scale", scale)
-    if math.isfinite(value) and abs(value) > FLOAT32_MAX:
-        raise _errors.InvalidArgumentError(
-            f"scale: is {value!r}, beyond float32's range (the library computes in float32); "
-            f"must be finite")
-    return value  # NaN and Inf go on to the library, which refuses them ("must be finite")
+    return float32_number("scale", scale)
+
+
+def softcap_value(softcap):
+    """softcap as a Python float: 0 (none) or a finite value > 0, the library checks which;
+    a real number as real_number takes one."""
+    return float32_number("softcap", softcap)
+
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+
+
+def _window_side(side, x):
+    """One side of window_size as an int32: a Python or NumPy int (not a bool), or a symbolic
+    int (torch.compile). A side wider than int32 (and so than any sequence) is the same
+    window as int32's widest; the library rejects sides below -1 itself."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.SymInt):
+        return x
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"window_size: its {side} side is a {type_name(x)}, must be an int "
+                        f"(-1: no {side} end)")
+    return max(INT32_MIN, min(INT32_MAX, int(x)))
+
+
+def window_sides(window_size):
+    """(left, right) of window_size=(left, right), FlashAttention's keyword: query i sees keys
+    i + off - left .. i + off + right (off: the causal alignment's offset, seqlen_k - seqlen_q
+    without a causal mask); -1 leaves a side open, (-1, -1) is no window."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size: is {window_size!r}, must be a (left, right) pair of "
+                        f"ints ((-1, -1): no window)")
+    return _window_side("left", window_size[0]), _window_side("right", window_size[1])
 
 
 def mask_name(causal, causal_alignment):

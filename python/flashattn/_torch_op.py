@@ -7,7 +7,9 @@ autograd graph run the ops' bodies directly, without the dispatcher's per-call c
 run on the caller's current CUDA stream, never synchronise the host, and allocate only their
 outputs (plus one contiguous copy of an input whose strides the kernels cannot read). The
 forward saves q, k, v, out and lse; the backward recomputes the probabilities from them
-(flashattn_backward), so no score matrix is ever stored.
+(flashattn_backward), so no score matrix is ever stored. The variants (window, softcap, ALiBi)
+are trailing arguments of both ops, with defaults that turn them off; ALiBi's slopes get no
+gradient.
 """
 from typing import Optional
 
@@ -21,9 +23,10 @@ if not hasattr(torch.library, "custom_op"):
 
 DTYPES = {torch.float32: _abi.F32, torch.float16: _abi.F16, torch.bfloat16: _abi.BF16}
 
-def check(q, k, v, causal, causal_alignment, backend):
-    """Checks what the output shapes depend on and the options; returns the library's mask
-    name and backend value. The library checks everything else (sizes, devices, strides)."""
+def check(q, k, v, causal, causal_alignment, backend, alibi_slopes=None):
+    """Checks what the output shapes depend on, the options and ALiBi's slopes (whose size
+    and device the library cannot see); returns the library's mask name and backend value.
+    The library checks everything else (sizes, devices, strides, the window and softcap)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _layout.require_4d(name, t.shape)
         if t.dtype not in DTYPES:
@@ -33,7 +36,32 @@ def check(q, k, v, causal, causal_alignment, backend):
         if not (t.is_cuda or t.is_cpu):
             raise _errors.UnsupportedError(
                 f"{name}: device is {t.device}, flashattn runs on cpu and cuda tensors")
+    if alibi_slopes is not None:
+        check_slopes(alibi_slopes, q)
     return _options.mask_name(causal, causal_alignment), _options.backend_value(backend)
+
+
+def check_slopes(alibi_slopes, q):
+    """ALiBi's slopes: a float32 torch tensor (heads_q,) on q's device."""
+    _layout.require_4d("q", q.shape)
+    if not isinstance(alibi_slopes, torch.Tensor):
+        raise TypeError(f"alibi_slopes: is a {_options.type_name(alibi_slopes)}; with torch "
+                        f"inputs it must be a torch tensor (torch.float32, one slope per query "
+                        f"head) or None")
+    _layout.require_slopes(alibi_slopes.shape, alibi_slopes.dtype,
+                           alibi_slopes.dtype == torch.float32, q.shape[2])
+    if alibi_slopes.device != q.device:
+        raise _errors.InvalidArgumentError(
+            f"alibi_slopes: device is {alibi_slopes.device}, must be q's device ({q.device})")
+
+
+def variant_values(window_left, window_right, softcap, alibi_slopes):
+    """The (window_left, window_right, softcap, slopes address) the library takes, and the
+    slopes tensor behind the address (contiguous: a strided one is copied), which must stay
+    referenced until the call returns."""
+    slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
+    address = 0 if slopes is None else slopes.data_ptr()
+    return (window_left, window_right, softcap, address), slopes
 
 
 def seqlen_first(sizes, heads_first):
@@ -70,17 +98,21 @@ def current_stream(device_index):
 
 
 def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False,
-        lib=None):
+        lib=None, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
     """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention.
 
     heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
     out is then a view of (batch, seqlen, heads, head_dim) contiguous memory. lib: a
     _library.load() result to call instead of the package's library, possibly one built
     before the backend table: backend names are mapped to values by the package's library.
+    window_left, window_right, softcap, alibi_slopes: the variants, checked as far as
+    _options does (window_sides, softcap_value).
     """
-    mask, backend = check(q, k, v, causal, causal_alignment, backend)
-    # The inputs stay referenced until the call returns; on CUDA, a copy freed after that
-    # goes back to the caching allocator in the order of this stream, so it is safe.
+    mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
+    # The inputs (and the slopes) stay referenced until the call returns; on CUDA, a copy
+    # freed after that goes back to the caching allocator in the order of this stream, so it
+    # is safe.
+    variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes)
     (q, qv), (k, kv), (v, vv) = (kernel_tensor(t, heads_first) for t in (q, k, v))
     q_shape = qv[2:6]  # (batch, seqlen_q, heads_q, head_dim)
     _, seqlen_q, heads_q, head_dim = q_shape
@@ -92,15 +124,20 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
            else None)
     _library.forward(qv, kv, vv, out_view, lse=lse.data_ptr() if with_lse else None,
                      scale=scale, mask=mask, backend=backend,
-                     stream=current_stream(qv[-1]) if q.is_cuda else None, lib=lib)
+                     stream=current_stream(qv[-1]) if q.is_cuda else None, variants=variants,
+                     lib=lib)
     return out, lse
 
 
 def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                  causal_alignment: str, scale: Optional[float],
-                  backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+                  causal_alignment: str, scale: Optional[float], backend: Optional[str],
+                  window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                  alibi_slopes: Optional[torch.Tensor] = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): the custom op's body, which always computes lse (saved for backward)."""
-    return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=True)
+    return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=True,
+               window_left=window_left, window_right=window_right, softcap=softcap,
+               alibi_slopes=alibi_slopes)
 
 
 attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args=())(
@@ -108,8 +145,9 @@ attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args
 
 
 @attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend):
-    check(q, k, v, causal, causal_alignment, backend)
+def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend, window_left=-1,
+                        window_right=-1, softcap=0.0, alibi_slopes=None):
+    check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
     return (q.new_empty(q.shape),
             q.new_empty(_layout.lse_shape(q.shape), dtype=torch.float32))
 
@@ -128,11 +166,13 @@ def backward_backend(backend, head_dim):
 
 
 def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
-                 deterministic, lib=None):
+                 deterministic, window_left=-1, window_right=-1, softcap=0.0,
+                 alibi_slopes=None, lib=None):
     """(dq, dk, dv), contiguous (batch, seqlen, heads, head_dim) in q's dtype: the gradients
     for dout, the gradient with respect to the forward's out, given that forward's out and
-    lse. See flashattn.attention_backward."""
-    mask, backend = check(q, k, v, causal, causal_alignment, backend)
+    lse, and the forward's variants. See flashattn.attention_backward."""
+    mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
+    variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes)
     _options.require_bool("deterministic", deterministic)
     for name, t in (("out", out), ("dout", dout)):
         _layout.require_4d(name, t.shape)
@@ -144,24 +184,27 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
         raise _errors.InvalidArgumentError(
             f"lse: device is {lse.device}, must be q's device ({q.device})")
     lse = lse.contiguous()
-    # The inputs stay referenced until the call returns (see run()).
+    # The inputs and the slopes stay referenced until the call returns (see run()).
     views = [kernel_tensor(t) for t in (q, k, v, out, dout)]
     grads = [kernel_tensor(torch.empty(t.shape, dtype=q.dtype, device=q.device))
              for t in (q, k, v)]
     _library.backward(*(view for _, view in views), lse.data_ptr(),
                       *(view for _, view in grads), scale=scale, mask=mask, backend=backend,
                       deterministic=deterministic,
-                      stream=current_stream(q.get_device()) if q.is_cuda else None, lib=lib)
+                      stream=current_stream(q.get_device()) if q.is_cuda else None,
+                      variants=variants, lib=lib)
     return tuple(grad for grad, _ in grads)
 
 
 def backward_eager(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    out: torch.Tensor, lse: torch.Tensor, causal: bool, causal_alignment: str,
-                   scale: Optional[float], backend: Optional[str],
-                   deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   scale: Optional[float], backend: Optional[str], deterministic: bool,
+                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                   alibi_slopes: Optional[torch.Tensor] = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the backward op's body."""
     return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
-                        deterministic)
+                        deterministic, window_left, window_right, softcap, alibi_slopes)
 
 
 attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args=())(
@@ -170,57 +213,68 @@ attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
-                        deterministic):
-    check(q, k, v, causal, causal_alignment, backend)
+                        deterministic, window_left=-1, window_right=-1, softcap=0.0,
+                        alibi_slopes=None):
+    check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
     return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, causal_alignment, scale, backend = inputs
+    (q, k, v, causal, causal_alignment, scale, backend, window_left, window_right, softcap,
+     alibi_slopes) = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)  # as the lse of torch's own fused attention
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes)
     ctx.options = (causal, causal_alignment, scale, backward_backend(backend, q.shape[-1]))
+    ctx.variants = (window_left, window_right, softcap)
 
 
 def _backward(ctx, grad_out, grad_lse):
     """The op's gradients: one flashattn_backward for all three (the library computes dq, dk
-    and dv in one pass), those of inputs that need none dropped. Bit-identical from run to
-    run where torch.use_deterministic_algorithms(True) is in force."""
-    q, k, v, out, lse = ctx.saved_tensors
+    and dv in one pass), those of inputs that need none dropped; ALiBi's slopes get none.
+    Bit-identical from run to run where torch.use_deterministic_algorithms(True) is in
+    force."""
+    q, k, v, out, lse, alibi_slopes = ctx.saved_tensors
     args = (grad_out, q, k, v, out, lse, *ctx.options,
-            torch.are_deterministic_algorithms_enabled())
-    if direct_call_is_safe(grad_out, q, k, v):
+            torch.are_deterministic_algorithms_enabled(), *ctx.variants, alibi_slopes)
+    if direct_call_is_safe(grad_out, q, k, v, alibi_slopes):
         dq, dk, dv = run_backward(*args)
     else:
         dq, dk, dv = attention_bwd(*args)
     needs = ctx.needs_input_grad
     return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None,
-            None, None, None, None)
+            *[None] * (len(needs) - 3))
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse):
+def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
+              window_right, softcap, alibi_slopes):
     """(out, lse) for torch q, k, v through the custom op; see flashattn.attention. Without
     return_lse, lse may be None."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; q, k "
                             f"and v must all be torch tensors or all NumPy arrays")
-    if direct_call_is_safe(q, k, v):
-        return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=return_lse)
-    return attention_fwd(q, k, v, causal, causal_alignment, scale, backend)
+    if alibi_slopes is not None:
+        check_slopes(alibi_slopes, q)  # before the op, whose schema takes only a tensor
+    variants = (window_left, window_right, softcap, alibi_slopes)
+    if direct_call_is_safe(q, k, v, alibi_slopes):
+        return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=return_lse,
+                   window_left=window_left, window_right=window_right, softcap=softcap,
+                   alibi_slopes=alibi_slopes)
+    return attention_fwd(q, k, v, causal, causal_alignment, scale, backend, *variants)
 
 
 def direct_call_is_safe(*tensors):
-    """Whether an op's body may run without the dispatcher: eager plain tensors that need
-    no autograd graph. The dispatcher costs about 0.08 ms per call, more than the kernel
-    at small shapes; torch.compile, export and tensor subclasses (fake, functional) still
-    go through the registered op."""
+    """Whether an op's body may run without the dispatcher: eager plain tensors (None: an
+    absent optional one) that need no autograd graph. The dispatcher costs about 0.08 ms per
+    call, more than the kernel at small shapes; torch.compile, export and tensor subclasses
+    (fake, functional) still go through the registered op."""
     if torch.compiler.is_compiling():
         return False
+    tensors = [t for t in tensors if t is not None]
     if any(type(t) is not torch.Tensor for t in tensors):
         return False
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
@@ -238,16 +292,18 @@ def sdpa(query, key, value, *, causal, scale):
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
-                       deterministic):
+                       deterministic, window_left, window_right, softcap, alibi_slopes):
     """(dq, dk, dv) for torch tensors; see flashattn.attention_backward. Eager calls on plain
     tensors run the body directly; torch.compile and tensor subclasses go through the op."""
     for name, t in (("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; the "
                             f"inputs must all be torch tensors or all NumPy arrays")
-    if torch.compiler.is_compiling() or any(
-            type(t) is not torch.Tensor for t in (q, k, v, out, dout, lse)):
-        return attention_bwd(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
-                             deterministic)
-    return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
-                        deterministic)
+    if alibi_slopes is not None:
+        check_slopes(alibi_slopes, q)  # before the op, whose schema takes only a tensor
+    args = (dout, q, k, v, out, lse, causal, causal_alignment, scale, backend, deterministic,
+            window_left, window_right, softcap, alibi_slopes)
+    tensors = (q, k, v, out, dout, lse) + (() if alibi_slopes is None else (alibi_slopes,))
+    if torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors):
+        return attention_bwd(*args)
+    return run_backward(*args)

@@ -26,6 +26,8 @@ BackwardPlan plan_backward(const BackwardParams& p) {
                        {"out", p.out.data, has_elements(p.out)},
                        {"dout", p.dout.data, has_elements(p.dout)},
                        {"lse", p.lse, has_elements(p.q)},
+                       {"variants.alibi_slopes", p.variants.alibi_slopes,
+                        p.variants.alibi_slopes != nullptr},
                        {"dq", p.dq.data, has_elements(p.dq)},
                        {"dk", p.dk.data, has_elements(p.dk)},
                        {"dv", p.dv.data, has_elements(p.dv)}});

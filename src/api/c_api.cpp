@@ -45,6 +45,24 @@ flashattn::Backend to_backend(int32_t backend) {
   return static_cast<flashattn::Backend>(backend);
 }
 
+// The first generation of flashattn_variants ends at alibi_slopes.
+constexpr size_t kVariantsV1 = offsetof(flashattn_variants, alibi_slopes) + sizeof(const float*);
+
+flashattn::Variants to_variants(const flashattn_variants* caller) {
+  using flashattn::require;
+  if (caller == nullptr) return {};
+  require(caller->struct_size >= kVariantsV1, "variants: struct_size is ", caller->struct_size,
+          ", must be at least ", kVariantsV1, " (start from flashattn_variants_defaults())");
+  flashattn_variants c = flashattn_variants_defaults();
+  std::memcpy(&c, caller, std::min<size_t>(caller->struct_size, sizeof c));
+  flashattn::Variants v;
+  v.window_left = c.window_left;
+  v.window_right = c.window_right;
+  v.softcap = c.softcap;
+  v.alibi_slopes = c.alibi_slopes;
+  return v;
+}
+
 flashattn::Params to_params(const flashattn_params& c) {
   using flashattn::require;
   flashattn::Params p;
@@ -87,6 +105,7 @@ flashattn::BackwardParams to_backward_params(const flashattn_backward_params* ca
   p.backend = to_backend(c.backend);
   p.deterministic = c.deterministic != 0;
   p.stream = c.stream;
+  p.variants = to_variants(c.variants);
   return p;
 }
 
@@ -144,6 +163,16 @@ flashattn_status flashattn_forward(const flashattn_params* params) {
   return guarded([&] {
     flashattn::require(params != nullptr, "params: pointer is null");
     flashattn::forward(to_params(*params));
+  });
+}
+
+flashattn_status flashattn_forward_variants(const flashattn_params* params,
+                                            const flashattn_variants* variants) {
+  return guarded([&] {
+    flashattn::require(params != nullptr, "params: pointer is null");
+    flashattn::Params p = to_params(*params);
+    p.variants = to_variants(variants);
+    flashattn::forward(p);
   });
 }
 

@@ -27,7 +27,9 @@ Plan plan(const Params& p) {
                                          {"k", p.k.data, has_elements(p.k)},
                                          {"v", p.v.data, has_elements(p.v)},
                                          {"out", p.out.data, has_elements(p.out)},
-                                         {"lse", p.lse, p.lse && has_elements(p.q)}});
+                                         {"lse", p.lse, p.lse && has_elements(p.q)},
+                                         {"variants.alibi_slopes", p.variants.alibi_slopes,
+                                          p.variants.alibi_slopes != nullptr}});
   const Backend backend =
       p.backend == Backend::automatic ? automatic_backend(attn, device) : p.backend;
   const std::string why = unsupported(backend, attn, device);

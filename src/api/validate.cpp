@@ -120,6 +120,19 @@ void check_problem(const Named& q, const Named& k, const Named& v, const Named& 
           "mask: is not one of none, causal_top_left, causal_bottom_right");
 }
 
+// The variants: window sides of -1 (open) or more, a finite softcap >= 0, and a
+// nonzero scale where a score variant needs one (core/variant.h divides by it).
+void check_variants(const Variants& v, const AttnParams& a) {
+  require(v.window_left >= -1, "variants.window_left: is ", v.window_left,
+          ", must be >= -1 (-1: no left end)");
+  require(v.window_right >= -1, "variants.window_right: is ", v.window_right,
+          ", must be >= -1 (-1: no right end)");
+  require(std::isfinite(v.softcap) && v.softcap >= 0.0f, "variants.softcap: is ", v.softcap,
+          ", must be finite and >= 0 (0: none)");
+  require(!a.scores.any() || a.softmax.scale != 0.0f,
+          "scale: is 0, which softcap and ALiBi do not take (their scores divide by it)");
+}
+
 // A tensor of like's shape, dtype and device.
 void check_like(const Named& t, const Named& like) {
   check_view(t);
@@ -155,6 +168,7 @@ AttnParams make_attn_params(const Params& p) {
       require(!overlaps(lse_bytes, byte_range(t)), "lse: memory overlaps ", t.name);
   }
   require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
+  check_variants(p.variants, a);
   return a;
 }
 
@@ -184,6 +198,7 @@ BwdParams make_bwd_params(const BackwardParams& p) {
   require(!overlaps(byte_range(dq), byte_range(dv)), "dv: memory overlaps dq");
   require(!overlaps(byte_range(dk), byte_range(dv)), "dv: memory overlaps dk");
   require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
+  check_variants(p.variants, a);
   return a;
 }
 

@@ -8,9 +8,12 @@
 //     whole, which need no element mask;
 //   - the query rows that see a key tile (the backward walks those);
 //   - whether a row is empty: it sees no key, so its output is 0 and its lse −inf.
-// Causal: key j is visible to row i iff j <= i + offset, offset 0 (top-left) or
-// seqlen_k − seqlen_q (bottom-right). key_begin is 0 for every rule today (see
-// KeyBlocks::kLowerEnds); a sliding window will give it a lower end.
+// With off the alignment offset (0 top-left, seqlen_k − seqlen_q bottom-right),
+// row i sees key j iff  i + off − left <= j <= i + off + right:  a causal mask
+// is right = 0, a sliding window sets left and right, −1 leaves a side open.
+// So both ends grow by one key per row, and every rule is two offsets:
+// key_begin(i) = i + lower_offset and key_end(i) = i + upper_offset + 1,
+// clamped to [0, seqlen_k].
 #pragma once
 
 #include <algorithm>
@@ -26,34 +29,40 @@ namespace flashattn {
 // lengths, into the key range each query row sees.
 struct MaskRule {
   bool causal;
-  bool bottom_right;  // causal alignment: key j visible to row i iff j <= i + seqlen_k - seqlen_q
+  bool bottom_right;      // off = seqlen_k − seqlen_q (else 0); a window without causal uses it too
+  int window_left = -1;   // keys before i + off a row sees; −1: all
+  int window_right = -1;  // keys after i + off a row sees; −1: all (causal: 0)
 };
 
 // Key blocks [begin, end) hold a key that some row of a query tile sees; in
 // [unmasked_begin, unmasked_end) every row of the tile sees every key. Plain
 // data, as RowMask.
+//
+// kLowerEnds: whether the kernel was built for rules with a lower end (a
+// sliding window's left side; the Variant a kernel is instantiated with says,
+// core/variant.h). Without, a walk starts at block 0 and checks only the upper
+// end, both known at compile time: a lower end known only at run time costs the
+// mma.sync key loops a register, which at head dims 64 and 128 (255 registers)
+// sent K's and V's row strides out to constant loads inside the loop, 3–5%
+// slower (docs/perf/cuda_mma.md, v3.8). A rule without a lower end resolves to
+// begin = unmasked_begin = 0, so either build walks it right.
 struct KeyBlocks {
-  // Whether a mask rule can give a row a lower end (key_begin > 0). None can
-  // yet; a sliding window will. While none can, a kernel walks down to block 0
-  // and checks only the upper end, both known at compile time: a lower end known
-  // only at run time costs the mma.sync key loops a register, which at head dims
-  // 64 and 128 (255 registers) sent K's and V's row strides out to constant
-  // loads inside the loop, 3–5% slower (docs/perf/cuda_mma.md, v3.8).
-  static constexpr bool kLowerEnds = false;
-
   int begin, end;
   int unmasked_begin, unmasked_end;
 
   // The first block a walk visits.
+  template <bool kLowerEnds>
   FLASHATTN_HOST_DEVICE int first() const { return kLowerEnds ? begin : 0; }
   // Whether a row's key range may begin inside block n_block.
+  template <bool kLowerEnds>
   FLASHATTN_HOST_DEVICE bool lower_end_in(int n_block) const {
     return kLowerEnds && n_block < unmasked_begin;
   }
   // Whether block n_block needs the element mask. Both bounds are read
   // unconditionally (| not ||), so that a kernel can load them early.
+  template <bool kLowerEnds>
   FLASHATTN_HOST_DEVICE bool needs_mask(int n_block) const {
-    return lower_end_in(n_block) | (n_block >= unmasked_end);
+    return lower_end_in<kLowerEnds>(n_block) | (n_block >= unmasked_end);
   }
 };
 
@@ -67,19 +76,30 @@ struct RowRange {
 struct RowMask {
   int seqlen_q;
   int seqlen_k;
-  bool causal;
-  // Rows below it see no key, rows from it on see some (key_end grows with the
-  // row, key_begin is 0): INT_MIN where every row sees a key, INT_MAX where none
-  // does. Resolved once, so that a kernel's empty-row test is one comparison
-  // with a constant, not key_end's 64-bit arithmetic and branches per row
-  // (cuda_wgmma's epilogue, docs/perf/cuda_wgmma.md v4.17).
+  // Whether rows have an upper end (causal, or a window's right side), and
+  // whether a lower end (a window's left side); resolve() leaves open a side
+  // that cuts no row, so each offset lies within ±(seqlen_q + seqlen_k).
+  bool bounded_above;
+  bool bounded_below;
+  int64_t upper_offset;  // key j visible to row i only if !bounded_above or j <= i + upper_offset
+  int64_t lower_offset;  // ... and only if !bounded_below or j >= i + lower_offset
+  // Rows in [first_nonempty_row, end_nonempty_row) see some key, the others
+  // none (both ends grow with the row): INT_MIN and INT_MAX where every row
+  // sees a key. Resolved once, so that a kernel's empty-row test is two
+  // comparisons with constants, not key_end's 64-bit arithmetic and branches
+  // per row (cuda_wgmma's epilogue, docs/perf/cuda_wgmma.md v4.17).
   int first_nonempty_row;
-  int64_t causal_offset;  // key j visible to row i iff !causal or j <= i + causal_offset
+  int end_nonempty_row;
+  int64_t alignment;  // off: ALiBi's distance is |i + off − j|
 
-  FLASHATTN_HOST_DEVICE int key_begin(int64_t /*row*/) const { return 0; }
+  FLASHATTN_HOST_DEVICE int key_begin(int64_t row) const {
+    if (!bounded_below) return 0;
+    const int64_t begin = row + lower_offset;
+    return begin <= 0 ? 0 : (begin >= seqlen_k ? seqlen_k : int(begin));
+  }
   FLASHATTN_HOST_DEVICE int key_end(int64_t row) const {
-    if (!causal) return seqlen_k;
-    const int64_t end = row + causal_offset + 1;
+    if (!bounded_above) return seqlen_k;
+    const int64_t end = row + upper_offset + 1;
     return end <= 0 ? 0 : (end >= seqlen_k ? seqlen_k : int(end));
   }
   // key_end for a problem whose rows and keys number at most 2^30 each (so the
@@ -87,19 +107,25 @@ struct RowMask {
   // arithmetic or branches before a latency-bound kernel's loads (cuda_tiled's
   // one-warp path; test_core checks it against key_end).
   FLASHATTN_HOST_DEVICE int key_end_small(int row) const {
-    const int end = row + int(causal_offset) + 1;
+    const int end = row + int(upper_offset) + 1;
 #ifdef __CUDA_ARCH__
-    return causal ? ::max(0, ::min(seqlen_k, end)) : seqlen_k;  // IMNMX, no branch
+    return bounded_above ? ::max(0, ::min(seqlen_k, end)) : seqlen_k;  // IMNMX, no branch
 #else
-    return causal ? std::max(0, std::min(seqlen_k, end)) : seqlen_k;
+    return bounded_above ? std::max(0, std::min(seqlen_k, end)) : seqlen_k;
 #endif
   }
-  // key_end(row) <= key_begin(row), from the resolved first_nonempty_row.
-  FLASHATTN_HOST_DEVICE bool empty(int64_t row) const { return row < first_nonempty_row; }
+  // key_end(row) <= key_begin(row), from the resolved row range.
+  FLASHATTN_HOST_DEVICE bool empty(int64_t row) const {
+    return row < first_nonempty_row || row >= end_nonempty_row;
+  }
   // key >= key_end(row), asked without clamping key_end: the cheaper form for a
   // key loop that asks it of every block's last key.
   FLASHATTN_HOST_DEVICE bool beyond_end(int64_t row, int64_t key) const {
-    return key >= seqlen_k || (causal && key > row + causal_offset);
+    return key >= seqlen_k || (bounded_above && key > row + upper_offset);
+  }
+  // Whether row does not see key (either end), for keys in [0, seqlen_k).
+  FLASHATTN_HOST_DEVICE bool hidden(int64_t row, int64_t key) const {
+    return beyond_end(row, key) || (bounded_below && key < row + lower_offset);
   }
   // Whether the row sees a key of [key_lo, key_hi): a kernel that walked only
   // those keys (one split of them) finishes the row as empty if not.
@@ -125,13 +151,16 @@ struct RowMask {
     return b;
   }
 
-  // The query rows that see some key of [key0, key0 + keys): under a causal
-  // mask, rows from the first whose range reaches key0 to the last row.
+  // The query rows that see some key of [key0, key0 + keys): those whose upper
+  // end reaches key0 and whose lower end lies before key0 + keys.
   FLASHATTN_HOST_DEVICE RowRange rows_seeing(int key0, int keys) const {
     if (keys <= 0 || key0 >= seqlen_k) return {0, 0};
-    int64_t first = causal ? int64_t(key0) - causal_offset : 0;
+    int64_t first = bounded_above ? int64_t(key0) - upper_offset : 0;
+    const int64_t key_hi = int64_t(key0) + keys < seqlen_k ? int64_t(key0) + keys : seqlen_k;
+    int64_t end = bounded_below ? key_hi - lower_offset : seqlen_q;
     if (first < 0) first = 0;
-    return first >= seqlen_q ? RowRange{0, 0} : RowRange{int(first), seqlen_q};
+    if (end > seqlen_q) end = seqlen_q;
+    return first >= end ? RowRange{0, 0} : RowRange{int(first), int(end)};
   }
 };
 
@@ -139,11 +168,29 @@ FLASHATTN_HOST_DEVICE RowMask resolve(const MaskRule& rule, SequenceLengths seq)
   RowMask m{};
   m.seqlen_q = seq.seqlen_q;
   m.seqlen_k = seq.seqlen_k;
-  m.causal = rule.causal;
-  m.causal_offset = rule.bottom_right ? int64_t(seq.seqlen_k) - seq.seqlen_q : 0;
-  // Causal, row i sees a key iff i + causal_offset >= 0; -causal_offset lies
-  // within int's range, both lengths being ints.
-  m.first_nonempty_row = seq.seqlen_k == 0 ? INT_MAX : rule.causal ? int(-m.causal_offset) : INT_MIN;
+  const int64_t off = rule.bottom_right ? int64_t(seq.seqlen_k) - seq.seqlen_q : 0;
+  m.alignment = off;
+  const int64_t right = rule.causal ? 0 : rule.window_right;
+  const int64_t left = rule.window_left;
+  // A side that cuts no row of [0, seqlen_q) is left open (row 0 reaches the
+  // last key; the last row, key 0): a window wider than the sequence is the
+  // plain rule and runs on the plain kernels. So a bounded side has
+  // −seqlen_q <= upper_offset < seqlen_k − 1 and −seqlen_q < lower_offset <= seqlen_k.
+  m.bounded_above = right >= 0 && off + right < int64_t(seq.seqlen_k) - 1;
+  m.bounded_below = left >= 0 && (seq.seqlen_q - 1) + off - left > 0;
+  m.upper_offset = m.bounded_above ? off + right : 0;
+  m.lower_offset = m.bounded_below ? off - left : 0;
+  // Row i sees a key iff i + upper_offset >= 0 (key_end > 0) and
+  // i + lower_offset < seqlen_k (key_begin < seqlen_k); lower_offset <=
+  // upper_offset, so then key_begin < key_end.
+  if (seq.seqlen_k == 0) {
+    m.first_nonempty_row = INT_MAX;
+    m.end_nonempty_row = INT_MAX;
+  } else {
+    m.first_nonempty_row = m.bounded_above ? int(-m.upper_offset) : INT_MIN;
+    const int64_t end = int64_t(seq.seqlen_k) - m.lower_offset;
+    m.end_nonempty_row = m.bounded_below && end < INT_MAX ? int(end) : INT_MAX;
+  }
   return m;
 }
 

@@ -12,6 +12,7 @@
 #include "core/host_device.h"
 #include "core/mask.h"
 #include "core/seqlen.h"
+#include "core/variant.h"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn {
@@ -51,6 +52,7 @@ struct AttnParams {
   // has the same, so the rule is resolved once (attn_params()); kernels read it
   // through row_mask(p, b) from their parameters, as a constant, not a register.
   RowMask mask{};
+  ScoreParams scores;  // softcap and ALiBi (core/variant.h); the window is in mask
   SoftmaxParams softmax;
   DType dtype = DType::f32;  // q, k, v and out share it
   int device_index = 0;
@@ -80,7 +82,7 @@ inline TensorRef tensor_ref(const TensorView& t) {
 // The AttnParams of the problem q, k, v, out, scale and mask describe, unchecked.
 inline AttnParams problem_params(const TensorView& q, const TensorView& k, const TensorView& v,
                                  const TensorView& out, std::optional<float> scale_or_default,
-                                 Mask mask) {
+                                 Mask mask, const Variants& variants) {
   AttnParams a;
   a.sizes = {int(q.shape[0]), int(q.shape[1]), int(k.shape[1]),
              int(q.shape[2]), int(k.shape[2]), int(q.shape[3])};
@@ -88,8 +90,10 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
   a.k = tensor_ref(k);
   a.v = tensor_ref(v);
   a.o = tensor_ref(out);
-  const MaskRule rule{mask != Mask::none, mask == Mask::causal_bottom_right};
+  const MaskRule rule{mask != Mask::none, mask != Mask::causal_top_left, variants.window_left,
+                      variants.window_right};
   a.mask = resolve(rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
+  a.scores = {variants.softcap, variants.alibi_slopes};
   const float scale = scale_or_default.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
   a.softmax = {scale, scale * kLog2e, nullptr};
   a.dtype = q.dtype;
@@ -100,7 +104,7 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
 // The AttnParams of public Params, unchecked: validate.cpp checks first, tools
 // that hold params the library already accepted call it directly.
 inline AttnParams attn_params(const Params& p) {
-  AttnParams a = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask);
+  AttnParams a = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask, p.variants);
   a.softmax.lse = p.lse;
   a.stream = p.stream;
   return a;
@@ -109,7 +113,7 @@ inline AttnParams attn_params(const Params& p) {
 // The BwdParams of public BackwardParams, unchecked (validate.cpp checks first).
 inline BwdParams bwd_params(const BackwardParams& p) {
   BwdParams a;
-  static_cast<AttnParams&>(a) = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask);
+  static_cast<AttnParams&>(a) = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask, p.variants);
   a.stream = p.stream;
   a.grad.dout = tensor_ref(p.dout);
   a.grad.dq = tensor_ref(p.dq);
@@ -118,6 +122,12 @@ inline BwdParams bwd_params(const BackwardParams& p) {
   a.grad.lse = p.lse;
   a.grad.deterministic = p.deterministic;
   return a;
+}
+
+// Whether p needs the kernels' AnyVariant instantiation (core/variant.h): a
+// score variant, or a window's lower end.
+FLASHATTN_HOST_DEVICE bool needs_any_variant(const AttnParams& p) {
+  return p.scores.any() || p.mask.bounded_below;
 }
 
 // The key range the rows of sequence b see. Dense: every sequence has the batch's

@@ -1,6 +1,6 @@
 // Reference attention: for each query row i, every score s_j = scale·(q_i·k_j)
-// of a key the row sees (core/mask.h) is computed in float64 and kept (the
-// materialised row), then
+// of a key the row sees (core/mask.h), changed by the score variants
+// (core/variant.h), is computed in float64 and kept (the materialised row), then
 //   m = max_j s_j,  l = Σ_j exp(s_j − m),  o_i = Σ_j exp(s_j − m)·v_j / l,
 //   lse_i = m + ln l,
 // in plain IEEE arithmetic: a NaN score makes m NaN, an infinite m makes
@@ -46,11 +46,13 @@ double attend_row(const AttnParams& p, int b, int hq, int i, const std::vector<d
 
   const RowMask& mask = row_mask(p, b);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
+  const double scale = p.softmax.scale;
+  const SoftcapAlibi<double> variant = softcap_alibi<double>(p.scores, scale, hq, mask.alignment);
   double m = kNegInf;
   for (int j = key_begin; j < key_end; ++j) {
     double dot = 0.0;
     for (int c = 0; c < d; ++c) dot += q[c] * k[size_t(j) * d + c];
-    scores[j] = IdentityScore{}(dot, i, j) * double(p.softmax.scale);
+    scores[j] = variant(dot, i, j) * scale;
     m = std::isnan(scores[j]) || std::isnan(m) ? NAN : std::max(m, scores[j]);
   }
   double l = 0.0;

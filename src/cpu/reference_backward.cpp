@@ -2,8 +2,10 @@
 // the row sees (core/mask.h) are computed and kept, then, with p_j the row's
 // softmax (as the reference forward computes it, plain IEEE arithmetic):
 //   o_i = Σ_j p_j·v_j,  dp_j = dO_i·v_j,  D_i = Σ_j p_j·dp_j (= dO_i·o_i),
-//   ds_j = p_j·(dp_j − D_i),
-//   dq_i = scale·Σ_j ds_j·k_j,  dk_j += scale·ds_j·q_i,  dv_j += p_j·dO_i.
+//   ds_j = p_j·(dp_j − D_i)·r'_j,
+//   dq_i = scale·Σ_j ds_j·k_j,  dk_j += scale·ds_j·q_i,  dv_j += p_j·dO_i,
+// with r'_j the derivative of the score variant's raw score by the raw score
+// (core/variant.h; 1 without softcap).
 // The reference computes its own softmax and output and ignores the forward's
 // out and lse: it is the exact gradient of the forward it defines. Keys a row
 // does not see take no part; a row that sees no key adds nothing and gets dq 0.
@@ -45,10 +47,12 @@ void backward_slice(const BwdParams& p, int b, int hk) {
   }
   std::vector<double> dk(k.size(), 0.0), dv(v.size(), 0.0);
   std::vector<double> q(d), dout(d), dq(d), scores(s.seqlen_k), dp(s.seqlen_k);
+  std::vector<double> dscore(s.seqlen_k);
   const RowMask& mask = row_mask(p, b);
 
   for (int g = 0; g < s.group(); ++g) {
     const int hq = hk * s.group() + g;
+    const SoftcapAlibi<double> variant = softcap_alibi<double>(p.scores, scale, hq, mask.alignment);
     for (int i = 0; i < s.seqlen_q; ++i) {
       std::fill(dq.begin(), dq.end(), 0.0);
       const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
@@ -59,7 +63,7 @@ void backward_slice(const BwdParams& p, int b, int hk) {
         for (int j = key_begin; j < key_end; ++j) {
           double dot = 0.0;
           for (int c = 0; c < d; ++c) dot += q[c] * k[size_t(j) * d + c];
-          scores[j] = IdentityScore{}(dot, i, j) * scale;
+          scores[j] = variant(dot, i, j, dscore[j]) * scale;
           m = std::isnan(scores[j]) || std::isnan(m) ? NAN : std::max(m, scores[j]);
         }
         double l = 0.0;
@@ -73,7 +77,7 @@ void backward_slice(const BwdParams& p, int b, int hk) {
           row_dot += scores[j] * dot;
         }
         for (int j = key_begin; j < key_end; ++j) {
-          const double p_j = scores[j], ds_j = p_j * (dp[j] - row_dot);
+          const double p_j = scores[j], ds_j = p_j * (dp[j] - row_dot) * dscore[j];
           for (int c = 0; c < d; ++c) {
             dq[c] += ds_j * k[size_t(j) * d + c];
             dk[size_t(j) * d + c] += ds_j * q[c];

@@ -10,21 +10,21 @@
 namespace flashattn::test {
 namespace {
 
-struct Variant {
+struct Spec {
   harness::Shape shape;  // batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim
   Mask mask;
   bool strided;
   std::optional<float> scale;
 
-  Variant(harness::Shape s, Mask m = Mask::none, bool strided_views = false,
+  Spec(harness::Shape s, Mask m = Mask::none, bool strided_views = false,
           std::optional<float> custom_scale = std::nullopt)
       : shape(s), mask(m), strided(strided_views), scale(custom_scale) {}
 };
 
-// Each variant stresses one or two awkward features; the CPU tiles are 32 query
+// Each spec stresses one or two awkward features; the CPU tiles are 32 query
 // × 64 key rows and the CUDA tiles 64 × 64, so lengths like 17, 65, 130 and
 // 4097 leave partial tiles at the edges.
-const std::vector<Variant> kVariants = {
+const std::vector<Spec> kSpecs = {
     {{1, 1, 1, 1, 1, 1}},                                // everything 1
     {{1, 1, 1, 2, 1, 64}},                               // seqlen 1
     {{1, 1, 300, 2, 2, 32}, Mask::causal_bottom_right},  // one query sees every key
@@ -54,7 +54,7 @@ const std::vector<Variant> kVariants = {
 std::vector<harness::Case> shared_cases() {
   std::vector<harness::Case> cases;
   for (DType dtype : {DType::f32, DType::f16, DType::bf16})
-    for (const Variant& v : kVariants) {
+    for (const Spec& v : kSpecs) {
       harness::Case c;
       c.shape = v.shape;
       c.dtype = dtype;
@@ -77,6 +77,20 @@ harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strid
   return c;
 }
 
+namespace {
+
+// A float in a test name: whole numbers as they are, others in thousandths
+// (0.3 -> "300m"), so the name stays alphanumeric.
+std::string name_of(float x) {
+  if (x == std::round(x)) return std::to_string(std::lround(x));
+  return std::to_string(std::lround(x * 1000)) + "m";
+}
+
+// A window side in a test name: "open" for -1.
+std::string side_name(int side) { return side < 0 ? "open" : std::to_string(side); }
+
+}  // namespace
+
 std::string case_name(const harness::Case& c) {
   const harness::Shape& s = c.shape;
   std::ostringstream out;
@@ -89,6 +103,10 @@ std::string case_name(const harness::Case& c) {
   // The scale in thousandths keeps the name alphanumeric: 0.3 -> "scale300m".
   if (c.scale) out << "_scale" << std::lround(*c.scale * 1000) << "m";
   if (c.input_std != 1.0f) out << "_std" << std::lround(c.input_std * 1000) << "m";
+  if (c.window_left >= 0 || c.window_right >= 0)
+    out << "_window_" << side_name(c.window_left) << "_" << side_name(c.window_right);
+  if (c.softcap > 0.0f) out << "_softcap" << name_of(c.softcap);
+  if (c.alibi) out << "_alibi";
   return out.str();
 }
 
@@ -99,6 +117,26 @@ std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
     for (const harness::Case& c : cases)
       if (backend_supports(b, c.dtype, c.shape.head_dim)) out.push_back({b, c});
   return out;
+}
+
+bool tiles_values(Backend b) {
+  return b == Backend::cuda_tiled || b == Backend::cuda_tf32x3 || b == Backend::cuda_f16x3 ||
+         b == Backend::cuda_mma || b == Backend::cuda_wgmma;
+}
+
+std::vector<Backend> backward_backends() {
+  std::vector<Backend> out;
+  for (const BackendInfo& info : backends())
+    if (info.has_backward()) out.push_back(info.backend);
+  return out;
+}
+
+bool takes_backward(Backend backend, const harness::Case& c) {
+  for (const BackendInfo& info : backends())
+    if (info.backend == backend)
+      return info.has_backward() && info.takes(c.dtype) &&
+             info.takes_backward_head_dim(c.shape.head_dim);
+  return false;
 }
 
 std::string backend_case_name(const BackendCase& bc) {

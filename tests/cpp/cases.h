@@ -22,7 +22,8 @@ std::vector<harness::Case> shared_cases();
 harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strided = false,
                         int strided_pad = 3);
 
-// A unique, gtest-safe name, e.g. "B1_Nq17_Nk17_Hq1_Hkv1_d3_f16_causal_br_strided".
+// A unique, gtest-safe name, e.g. "B1_Nq17_Nk17_Hq1_Hkv1_d3_f16_causal_br_strided",
+// or with variants "..._window_3_open_softcap30_alibi".
 std::string case_name(const harness::Case& c);
 
 struct BackendCase {
@@ -31,6 +32,14 @@ struct BackendCase {
 };
 std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
                                        const std::vector<harness::Case>& cases);
+// The backends whose products are tiles: a non-finite value of v reaches, as
+// 0·v, rows that share its key tile without seeing it (docs/guide.md).
+bool tiles_values(Backend b);
+
+// The backends with a backward, and whether `backend`'s backward takes c's
+// dtype and head_dim (the registry's table).
+std::vector<Backend> backward_backends();
+bool takes_backward(Backend backend, const harness::Case& c);
 // "cpu_B1_Nq17_...": for INSTANTIATE_TEST_SUITE_P's name generator.
 std::string backend_case_name(const BackendCase& bc);
 void PrintTo(const BackendCase& bc, std::ostream* out);

@@ -37,6 +37,22 @@ struct Placed {
   }
 };
 
+std::vector<uint8_t> slope_bytes(const DenseProblem& p) {
+  std::vector<uint8_t> bytes(p.alibi_slopes.size() * sizeof(float));
+  if (!bytes.empty()) std::memcpy(bytes.data(), p.alibi_slopes.data(), bytes.size());
+  return bytes;
+}
+
+// The problem's variants, with its slopes where they were placed.
+Variants variants(const DenseProblem& p, Placed& slopes) {
+  Variants v;
+  v.window_left = p.window_left;
+  v.window_right = p.window_right;
+  v.softcap = p.softcap;
+  if (!p.alibi_slopes.empty()) v.alibi_slopes = static_cast<const float*>(slopes.data());
+  return v;
+}
+
 }  // namespace
 
 Dense::Dense(int b, int s, int h, int d)
@@ -100,8 +116,9 @@ DenseResult run_dense(const DenseProblem& p, Backend backend) {
                        out = encode(result.out, dtype);
   std::vector<uint8_t> lse(result.lse.size() * sizeof(float));
   std::memcpy(lse.data(), result.lse.data(), lse.size());
+  std::vector<uint8_t> slopes = slope_bytes(p);
   Placed q_at(q, device), k_at(k, device), v_at(v, device), out_at(out, device),
-      lse_at(lse, device);
+      lse_at(lse, device), slopes_at(slopes, device);
 
   auto view = [&](Placed& placed, const Dense& t) {
     return contiguous_view(placed.data(), dtype, t.batch, t.seqlen, t.heads, t.head_dim, device);
@@ -114,6 +131,7 @@ DenseResult run_dense(const DenseProblem& p, Backend backend) {
   params.lse = static_cast<float*>(lse_at.data());
   params.scale = p.scale;
   params.mask = p.mask;
+  params.variants = variants(p, slopes_at);
   params.backend = backend;
   forward(params);
   if (device.kind == DeviceKind::cuda) harness::device_synchronize(device.index);
@@ -140,8 +158,10 @@ DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float
                        o = encode(out, dtype), d_o = encode(dout, dtype), dq = encode(g.dq, dtype),
                        dk = encode(g.dk, dtype), dv = encode(g.dv, dtype);
   std::vector<uint8_t> lse(size_t(p.q.batch) * p.q.heads * p.q.seqlen * sizeof(float));
+  std::vector<uint8_t> slopes = slope_bytes(p);
   Placed q_at(q, device), k_at(k, device), v_at(v, device), o_at(o, device), do_at(d_o, device),
-      dq_at(dq, device), dk_at(dk, device), dv_at(dv, device), lse_at(lse, device);
+      dq_at(dq, device), dk_at(dk, device), dv_at(dv, device), lse_at(lse, device),
+      slopes_at(slopes, device);
   auto view = [&](Placed& placed, const Dense& t) {
     return contiguous_view(placed.data(), dtype, t.batch, t.seqlen, t.heads, t.head_dim, device);
   };
@@ -153,6 +173,7 @@ DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float
   fwd.lse = static_cast<float*>(lse_at.data());
   fwd.scale = p.scale;
   fwd.mask = p.mask;
+  fwd.variants = variants(p, slopes_at);
   fwd.backend = backend;
   forward(fwd);
   BackwardParams bwd = harness::backward_of(fwd);

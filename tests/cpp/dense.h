@@ -33,6 +33,11 @@ struct DenseProblem {
   DType dtype = DType::f32;
   Mask mask = Mask::none;
   std::optional<float> scale;
+  // Variants (flashattn::Variants); the ALiBi slopes (heads_q, empty: none)
+  // are copied to the backend's device.
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  std::vector<float> alibi_slopes;
 };
 
 struct DenseResult {

@@ -21,21 +21,6 @@ namespace {
 
 using testing::HasSubstr;
 
-std::vector<Backend> backward_backends() {
-  std::vector<Backend> out;
-  for (const BackendInfo& info : backends())
-    if (info.has_backward()) out.push_back(info.backend);
-  return out;
-}
-
-bool takes_backward(Backend backend, const harness::Case& c) {
-  for (const BackendInfo& info : backends())
-    if (info.backend == backend)
-      return info.has_backward() && info.takes(c.dtype) &&
-             info.takes_backward_head_dim(c.shape.head_dim);
-  return false;
-}
-
 // The shared list; for the GPU also tile-sized and multi-block shapes of every
 // head-dim bucket of the tensor-core kernels, aligned strided views, and GQA
 // groups of 8.
@@ -350,6 +335,17 @@ TEST_F(BackwardValidation, EachRuleNamesItsArgument) {
   p = params();
   p.dq.stride[1] = 0;
   expect_rejected(p, "dq: seqlen stride is 0, which makes elements overlap");
+  p = params();
+  p.variants.window_left = -2;
+  expect_rejected(p, "variants.window_left: is -2");
+  p = params();
+  p.variants.softcap = std::numeric_limits<float>::quiet_NaN();
+  expect_rejected(p, "variants.softcap: is nan");
+  p = params();
+  const float slopes[kH] = {0.5f, 0.25f};
+  p.scale = 0.0f;
+  p.variants.alibi_slopes = slopes;
+  expect_rejected(p, "scale: is 0");
 }
 
 TEST_F(BackwardValidation, BackendsWithoutBackwardSaySo) {

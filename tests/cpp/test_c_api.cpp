@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -138,6 +139,59 @@ TEST_P(CApiForward, MatchesCppApiBitForBit) {
   }
 }
 
+// ALiBi slopes for the 4 query heads of Tensors.
+constexpr float kSlopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+
+// A window, a softcap and ALiBi in the C struct and in the C++ one.
+flashattn_variants c_variants() {
+  flashattn_variants v = flashattn_variants_defaults();
+  v.window_left = 2;
+  v.window_right = 1;
+  v.softcap = 3.0f;
+  v.alibi_slopes = kSlopes;
+  return v;
+}
+Variants cpp_variants() {
+  Variants v;
+  v.window_left = 2;
+  v.window_right = 1;
+  v.softcap = 3.0f;
+  v.alibi_slopes = kSlopes;
+  return v;
+}
+
+// flashattn_forward_variants with NULL is flashattn_forward; with variants it
+// gives the C++ API's bytes, under each mask.
+TEST_P(CApiForward, VariantsMatchCppApiBitForBit) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(replay_hint(seed));
+  Tensors plain(GetParam(), seed), none(GetParam(), seed);
+  flashattn_params pp = plain.c_params(), np = none.c_params();
+  ASSERT_EQ(flashattn_forward(&pp), FLASHATTN_OK) << flashattn_last_error();
+  ASSERT_EQ(flashattn_forward_variants(&np, nullptr), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(std::memcmp(none.out.data(), plain.out.data(), none.out.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(none.lse.data(), plain.lse.data(), none.lse.size() * sizeof(float)), 0);
+
+  for (Mask mask : {Mask::none, Mask::causal_top_left, Mask::causal_bottom_right}) {
+    SCOPED_TRACE("mask " + std::to_string(int(mask)));
+    Tensors c(GetParam(), seed), cpp(GetParam(), seed);
+    flashattn_params cp = c.c_params();
+    cp.mask = int32_t(mask);
+    const flashattn_variants v = c_variants();
+    ASSERT_EQ(flashattn_forward_variants(&cp, &v), FLASHATTN_OK) << flashattn_last_error();
+    Params p = cpp.cpp_params();
+    p.mask = mask;
+    p.variants = cpp_variants();
+    forward(p);
+    EXPECT_EQ(std::memcmp(c.out.data(), cpp.out.data(), c.out.size() * sizeof(float)), 0)
+        << "out differs from the C++ API's";
+    EXPECT_EQ(std::memcmp(c.lse.data(), cpp.lse.data(), c.lse.size() * sizeof(float)), 0)
+        << "lse differs from the C++ API's";
+    EXPECT_NE(std::memcmp(c.out.data(), plain.out.data(), c.out.size() * sizeof(float)), 0)
+        << "the variants changed nothing";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CApiForward, testing::Values(DType::f32, DType::f16, DType::bf16),
                          [](const testing::TestParamInfo<DType>& info) {
                            return std::string(to_string(info.param));
@@ -223,6 +277,42 @@ INSTANTIATE_TEST_SUITE_P(EachPath, CApiError, testing::ValuesIn(kErrors),
                            return info.param.name;
                          });
 
+TEST(CApiVariants, DefaultsTurnEveryVariantOff) {
+  const flashattn_variants v = flashattn_variants_defaults();
+  EXPECT_EQ(v.struct_size, sizeof(flashattn_variants));
+  EXPECT_EQ(v.window_left, -1);
+  EXPECT_EQ(v.window_right, -1);
+  EXPECT_EQ(v.softcap, 0.0f);
+  EXPECT_EQ(v.alibi_slopes, nullptr);
+}
+
+// A struct_size short of the first generation's fields (up to alibi_slopes)
+// is refused, naming it; so is a rule a variant breaks. Nothing is written.
+TEST(CApiVariants, RejectedVariantsNameTheirField) {
+  const struct {
+    void (*breaks)(flashattn_variants&);
+    const char* message;
+  } errors[] = {
+      {[](flashattn_variants& v) { v.struct_size = 4; }, "variants: struct_size is 4"},
+      {[](flashattn_variants& v) { v.struct_size = offsetof(flashattn_variants, alibi_slopes); },
+       "variants: struct_size is"},
+      {[](flashattn_variants& v) { v.window_left = -2; }, "variants.window_left: is -2"},
+      {[](flashattn_variants& v) { v.softcap = -1.0f; }, "variants.softcap: is -1"},
+  };
+  for (const auto& error : errors) {
+    SCOPED_TRACE(error.message);
+    Tensors t(DType::f32, 11);
+    flashattn_params p = t.c_params();
+    flashattn_variants v = flashattn_variants_defaults();
+    error.breaks(v);
+    EXPECT_EQ(flashattn_forward_variants(&p, &v), FLASHATTN_ERR_INVALID_ARGUMENT);
+    EXPECT_THAT(flashattn_last_error(), HasSubstr(error.message));
+    t.expect_untouched();
+  }
+  EXPECT_EQ(flashattn_forward_variants(nullptr, nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(flashattn_last_error(), HasSubstr("params: pointer is null"));
+}
+
 TEST(CApi, NullParamsIsAnInvalidArgument) {
   EXPECT_EQ(flashattn_forward(nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
   EXPECT_THAT(flashattn_last_error(), HasSubstr("params: pointer is null"));
@@ -280,65 +370,115 @@ TEST(CApi, LastErrorIsPerThread) {
 namespace flashattn::test {
 namespace {
 
+// One f32 backward problem, (1, 6, 2, 8) everywhere, with its forward run
+// through the C ABI (with `variants`, or none): the C struct and the C++ one
+// over the same inputs, each with its own gradients (sentinel-filled).
+struct BackwardTensors {
+  static constexpr int kN = 6, kH = 2, kD = 8, kElems = kN * kH * kD;
+  std::vector<float> q, k, v, out, dout, lse;
+  std::vector<float> dq, dk, dv, dq_cpp, dk_cpp, dv_cpp;
+
+  explicit BackwardTensors(const flashattn_variants* variants)
+      : q(kElems), k(kElems), v(kElems), out(kElems), dout(kElems), lse(kN * kH),
+        dq(kElems, kSentinel), dk(dq), dv(dq), dq_cpp(dq), dk_cpp(dq), dv_cpp(dq) {
+    for (int e = 0; e < kElems; ++e) {
+      q[e] = std::sin(0.3f * e);
+      k[e] = std::cos(0.7f * e);
+      v[e] = std::sin(1.1f * e + 0.5f);
+      dout[e] = std::cos(0.2f * e + 1.0f);
+    }
+    flashattn_params fwd = flashattn_default_params(c_view(q), c_view(k), c_view(v), c_view(out));
+    fwd.lse = lse.data();
+    fwd.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
+    EXPECT_EQ(flashattn_forward_variants(&fwd, variants), FLASHATTN_OK) << flashattn_last_error();
+  }
+  static flashattn_tensor c_view(std::vector<float>& t) {
+    return flashattn_contiguous(t.data(), FLASHATTN_F32, 1, kN, kH, kD, FLASHATTN_CPU, 0);
+  }
+  static TensorView view(std::vector<float>& t) {
+    return contiguous_view(t.data(), DType::f32, 1, kN, kH, kD);
+  }
+  flashattn_backward_params c_params() {
+    flashattn_backward_params p = flashattn_backward_defaults();
+    p.q = c_view(q);
+    p.k = c_view(k);
+    p.v = c_view(v);
+    p.out = c_view(out);
+    p.dout = c_view(dout);
+    p.lse = lse.data();
+    p.dq = c_view(dq);
+    p.dk = c_view(dk);
+    p.dv = c_view(dv);
+    p.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
+    return p;
+  }
+  BackwardParams cpp_params() {
+    BackwardParams p;
+    p.q = view(q);
+    p.k = view(k);
+    p.v = view(v);
+    p.out = view(out);
+    p.dout = view(dout);
+    p.lse = lse.data();
+    p.dq = view(dq_cpp);
+    p.dk = view(dk_cpp);
+    p.dv = view(dv_cpp);
+    p.mask = Mask::causal_top_left;
+    return p;
+  }
+  void expect_same_gradients() const {
+    EXPECT_EQ(0, std::memcmp(dq.data(), dq_cpp.data(), dq.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dk.data(), dk_cpp.data(), dk.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dv.data(), dv_cpp.data(), dv.size() * sizeof(float)));
+  }
+};
+
 // flashattn_backward: the sized struct from flashattn_backward_defaults() gives
 // the C++ API's gradients bit for bit; a struct_size short of the first
 // generation is refused naming it; the backend table reports which backends
 // have a backward.
 TEST(CApiBackward, MatchesCppApiBitForBit) {
-  constexpr int kN = 6, kH = 2, kD = 8, kElems = kN * kH * kD;
-  std::vector<float> q(kElems), k(kElems), v(kElems), out(kElems), dout(kElems), lse(kN * kH);
-  for (int e = 0; e < kElems; ++e) {
-    q[e] = std::sin(0.3f * e);
-    k[e] = std::cos(0.7f * e);
-    v[e] = std::sin(1.1f * e + 0.5f);
-    dout[e] = std::cos(0.2f * e + 1.0f);
-  }
-  std::vector<float> dq(kElems, kSentinel), dk = dq, dv = dq, dq_cpp = dq, dk_cpp = dq, dv_cpp = dq;
-  auto c_view = [&](std::vector<float>& t) {
-    return flashattn_contiguous(t.data(), FLASHATTN_F32, 1, kN, kH, kD, FLASHATTN_CPU, 0);
-  };
-  flashattn_params fwd = flashattn_default_params(c_view(q), c_view(k), c_view(v), c_view(out));
-  fwd.lse = lse.data();
-  fwd.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
-  ASSERT_EQ(flashattn_forward(&fwd), FLASHATTN_OK) << flashattn_last_error();
-
-  flashattn_backward_params bwd = flashattn_backward_defaults();
+  BackwardTensors t(nullptr);
+  flashattn_backward_params bwd = t.c_params();
   EXPECT_EQ(bwd.struct_size, sizeof(flashattn_backward_params));
-  bwd.q = c_view(q);
-  bwd.k = c_view(k);
-  bwd.v = c_view(v);
-  bwd.out = c_view(out);
-  bwd.dout = c_view(dout);
-  bwd.lse = lse.data();
-  bwd.dq = c_view(dq);
-  bwd.dk = c_view(dk);
-  bwd.dv = c_view(dv);
-  bwd.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
   ASSERT_EQ(flashattn_backward(&bwd), FLASHATTN_OK) << flashattn_last_error();
-
-  BackwardParams p;
-  auto view = [&](std::vector<float>& t) { return contiguous_view(t.data(), DType::f32, 1, kN, kH, kD); };
-  p.q = view(q);
-  p.k = view(k);
-  p.v = view(v);
-  p.out = view(out);
-  p.dout = view(dout);
-  p.lse = lse.data();
-  p.dq = view(dq_cpp);
-  p.dk = view(dk_cpp);
-  p.dv = view(dv_cpp);
-  p.mask = Mask::causal_top_left;
-  backward(p);
-  EXPECT_EQ(0, std::memcmp(dq.data(), dq_cpp.data(), dq.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(dk.data(), dk_cpp.data(), dk.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(dv.data(), dv_cpp.data(), dv.size() * sizeof(float)));
+  backward(t.cpp_params());
+  t.expect_same_gradients();
 
   bwd.struct_size = 8;
-  std::fill(dq.begin(), dq.end(), kSentinel);
+  std::fill(t.dq.begin(), t.dq.end(), kSentinel);
   EXPECT_EQ(flashattn_backward(&bwd), FLASHATTN_ERR_INVALID_ARGUMENT);
   EXPECT_THAT(flashattn_last_error(), HasSubstr("params: struct_size is 8"));
-  for (float x : dq) ASSERT_EQ(x, kSentinel);
+  for (float x : t.dq) ASSERT_EQ(x, kSentinel);
   EXPECT_EQ(flashattn_backward(nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
+}
+
+// The forward's variants through flashattn_backward_params.variants: the C++
+// API's gradients with the same variants, bit for bit.
+TEST(CApiBackward, VariantsMatchCppApiBitForBit) {
+  const flashattn_variants v = c_variants();
+  BackwardTensors t(&v);
+  flashattn_backward_params bwd = t.c_params();
+  bwd.variants = &v;
+  ASSERT_EQ(flashattn_backward(&bwd), FLASHATTN_OK) << flashattn_last_error();
+  BackwardParams p = t.cpp_params();
+  p.variants = cpp_variants();
+  backward(p);
+  t.expect_same_gradients();
+}
+
+// A caller built against the previous header passes a struct that ends at
+// `stream`: it still works, and means no variants, whatever lies past its
+// struct_size.
+TEST(CApiBackward, PreviousGenerationMeansNoVariants) {
+  BackwardTensors t(nullptr);
+  flashattn_backward_params bwd = t.c_params();
+  const flashattn_variants v = c_variants();
+  bwd.variants = &v;  // past the struct_size below: not read
+  bwd.struct_size = offsetof(flashattn_backward_params, stream) + sizeof(void*);
+  ASSERT_EQ(flashattn_backward(&bwd), FLASHATTN_OK) << flashattn_last_error();
+  backward(t.cpp_params());
+  t.expect_same_gradients();
 }
 
 TEST(CApiBackward, BackendInfoReportsTheBackward) {

@@ -20,22 +20,59 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::vector<RowMask> masks() {
-  std::vector<RowMask> out;
-  for (auto [nq, nk] : {std::pair{1, 1}, std::pair{17, 17}, std::pair{40, 100},
-                        std::pair{100, 40}, std::pair{64, 0}, std::pair{0, 9}})
-    for (MaskRule rule : {MaskRule{false, false}, MaskRule{true, false}, MaskRule{true, true}})
-      out.push_back(resolve(rule, {nq, nk}));
+// Every rule: no mask, both causal alignments, and windows (open sides, zero
+// width, wider than the sequence), with and without causal.
+std::vector<MaskRule> rules() {
+  std::vector<MaskRule> out = {{false, false}, {true, false}, {true, true}};
+  for (bool causal : {false, true})
+    for (bool bottom_right : {false, true})
+      for (auto [left, right] : {std::pair{0, 0}, std::pair{3, -1}, std::pair{-1, 2},
+                                 std::pair{5, 4}, std::pair{1, 0}, std::pair{200, 200}})
+        out.push_back({causal, bottom_right, left, right});
   return out;
 }
 
+std::vector<std::pair<MaskRule, RowMask>> rule_masks() {
+  std::vector<std::pair<MaskRule, RowMask>> out;
+  for (auto [nq, nk] : {std::pair{1, 1}, std::pair{17, 17}, std::pair{40, 100},
+                        std::pair{100, 40}, std::pair{64, 0}, std::pair{0, 9}})
+    for (const MaskRule& rule : rules()) out.push_back({rule, resolve(rule, {nq, nk})});
+  return out;
+}
+
+std::vector<RowMask> masks() {
+  std::vector<RowMask> out;
+  for (const auto& [rule, m] : rule_masks()) out.push_back(m);
+  return out;
+}
+
+// The rule as the public API states it: i + off − left <= j <= i + off + right.
+bool visible(const MaskRule& r, int seqlen_q, int seqlen_k, int i, int j) {
+  const int64_t off = r.bottom_right ? int64_t(seqlen_k) - seqlen_q : 0;
+  const int64_t right = r.causal ? 0 : r.window_right;
+  return (right < 0 || j <= i + off + right) && (r.window_left < 0 || j >= i + off - r.window_left);
+}
+
 TEST(RowMaskTest, KeyRangeIsTheRule) {
-  for (const RowMask& m : masks())
+  for (const auto& [rule, m] : rule_masks())
     for (int i = 0; i < m.seqlen_q; ++i)
       for (int j = 0; j < m.seqlen_k; ++j) {
-        const bool rule = !m.causal || j <= i + m.causal_offset;
-        EXPECT_EQ(rule, j >= m.key_begin(i) && j < m.key_end(i)) << "row " << i << " key " << j;
+        EXPECT_EQ(visible(rule, m.seqlen_q, m.seqlen_k, i, j),
+                  j >= m.key_begin(i) && j < m.key_end(i))
+            << "row " << i << " key " << j << " left " << rule.window_left << " right "
+            << rule.window_right;
+        EXPECT_EQ(m.hidden(i, j), !(j >= m.key_begin(i) && j < m.key_end(i)));
       }
+}
+
+// A window wider than the sequence is the plain rule (the plain kernels run it).
+TEST(RowMaskTest, WideWindowsLeaveTheSideOpen) {
+  const RowMask m = resolve(MaskRule{false, true, 100, 100}, {40, 60});
+  EXPECT_FALSE(m.bounded_above);
+  EXPECT_FALSE(m.bounded_below);
+  const RowMask c = resolve(MaskRule{true, true, 100, -1}, {40, 60});
+  EXPECT_TRUE(c.bounded_above);
+  EXPECT_FALSE(c.bounded_below);
 }
 
 TEST(RowMaskTest, SmallFormAgreesWithKeyEnd) {
@@ -82,8 +119,12 @@ TEST(RowMaskTest, KeyBlocksMatchBruteForce) {
             if (any) {
               EXPECT_TRUE(n >= b.begin && n < b.end) << at;
             }
+            if (n >= b.unmasked_begin && n < b.unmasked_end && n >= b.begin && n < b.end) {
+              EXPECT_TRUE(whole) << at;
+            }
             // Blocks reported whole are whole; a partial block always needs the mask.
-            if (!b.needs_mask(n)) {
+            if (n >= b.end || n < b.begin) continue;
+            if (!b.needs_mask<true>(n)) {
               EXPECT_TRUE(whole) << at;
             }
           }

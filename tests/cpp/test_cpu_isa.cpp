@@ -2,8 +2,9 @@
 // FLASHATTN_CPU_ISA (baseline, avx2, avx512; a set the CPU lacks is skipped): the shared case list plus shapes that
 // reach the kernels' other paths (few query rows scored by dot products, keys
 // split across threads and merged, query tiles and key tiles cut by the
-// sequence ends), forward and backward, against the float64 reference; and the
-// variable's rules.
+// sequence ends), forward and backward, against the float64 reference, with
+// and without the variants (sliding windows' lower ends on the element mask,
+// the vector tanh of the softcap, ALiBi); and the variable's rules.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -52,6 +53,28 @@ std::vector<harness::Case> isa_cases() {
   cases.push_back(make_case({1, 200, 190, 4, 2, 72}, DType::f32, Mask::causal_top_left));
   cases.push_back(make_case({2, 130, 257, 2, 1, 136}, DType::f16, Mask::causal_bottom_right));
   cases.push_back(make_case({1, 65, 129, 3, 3, 300}, DType::bf16, Mask::none, true));
+  // The variants on those paths: windows whose ends cut key tiles (and, for
+  // few rows, key splits) on both sides, softcaps that bite, ALiBi.
+  auto with_variants = [](harness::Case c, int left, int right, float softcap, bool alibi) {
+    c.window_left = left;
+    c.window_right = right;
+    c.softcap = softcap;
+    c.input_std = softcap > 0.0f ? 3.0f : 1.0f;
+    c.alibi = alibi;
+    return c;
+  };
+  const Mask none = Mask::none;
+  cases.push_back(with_variants(
+      make_case({1, 200, 190, 4, 2, 72}, DType::f32, Mask::causal_top_left), 30, 10, 5, true));
+  cases.push_back(
+      with_variants(make_case({1, 1, 3000, 2, 1, 128}, DType::f32, none), 500, -1, 30, true));
+  cases.push_back(
+      with_variants(make_case({1, 2, 2500, 4, 2, 64}, DType::bf16, none), 64, 64, 0, false));
+  const Mask bottom_right = Mask::causal_bottom_right;
+  cases.push_back(with_variants(
+      make_case({2, 130, 257, 2, 1, 136}, DType::f16, bottom_right), 100, -1, 0, true));
+  cases.push_back(
+      with_variants(make_case({1, 65, 129, 3, 3, 300}, DType::bf16, none, true), 7, 3, 30, false));
   return cases;
 }
 

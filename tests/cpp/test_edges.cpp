@@ -83,13 +83,6 @@ Kind kind(double x) {
   return Kind::finite;
 }
 
-// The backends whose products are tiles: a non-finite value of v reaches, as
-// 0·v, rows that share its key tile without seeing it (docs/guide.md).
-bool tiles_values(Backend b) {
-  return b == Backend::cuda_tiled || b == Backend::cuda_tf32x3 || b == Backend::cuda_f16x3 ||
-         b == Backend::cuda_mma || b == Backend::cuda_wgmma;
-}
-
 // The backends that carry fp32 as split halves (a high and a low part): an
 // infinite input becomes NaN where it enters a product (its low part is ∞ − ∞),
 // so rows it reaches may be NaN where standard attention gives a finite row (an

@@ -219,6 +219,39 @@ std::vector<Rule> rules() {
                [](Params& p, Buffers&) { p.backend = static_cast<Backend>(17); },
                invalid,
                {"backend: is not a known backend"}});
+  // The variants: window sides of -1 (open) or more, a finite softcap >= 0,
+  // and a nonzero scale where softcap or ALiBi divide by it.
+  r.push_back({"window_left_minus_2",
+               [](Params& p, Buffers&) { p.variants.window_left = -2; },
+               invalid,
+               {"variants.window_left: is -2", "must be >= -1"}});
+  r.push_back({"window_right_minus_5",
+               [](Params& p, Buffers&) { p.variants.window_right = -5; },
+               invalid,
+               {"variants.window_right: is -5", "must be >= -1"}});
+  const std::pair<const char*, float> bad_softcaps[] = {
+      {"minus_1", -1.0f},
+      {"nan", std::numeric_limits<float>::quiet_NaN()},
+      {"inf", std::numeric_limits<float>::infinity()}};
+  for (const auto& [label, softcap] : bad_softcaps)
+    r.push_back({std::string("softcap_") + label,
+                 [softcap](Params& p, Buffers&) { p.variants.softcap = softcap; },
+                 invalid,
+                 {"variants.softcap: is", "must be finite and >= 0"}});
+  r.push_back({"scale_zero_with_softcap",
+               [](Params& p, Buffers&) {
+                 p.scale = 0.0f;
+                 p.variants.softcap = 5.0f;
+               },
+               invalid,
+               {"scale: is 0", "softcap and ALiBi"}});
+  r.push_back({"scale_zero_with_alibi",
+               [](Params& p, Buffers& b) {
+                 p.scale = 0.0f;
+                 p.variants.alibi_slopes = b.arena.data();
+               },
+               invalid,
+               {"scale: is 0", "softcap and ALiBi"}});
   for (Backend b : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
                     Backend::cuda_f16x3, Backend::cuda_mma, Backend::cuda_wgmma}) {
     const std::string name(to_string(b));
@@ -328,6 +361,28 @@ TEST(ValidationAccepts, TinyPositiveScale) {
   Buffers b;
   Params p = valid_params(b);
   p.scale = std::numeric_limits<float>::denorm_min();
+  expect_accepted(p, b.out);
+}
+
+TEST(ValidationAccepts, EveryVariantTogether) {
+  // Row i sees key i + 2 alone (no mask: off = seqlen_k - seqlen_q = 2).
+  Buffers b;
+  Params p = valid_params(b);
+  const std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  p.variants.window_left = 0;
+  p.variants.window_right = 0;
+  p.variants.softcap = 5.0f;
+  p.variants.alibi_slopes = slopes.data();
+  expect_accepted(p, b.out);
+}
+
+TEST(ValidationAccepts, ZeroScaleWithAWindowAlone) {
+  // Only softcap and ALiBi divide by the scale.
+  Buffers b;
+  Params p = valid_params(b);
+  p.scale = 0.0f;
+  p.variants.window_left = 1;
+  p.variants.window_right = 3;
   expect_accepted(p, b.out);
 }
 

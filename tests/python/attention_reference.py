@@ -2,14 +2,47 @@
 import numpy as np
 
 
-def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None):
+def alignment(seqlen_q, seqlen_k, causal, causal_alignment):
+    """off: query i's diagonal is key i + off. 0 for causal top_left; seqlen_k - seqlen_q
+    for bottom_right and without a causal mask (FlashAttention's convention)."""
+    return 0 if causal and causal_alignment == "top_left" else seqlen_k - seqlen_q
+
+
+def visible_keys(seqlen_q, seqlen_k, causal=False, causal_alignment="top_left",
+                 window_size=(-1, -1)):
+    """(seqlen_q, seqlen_k) bool: query i sees key j iff i + off - left <= j <= i + off +
+    right, a side -1 being open, and with causal j <= i + off."""
+    off = alignment(seqlen_q, seqlen_k, causal, causal_alignment)
+    diagonal = np.arange(seqlen_q)[:, None] + off
+    keys = np.arange(seqlen_k)[None, :]
+    left, right = window_size
+    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
+    if causal:
+        visible &= keys <= diagonal
+    if left >= 0:
+        visible &= keys >= diagonal - left
+    if right >= 0:
+        visible &= keys <= diagonal + right
+    return visible
+
+
+def alibi_bias(alibi_slopes, seqlen_q, seqlen_k, off):
+    """(heads_q, seqlen_q, seqlen_k): -slope_h·|i + off - j|."""
+    distance = np.abs(np.arange(seqlen_q)[:, None] + off - np.arange(seqlen_k)[None, :])
+    return -np.asarray(alibi_slopes, dtype=np.float64)[:, None, None] * distance
+
+
+def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
+                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), float64.
 
     Query head h reads kv head h // (heads_q // heads_kv). The mask comes first: a key a row
     does not see is never read, whatever its k and v hold. A row that sees no key (every row
     when seqlen_k is 0) gets out 0 and lse -inf; every other row is standard attention's,
     non-finite values included (NaN in a score it sees, or a largest score of ±Inf, makes
-    the row NaN; NaN or Inf in a v row it sees reaches that column).
+    the row NaN; NaN or Inf in a v row it sees reaches that column). The variants as
+    flashattn.attention defines them: window_size masks (visible_keys), softcap c > 0 turns
+    each scaled score s into c·tanh(s/c), then ALiBi adds -slope_h·|i + off - j|.
     """
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -18,13 +51,16 @@ def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", s
     v = np.repeat(v, heads_q // heads_kv, axis=2)
     if scale is None:
         scale = 1.0 / np.sqrt(head_dim)
-    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
-    if causal:
-        offset = 0 if causal_alignment == "top_left" else seqlen_k - seqlen_q
-        visible = np.arange(seqlen_k)[None, :] <= np.arange(seqlen_q)[:, None] + offset
+    visible = visible_keys(seqlen_q, seqlen_k, causal, causal_alignment, window_size)
     has_keys = visible.any(axis=1)  # (seqlen_q,)
     with np.errstate(invalid="ignore", over="ignore"):
-        scores = np.where(visible, np.einsum("bqhd,bkhd->bhqk", q, k) * scale, -np.inf)
+        scores = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+        if softcap > 0:
+            scores = softcap * np.tanh(scores / softcap)
+        if alibi_slopes is not None:
+            off = alignment(seqlen_q, seqlen_k, causal, causal_alignment)
+            scores = scores + alibi_bias(alibi_slopes, seqlen_q, seqlen_k, off)
+        scores = np.where(visible, scores, -np.inf)
         # Rows without keys get max 0 so their (all -inf) scores give weights 0, not NaN.
         row_max = np.where(has_keys[:, None], scores.max(axis=-1, keepdims=True, initial=-np.inf),
                            0.0)
@@ -59,15 +95,17 @@ def assert_lse_close(lse, expected, tol):
 
 
 def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="top_left",
-                             scale=None, dtype=np.float64):
+                             scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             dtype=np.float64):
     """(out, dq, dk, dv) of standard attention with every step done in NumPy's `dtype`:
     float64 is the oracle for the backward, a 16-bit dtype the same computation at that
     precision (the error a plain implementation in that dtype makes).
 
-    With P = softmax(scale·q·kᵀ) (masked): dv = Pᵀ·dout, dP = dout·vᵀ, dS = P∘(dP − D) with
-    D_i = Σ_c dout_ic·out_ic, dq = scale·dS·k, dk = scale·dSᵀ·q. A row that sees no key has P
-    0, so dq 0; grouped-query dk and dv sum over the query heads of a kv head's group.
-    Finite inputs only.
+    With P = softmax(S) (masked), S = scale·q·kᵀ through the variants (reference_attention):
+    dv = Pᵀ·dout, dP = dout·vᵀ, dS = P∘(dP − D) with D_i = Σ_c dout_ic·out_ic, times the
+    softcap's derivative 1 − tanh², dq = scale·dS·k, dk = scale·dSᵀ·q (ALiBi's bias has
+    none). A row that sees no key has P 0, so dq 0; grouped-query dk and dv sum over the
+    query heads of a kv head's group. Finite inputs only.
     """
     q, k, v, dout = (np.asarray(x, dtype=dtype) for x in (q, k, v, dout))
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -75,13 +113,19 @@ def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="t
     group = heads_q // heads_kv
     k, v = (np.repeat(x, group, axis=2) for x in (k, v))
     scale = dtype(1.0 / np.sqrt(head_dim) if scale is None else scale)
-    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
-    if causal:
-        offset = 0 if causal_alignment == "top_left" else seqlen_k - seqlen_q
-        visible = np.arange(seqlen_k)[None, :] <= np.arange(seqlen_q)[:, None] + offset
+    visible = visible_keys(seqlen_q, seqlen_k, causal, causal_alignment, window_size)
     # (batch, heads, seqlen, head_dim) for the products.
     qh, kh, vh, douth = (x.transpose(0, 2, 1, 3) for x in (q, k, v, dout))
-    scores = np.where(visible, (qh @ kh.transpose(0, 1, 3, 2)) * scale, -np.inf).astype(dtype)
+    scores = ((qh @ kh.transpose(0, 1, 3, 2)) * scale).astype(dtype)
+    capped = dtype(1)  # ∂(softcapped score)/∂(scaled score)
+    if softcap > 0:
+        cap = dtype(softcap)
+        tanh = np.tanh(scores / cap).astype(dtype)
+        scores, capped = (cap * tanh).astype(dtype), (1 - tanh * tanh).astype(dtype)
+    if alibi_slopes is not None:
+        off = alignment(seqlen_q, seqlen_k, causal, causal_alignment)
+        scores = (scores + alibi_bias(alibi_slopes, seqlen_q, seqlen_k, off)).astype(dtype)
+    scores = np.where(visible, scores, -np.inf).astype(dtype)
     row_max = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
     row_max = np.where(np.isneginf(row_max), 0, row_max).astype(dtype)
     weights = np.exp(scores - row_max)
@@ -91,7 +135,7 @@ def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="t
     dv = probs.transpose(0, 1, 3, 2) @ douth
     dprobs = douth @ vh.transpose(0, 1, 3, 2)
     row_dot = (douth * out).sum(axis=-1, keepdims=True)
-    dscores = (probs * (dprobs - row_dot)).astype(dtype)
+    dscores = (probs * (dprobs - row_dot) * capped).astype(dtype)
     dq = (dscores @ kh) * scale
     dk = (dscores.transpose(0, 1, 3, 2) @ qh) * scale
 

@@ -36,7 +36,7 @@ def test_packed_backward_params_read_back_through_the_ctypes_layout():
              for i in range(8)]
     q, k, v, out, dout, dq, dk, dv = views
     packed = _abi.pack_backward_params(q, k, v, out, dout, 0x9000, dq, dk, dv, 1, -0.5,
-                                       _abi.MASKS["causal_top_left"], 6, True, 0xA000)
+                                       _abi.MASKS["causal_top_left"], 6, True, 0xA000, 0xB000)
     assert len(packed) == ctypes.sizeof(_abi.BackwardParams)
     params = _abi.BackwardParams.from_buffer_copy(packed)
     assert params.struct_size == ctypes.sizeof(_abi.BackwardParams)
@@ -45,12 +45,14 @@ def test_packed_backward_params_read_back_through_the_ctypes_layout():
         assert (tensor.data, tensor.dtype, *tensor.shape, *tensor.strides, tensor.device,
                 tensor.device_index) == packed_view
     assert (params.lse, params.has_scale, params.scale, params.mask, params.backend,
-            params.deterministic, params.stream) == (0x9000, 1, -0.5, 1, 6, 1, 0xA000)
+            params.deterministic, params.stream, params.variants) == (0x9000, 1, -0.5, 1, 6, 1,
+                                                                      0xA000, 0xB000)
 
 
 LAYOUTS = {"flashattn_tensor": _abi.Tensor, "flashattn_params": _abi.Params,
            "flashattn_backend_info": _abi.BackendInfo,
-           "flashattn_backward_params": _abi.BackwardParams}
+           "flashattn_backward_params": _abi.BackwardParams,
+           "flashattn_variants": _abi.Variants}
 
 
 def test_struct_layouts_match_the_header(tmp_path):
@@ -75,6 +77,27 @@ def test_struct_layouts_match_the_header(tmp_path):
         expected += [f"{c_name}.{field} {getattr(structure, field).offset}"
                      for field, _ in structure._fields_]
     assert printed.split("\n")[:-1] == expected
+
+
+def test_no_variants_are_the_headers_defaults(tmp_path):
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None or not (HEADER_DIR / "flashattn" / "flashattn.h").is_file():
+        pytest.skip("needs a C compiler and the repository's include/")
+    source = tmp_path / "defaults.c"
+    source.write_text("\n".join([
+        '#include <stdio.h>', '#include "flashattn/flashattn.h"', 'int main(void) {',
+        'flashattn_variants v = flashattn_variants_defaults();',
+        'printf("%u %d %d %g %p\\n", v.struct_size, v.window_left, v.window_right, '
+        '(double)v.softcap, (void*)v.alibi_slopes);', 'return 0;', '}']))
+    subprocess.run([compiler, f"-I{HEADER_DIR}", str(source), "-o", str(tmp_path / "defaults")],
+                   check=True)
+    printed = subprocess.run([str(tmp_path / "defaults")], check=True, capture_output=True,
+                             text=True).stdout.split()
+    size, left, right, softcap, slopes = printed
+    assert int(size) == ctypes.sizeof(_abi.Variants)
+    assert (int(left), int(right), float(softcap), slopes in ("(nil)", "0")) == (
+        *_abi.NO_VARIANTS[:3], True)
+    assert _abi.NO_VARIANTS[3] == 0
 
 
 def test_backends_come_from_the_library():

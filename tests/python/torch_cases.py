@@ -2,7 +2,9 @@
 import numpy as np
 import torch
 
-from attention_reference import reference_attention
+from attention_reference import (alibi_bias, alignment, reference_attention, rel_l2,
+                                 visible_keys)
+from variant_cases import options_with_slopes
 
 
 def random_bshd(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, *, dtype=torch.float32,
@@ -49,16 +51,25 @@ def causal_mask(seqlen_q, seqlen_k, alignment, device):
     return torch.arange(seqlen_k, device=device)[None, :] <= rows + offset
 
 
-def plain_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None):
+def plain_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """Standard attention on (batch, seqlen, heads, head_dim) tensors, every step in their
-    dtype and differentiable by torch: the scores materialised, grouped-query k and v
-    repeated per query head. A row that sees no key gives 0 (and no gradient)."""
+    dtype and differentiable by torch: the scores materialised, through the variants as
+    attention_reference defines them, grouped-query k and v repeated per query head. A row
+    that sees no key gives 0 (and no gradient)."""
     group = q.shape[2] // k.shape[2]
     k, v = (x.repeat_interleave(group, dim=2) for x in (k, v))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    visible = causal_mask(q.shape[1], k.shape[1], causal_alignment if causal else None,
-                          q.device)
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    if alibi_slopes is not None:
+        off = alignment(seqlen_q, seqlen_k, causal, causal_alignment)
+        bias = alibi_bias(as_float64(alibi_slopes), seqlen_q, seqlen_k, off)
+        scores = scores + torch.from_numpy(bias).to(device=q.device, dtype=q.dtype)
+    visible = torch.from_numpy(visible_keys(seqlen_q, seqlen_k, causal, causal_alignment,
+                                            window_size)).to(q.device)
     has_keys = visible.any(dim=1)[:, None]
     scores = scores.masked_fill(~visible, float("-inf")).masked_fill(~has_keys, 0.0)
     probs = torch.softmax(scores, dim=-1).masked_fill(~has_keys, 0.0)
@@ -69,3 +80,44 @@ def plain_grads(q, k, v, dout, **options):
     """(dq, dk, dv) of plain_attention by torch's autograd, in the tensors' dtype."""
     q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
     return torch.autograd.grad(plain_attention(q, k, v, **options), (q, k, v), dout)
+
+
+
+def plain_outputs(q, k, v, dout=None, **options):
+    """(out,) of plain_attention, or, given dout, its gradients (dq, dk, dv)."""
+    if dout is None:
+        return (plain_attention(q, k, v, **options),)
+    return plain_grads(q, k, v, dout, **options)
+
+
+def assert_as_accurate_as_plain(ours, inputs, **options):
+    """ours: flashattn's (out,) for inputs (q, k, v), or its (dq, dk, dv) for inputs (q, k,
+    v, dout), with `options`. fp32: each within 1e-5 (relative L2) of the plain formula in
+    float64 (differentiated by torch's autograd). 16-bit: at most twice the error of the
+    plain formula computed (and differentiated) by torch in that dtype, plus a quarter ulp;
+    both against float64 on the same rounded inputs."""
+    dtype = inputs[0].dtype
+    expected = plain_outputs(*(x.double() for x in inputs), **options)
+    standard = plain_outputs(*inputs, **options) if dtype != torch.float32 else None
+    names = ("dq", "dk", "dv") if len(inputs) == 4 else ("out",)
+    for i, (name, got, want) in enumerate(zip(names, ours, expected)):
+        assert got.dtype == dtype and got.shape == want.shape, name
+        assert got.device == inputs[0].device, name
+        err = rel_l2(as_float64(got), as_float64(want))
+        if dtype == torch.float32:
+            assert err <= 1e-5, name
+        else:
+            floor = torch.finfo(dtype).eps / 4
+            assert err <= 2 * rel_l2(as_float64(standard[i]), as_float64(want)) + floor, name
+
+
+def variant_case(case, heads=(4, 2), head_dim=32, dtype=torch.float32, device="cpu"):
+    """q, k, v, dout and the options of one of variant_cases.CASES as torch tensors (batch 2,
+    `heads` (q, kv), ALiBi's slopes on `device`)."""
+    _, (seqlen_q, seqlen_k), options = case
+    seed = seqlen_q + seqlen_k
+    q, k, v = random_bshd(2, seqlen_q, seqlen_k, *heads, head_dim, dtype=dtype, device=device,
+                          seed=seed)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
+    return q, k, v, dout.to(device=device, dtype=dtype), options_with_slopes(
+        options, heads[0], lambda slopes: torch.from_numpy(slopes).to(device))

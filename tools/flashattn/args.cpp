@@ -1,6 +1,8 @@
 #include "args.h"
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace flashattn::cli {
@@ -126,6 +128,68 @@ Mask parse_mask(Options& options) {
   if (*text == "top_left") return Mask::causal_top_left;
   if (*text == "bottom_right") return Mask::causal_bottom_right;
   throw UsageError("--causal is '" + *text + "', must be top_left, bottom_right or none");
+}
+
+namespace {
+
+// x with the 9 significant digits that read back as the same float.
+std::string number_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", x);
+  return text;
+}
+
+// One side of --window: an integer >= -1 (-1: open).
+int window_side(const std::string& text, const std::string& whole) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || v < -1 || v > INT32_MAX)
+    throw UsageError("--window is '" + whole +
+                     "', must be LEFT,RIGHT: integers >= -1 (-1: that side open)");
+  return int(v);
+}
+
+}  // namespace
+
+VariantOptions parse_variants(Options& options) {
+  VariantOptions v;
+  if (const std::optional<std::string> window = options.value("window")) {
+    const size_t comma = window->find(',');
+    if (comma == std::string::npos)
+      throw UsageError("--window is '" + *window +
+                       "', must be LEFT,RIGHT: integers >= -1 (-1: that side open)");
+    v.window_left = window_side(window->substr(0, comma), *window);
+    v.window_right = window_side(window->substr(comma + 1), *window);
+  }
+  if (const std::optional<double> softcap = options.number("softcap")) {
+    if (!std::isfinite(*softcap) || *softcap < 0)
+      throw UsageError("--softcap is " + number_text(*softcap) +
+                       ", must be a finite number >= 0 (0: none)");
+    v.softcap = float(*softcap);
+  }
+  v.alibi = options.flag("alibi");
+  return v;
+}
+
+void VariantOptions::apply_to(harness::Case& c) const {
+  c.window_left = window_left;
+  c.window_right = window_right;
+  c.softcap = softcap;
+  c.alibi = alibi;
+}
+
+std::string VariantOptions::command_line() const {
+  std::string out;
+  if (window_left >= 0 || window_right >= 0)
+    out += " --window " + std::to_string(window_left) + "," + std::to_string(window_right);
+  if (softcap > 0.0f) out += " --softcap " + number_text(softcap);
+  if (alibi) out += " --alibi";
+  return out;
+}
+
+bool has_variants(const harness::Case& c) {
+  return c.window_left >= 0 || c.window_right >= 0 || c.softcap > 0.0f || c.alibi;
 }
 
 std::vector<std::string> split_list(const std::string& list) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
+#include "problem.h"
 
 namespace flashattn::cli {
 
@@ -46,6 +47,28 @@ class Options {
 // Shared option meanings.
 Device parse_device(Options& options);  // --device cpu|cuda[:N]; default cuda if a GPU is visible
 Mask parse_mask(Options& options);      // --causal[=top_left|bottom_right|none]
+// The variant options --window LEFT,RIGHT, --softcap C and --alibi, as harness::Case
+// holds them.
+struct VariantOptions {
+  int window_left = -1, window_right = -1;  // -1: open
+  float softcap = 0.0f;                     // 0: none
+  bool alibi = false;
+  void apply_to(harness::Case& c) const;
+  std::string command_line() const;  // " --window 4096,0 --softcap 30 --alibi", "" for none
+};
+VariantOptions parse_variants(Options& options);
+bool has_variants(const harness::Case& c);
+// The variant options' --help lines, the same for every subcommand that takes them.
+inline constexpr const char* kVariantsHelp = R"(
+variants (each off by default; any combination, with --causal too):
+  --window LEFT,RIGHT  sliding window: query i sees keys j with i+off-LEFT <= j
+                       <= i+off+RIGHT, off 0 for --causal top_left, else Nk-Nq;
+                       -1 leaves a side open (--causal --window 4096,0: each
+                       query sees itself and the 4096 keys before it)
+  --softcap C          each scaled score s becomes C*tanh(s/C) (C > 0)
+  --alibi              ALiBi: score i, j of query head h gets -slope_h*|i+off-j|,
+                       slope_h = 2^(-8(h+1)/H) for H query heads
+)";
 std::vector<std::string> split_list(const std::string& list);  // "a,b,c"
 std::string device_label(Device device);  // "cpu", "cuda:0"
 std::string join(const std::vector<std::string>& items, std::string_view separator);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 
+#include "args.h"
 #include "problem.h"
 #include "format.h"
 #include "gpu.h"
@@ -57,6 +58,10 @@ struct Runner {
 Runner standard_runner(const harness::Problem& problem, Device device) {
   const AttnParams attn = attn_params(problem.params(Backend::automatic));
   Runner r;
+  if (has_variants(problem.spec())) {
+    r.skip = "skipped: standard attention (tools/baselines) has no window, softcap or ALiBi";
+    return r;
+  }
   if (device.kind == DeviceKind::cpu) {
     const size_t need = baselines::standard_cpu_score_bytes(attn.sizes);
     const std::optional<size_t> available = host_available_bytes();

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "args.h"
 #include "format.h"
 
 namespace flashattn::cli {
@@ -73,6 +74,11 @@ std::string json_row(const BenchRow& row) {
                     ", \"rel_l2_err\": " + (m ? json_number(row.rel_l2) : "null") +
                     ", \"max_abs_err\": " + (m ? json_number(row.max_abs) : "null") +
                     ", \"speedup_vs_standard\": " + (row.speedup ? json_number(*row.speedup) : "null");
+  if (has_variants(row.shape))
+    out += ", \"window_left\": " + std::to_string(row.shape.window_left) +
+           ", \"window_right\": " + std::to_string(row.shape.window_right) +
+           ", \"softcap\": " + json_number(row.shape.softcap) +
+           ", \"alibi\": " + (row.shape.alibi ? "true" : "false");
   if (!m) out += ", \"note\": " + json_string(row.note);
   return out + "}";
 }

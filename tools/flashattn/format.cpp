@@ -48,6 +48,14 @@ std::string shape_label(const harness::Case& c) {
   if (c.mask == Mask::causal_top_left) out += " causal-tl";
   if (c.mask == Mask::causal_bottom_right) out += " causal-br";
   if (c.strided) out += " strided";
+  if (c.window_left >= 0 || c.window_right >= 0)
+    out += " window(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")";
+  if (c.softcap > 0.0f) {
+    char softcap[32];
+    std::snprintf(softcap, sizeof softcap, " softcap %g", double(c.softcap));
+    out += softcap;
+  }
+  if (c.alibi) out += " alibi";
   return out;
 }
 

@@ -106,8 +106,8 @@ std::string describe_inputs(const std::vector<Input>& inputs) {
   return out;
 }
 
-// Runs forward on host arrays, through device copies when device is a GPU;
-// returns the backend that ran.
+// Runs forward on host arrays (and ALiBi's host slopes, if p has them), through
+// device copies when device is a GPU; returns the backend that ran.
 Backend forward_on(Device device, Params p, std::vector<Input>& inputs, NpyArray& out) {
   if (device.kind == DeviceKind::cpu) {
     forward(p);
@@ -119,6 +119,11 @@ Backend forward_on(Device device, Params p, std::vector<Input>& inputs, NpyArray
     buffers.emplace_back(inputs[i].array.data.size(), device.index);
     buffers.back().upload(inputs[i].array.data.data());
     views[i]->data = buffers.back().data();
+  }
+  if (p.variants.alibi_slopes) {
+    buffers.emplace_back(size_t(p.q.shape[2]) * sizeof(float), device.index);
+    buffers.back().upload(p.variants.alibi_slopes);
+    p.variants.alibi_slopes = static_cast<const float*>(buffers.back().data());
   }
   harness::DeviceBuffer out_device(out.data.size(), device.index);
   p.out.data = out_device.data();
@@ -132,7 +137,7 @@ Backend forward_on(Device device, Params p, std::vector<Input>& inputs, NpyArray
 
 int run_main(Options& options) {
   if (options.help()) {
-    std::cout << kHelp;
+    std::cout << kHelp << kVariantsHelp;
     return 0;
   }
   std::vector<Input> inputs = {{"q", required(options, "q"), {}},
@@ -146,6 +151,8 @@ int run_main(Options& options) {
   if (const std::optional<double> scale = options.number("scale")) p.scale = float(*scale);
   p.backend = parse_backend(options);
   const Device device = parse_device(options);
+  harness::Case variants;  // only its variant fields are read
+  parse_variants(options).apply_to(variants);
   options.finish();
 
   load_inputs(inputs, heads, heads_kv);
@@ -158,6 +165,8 @@ int run_main(Options& options) {
   p.k = view(inputs[1].array.data.data(), inputs[1].shape);
   p.v = view(inputs[2].array.data.data(), inputs[2].shape);
   p.out = view(out.data.data(), inputs[0].shape);
+  const std::vector<float> slopes = harness::alibi_slopes(int(inputs[0].shape[2]));
+  p.variants = harness::variants_of(variants, slopes.data());
 
   Backend chosen;
   const auto start = std::chrono::steady_clock::now();

@@ -77,6 +77,7 @@ struct GradProblem::Storage {
   Buffer q, k, v, out, dout, dq, dk, dv;
   std::vector<float> lse;
   DeviceBuffer lse_device;
+  SlopeBuffer slopes;
 };
 
 GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
@@ -93,6 +94,7 @@ GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.input_std);
   fill({&st.q, &st.k, &st.v, &st.dout}, c.dtype, [&] { return normal(rng); });
+  st.slopes = SlopeBuffer(c, device);
   if (device.kind == DeviceKind::cuda) {
     for (Buffer* buf : {&st.q, &st.k, &st.v, &st.out, &st.dout, &st.dq, &st.dk, &st.dv}) {
       buf->device = DeviceBuffer(buf->host.size(), device.index);
@@ -116,6 +118,7 @@ Params GradProblem::forward_params(Backend backend) const {
                                            : const_cast<float*>(st.lse.data());
   p.scale = case_.scale;
   p.mask = case_.mask;
+  p.variants = variants_of(case_, st.slopes.on(device_.kind));
   p.backend = backend;
   return p;
 }
@@ -129,6 +132,7 @@ BackwardParams backward_of(const Params& f) {
   p.lse = f.lse;
   p.scale = f.scale;
   p.mask = f.mask;
+  p.variants = f.variants;
   p.backend = f.backend;
   p.stream = f.stream;
   return p;
@@ -181,7 +185,7 @@ GradAccuracy GradProblem::evaluate(Backend backend) {
                            v = values(st.v, case_.dtype), dout = values(st.dout, case_.dtype);
   const AttnParams shape_params = attn_params(forward_params(Backend::reference));
   const HostProblem host{shape_params.sizes, shape_params.mask, shape_params.softmax.scale,
-                         &q, &k, &v, &dout};
+                         score_rule(case_, st.slopes.host.data()), &q, &k, &v, &dout};
   const HostGradients independent = standard_backward_float64(host);
   HostGradients oracle;
   if (backend == Backend::reference) {
@@ -208,6 +212,7 @@ GradAccuracy GradProblem::evaluate(Backend backend) {
     p.dv = view(grads[2], s.seqlen_k, s.heads_kv);
     p.scale = case_.scale;
     p.mask = case_.mask;
+    p.variants = variants_of(case_, st.slopes.host.data());
     p.backend = Backend::reference;
     flashattn::backward(p);
     oracle.dq.assign(grads[0].begin(), grads[0].end());

@@ -28,8 +28,8 @@ struct GradAccuracy {
   std::string summary() const;
 };
 
-// The backward of forward call `f` (its q, k, v, out, lse, scale, mask, backend
-// and stream); the caller sets dout, dq, dk and dv.
+// The backward of forward call `f` (its q, k, v, out, lse, scale, mask,
+// variants, backend and stream); the caller sets dout, dq, dk and dv.
 BackwardParams backward_of(const Params& f);
 
 class GradProblem {

@@ -9,6 +9,8 @@
 
 #include "buffer.h"
 #include "core/half.h"
+#include "core/mask.h"
+#include "score_rule.h"
 #include "standard.h"
 
 namespace flashattn::harness {
@@ -17,6 +19,7 @@ struct Problem::Storage {
   Buffer q, k, v, out;
   std::vector<float> lse;
   DeviceBuffer lse_device;
+  SlopeBuffer slopes;
   std::vector<int> ref_rows;
   std::vector<double> ref, ref_lse, standard;
   std::vector<double> independent, independent_lse;  // standard_rows_float64
@@ -31,13 +34,51 @@ std::string describe(const Case& c) {
           : c.mask == Mask::causal_bottom_right ? " causal-br"
                                                 : "")
       << (c.strided ? " strided" : "") << (c.strided && c.strided_pad % 8 == 0 ? "-aligned" : "");
+  if (c.window_left >= 0 || c.window_right >= 0)
+    out << " window(" << c.window_left << "," << c.window_right << ")";
+  if (c.softcap > 0.0f) out << " softcap " << c.softcap;
+  if (c.alibi) out << " alibi";
   return out.str();
 }
 
 double flop_count(const Case& c) {
   const Shape& s = c.shape;
-  const double full = 4.0 * s.batch * s.heads_q * double(s.seqlen_q) * s.seqlen_k * s.head_dim;
-  return c.mask == Mask::none ? full : full / 2;
+  const double per_pair = 4.0 * s.batch * s.heads_q * s.head_dim;
+  if (c.window_left < 0 && c.window_right < 0)
+    return per_pair * s.seqlen_q * s.seqlen_k / (c.mask == Mask::none ? 1 : 2);
+  const RowMask mask = resolve({c.mask != Mask::none, c.mask != Mask::causal_top_left,
+                                c.window_left, c.window_right},
+                               {s.seqlen_q, s.seqlen_k});
+  double pairs = 0;
+  for (int i = 0; i < s.seqlen_q; ++i) pairs += std::max(0, mask.key_end(i) - mask.key_begin(i));
+  return per_pair * pairs;
+}
+
+std::vector<float> alibi_slopes(int heads) {
+  std::vector<float> slopes(heads);
+  for (int h = 0; h < heads; ++h) slopes[h] = std::exp2(-8.0f * float(h + 1) / float(heads));
+  return slopes;
+}
+
+SlopeBuffer::SlopeBuffer(const Case& c, Device where) {
+  if (!c.alibi) return;
+  host = alibi_slopes(c.shape.heads_q);
+  if (where.kind != DeviceKind::cuda) return;
+  device = DeviceBuffer(host.size() * sizeof(float), where.index);
+  device.upload(host.data());
+}
+
+const float* SlopeBuffer::on(DeviceKind kind) const {
+  return kind == DeviceKind::cuda ? static_cast<const float*>(device.data()) : host.data();
+}
+
+Variants variants_of(const Case& c, const float* slopes) {
+  Variants v;
+  v.window_left = c.window_left;
+  v.window_right = c.window_right;
+  v.softcap = c.softcap;
+  v.alibi_slopes = c.alibi ? slopes : nullptr;
+  return v;
 }
 
 Problem::Problem(const Case& c, Device device, uint64_t seed)
@@ -54,6 +95,7 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.input_std);
   fill({&st.q, &st.k, &st.v}, c.dtype, [&] { return normal(rng); });
+  st.slopes = SlopeBuffer(c, device);
   if (device.kind == DeviceKind::cuda) {
     for (Buffer* buf : {&st.q, &st.k, &st.v, &st.out}) {
       buf->device = DeviceBuffer(buf->host.size(), device.index);
@@ -81,6 +123,7 @@ Params Problem::views(Backend backend, Device device) const {
   p.lse = on_gpu ? static_cast<float*>(st.lse_device.data()) : const_cast<float*>(st.lse.data());
   p.scale = case_.scale;
   p.mask = case_.mask;
+  p.variants = variants_of(case_, st.slopes.on(device.kind));
   p.backend = backend;
   return p;
 }
@@ -120,11 +163,13 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
       st.ref_rows.push_back(n == s.seqlen_q ? r : int(int64_t(r) * (s.seqlen_q - 1) / (n - 1)));
   }
   const bool independent = backend == Backend::reference;
+  const ScoreRule rule = score_rule(case_, st.slopes.host.data());
   if (independent && st.independent.empty())
-    st.independent = standard_rows_float64(attn_params(ref_params), st.ref_rows, st.independent_lse);
+    st.independent =
+        standard_rows_float64(attn_params(ref_params), rule, st.ref_rows, st.independent_lse);
   if (!independent && st.ref.empty()) st.ref = reference_rows(ref_params, st.ref_rows, &st.ref_lse);
   if (case_.dtype != DType::f32 && st.standard.empty())
-    st.standard = standard_rows_in_dtype(attn_params(ref_params), st.ref_rows);
+    st.standard = standard_rows_in_dtype(attn_params(ref_params), rule, st.ref_rows);
   const std::vector<double>& oracle = independent ? st.independent : st.ref;
   const std::vector<double>& oracle_lse = independent ? st.independent_lse : st.ref_lse;
 

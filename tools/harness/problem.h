@@ -30,11 +30,34 @@ struct Case {
   int strided_pad = 3;
   std::optional<float> scale;
   float input_std = 1.0f;  // inputs are normal(0, input_std), rounded to dtype
+  // Variants (flashattn::Variants): a sliding window's sides (-1: open), the
+  // softcap (0: none), and ALiBi with alibi_slopes(heads_q).
+  int window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  bool alibi = false;
 };
 
 std::string describe(const Case& c);
-// 4·B·Hq·Nq·Nk·d, halved for causal.
+// 4·B·Hq·Nq·Nk·d, halved for causal; with a window, 4·B·Hq·d times the
+// (row, key) pairs it leaves visible.
 double flop_count(const Case& c);
+
+// ALiBi's standard slopes for `heads` query heads: 2^(−8(h+1)/heads).
+std::vector<float> alibi_slopes(int heads);
+// The public Variants of case c, with ALiBi's slopes at `slopes` (on the
+// tensors' device) if c.alibi.
+Variants variants_of(const Case& c, const float* slopes);
+
+// A case's ALiBi slopes (none without ALiBi) on the host and, for a problem
+// on a GPU, on its device too.
+struct SlopeBuffer {
+  std::vector<float> host;
+  DeviceBuffer device;
+
+  SlopeBuffer() = default;
+  SlopeBuffer(const Case& c, Device where);
+  const float* on(DeviceKind kind) const;  // the copy on the CPU or the GPU
+};
 
 struct Accuracy {
   double rel_l2 = 0;           // ‖out − ref‖ / ‖ref‖ over the checked rows

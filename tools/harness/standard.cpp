@@ -18,7 +18,8 @@ float element(const AttnParams& p, const TensorRef& t, int b, int row, int h, in
 
 }  // namespace
 
-std::vector<double> standard_rows_in_dtype(const AttnParams& p, const std::vector<int>& rows) {
+std::vector<double> standard_rows_in_dtype(const AttnParams& p, const ScoreRule& rule,
+                                           const std::vector<int>& rows) {
   const Sizes& s = p.sizes;
   const int64_t n = int64_t(rows.size());
   std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim, 0.0);
@@ -26,20 +27,20 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const std::vecto
   parallel_for(items, [&](int64_t item, int) {
     const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
     const int i = rows[r], hk = hq / s.group();
-    const int key_end = row_mask(p, b).key_end(i);
+    const int key_begin = row_mask(p, b).key_begin(i), key_end = row_mask(p, b).key_end(i);
     std::vector<float> prob(s.seqlen_k, 0.0f);
     float m = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < key_end; ++j) {
+    for (int j = key_begin; j < key_end; ++j) {
       float dot = 0.0f;
       for (int c = 0; c < s.head_dim; ++c)
         dot += element(p, p.q, b, i, hq, c) * element(p, p.k, b, j, hk, c);
-      prob[j] = round_to(p.dtype, dot) * p.softmax.scale;
+      prob[j] = rule(round_to(p.dtype, dot) * p.softmax.scale, hq, i, j);
       m = std::max(m, prob[j]);
     }
     float sum = 0.0f;
-    for (int j = 0; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
+    for (int j = key_begin; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
     double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
-    for (int j = 0; j < key_end; ++j) {
+    for (int j = key_begin; j < key_end; ++j) {
       const float pj = round_to(p.dtype, prob[j] / sum);
       for (int c = 0; c < s.head_dim; ++c) o[c] += pj * element(p, p.v, b, j, hk, c);
     }
@@ -48,8 +49,8 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const std::vecto
   return out;
 }
 
-std::vector<double> standard_rows_float64(const AttnParams& p, const std::vector<int>& rows,
-                                          std::vector<double>& lse) {
+std::vector<double> standard_rows_float64(const AttnParams& p, const ScoreRule& rule,
+                                          const std::vector<int>& rows, std::vector<double>& lse) {
   const Sizes& s = p.sizes;
   const int64_t n = int64_t(rows.size());
   std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim, 0.0);
@@ -72,7 +73,7 @@ std::vector<double> standard_rows_float64(const AttnParams& p, const std::vector
       double dot = 0.0;
       for (int c = 0; c < s.head_dim; ++c)
         dot += double(element(p, p.q, b, i, hq, c)) * element(p, p.k, b, j, hk, c);
-      score[j] = dot * p.softmax.scale;
+      score[j] = rule(dot * p.softmax.scale, hq, i, j);
       m = std::isnan(m) || std::isnan(score[j]) ? std::nan("") : std::max(m, score[j]);
     }
     // Pass 2: softmax weights and the weighted sum of values.

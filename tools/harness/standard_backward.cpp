@@ -35,7 +35,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
   parallel_for(int64_t(s.batch) * s.heads_kv, [&](int64_t slice, int) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     std::vector<F> dk(size_t(s.seqlen_k) * d, F(0)), dv(dk.size(), F(0));
-    std::vector<F> prob(s.seqlen_k), dp(s.seqlen_k);
+    std::vector<F> prob(s.seqlen_k), dp(s.seqlen_k), derivative(s.seqlen_k);
     for (int g_ = 0; g_ < s.group(); ++g_) {
       const int hq = hk * s.group() + g_;
       for (int i = 0; i < s.seqlen_q; ++i) {
@@ -54,6 +54,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
             for (int c = 0; c < d; ++c) dot32 += q[c] * k[c];
             prob[j] = F(dot32 * p.scale);
           }
+          prob[j] = p.rule(prob[j], hq, i, j, derivative[j]);
           m = std::isnan(m) || std::isnan(prob[j]) ? F(NAN) : std::max(m, prob[j]);
         }
         F sum = 0;
@@ -68,7 +69,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
             const float* k = &(*p.k)[at_k(b, j, hk)];
             float dot32 = 0.0f;
             for (int c = d - 1; c >= 0; --c) dot32 += q[c] * k[c];
-            s32[j] = dot32 * p.scale;
+            s32[j] = p.rule(dot32 * p.scale, hq, i, j);
             m32 = std::max(m32, s32[j]);
           }
           for (int j = key_begin; j < key_end; ++j) l32 += std::exp(s32[j] - m32);
@@ -96,8 +97,8 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         double* dq_mag = &g.dq_mag[at_q(b, i, hq)];
         std::vector<F> dq_row(d, F(0));
         for (int j = key_begin; j < key_end; ++j) {
-          const F ds = F(round(prob[j] * (dp[j] - row_dot))) * F(p.scale);
-          const double ds_mag = std::fabs(double(prob[j]) * p.scale) *
+          const F ds = F(round(prob[j] * (dp[j] - row_dot) * derivative[j])) * F(p.scale);
+          const double ds_mag = std::fabs(double(prob[j]) * p.scale * derivative[j]) *
                                 (std::fabs(double(dp[j])) + std::fabs(double(row_dot)));
           const float* k = &(*p.k)[at_k(b, j, hk)];
           double* dk_mag = &g.dk_mag[at_k(b, j, hk)];

@@ -1,8 +1,10 @@
 // Standard attention's backward, as a user would write it, on host tensors:
-//   S = Q·Kᵀ, P = softmax(scale·S), O = P·V,
-//   dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dP∘P)), dQ = scale·dS·K,
+//   S = Q·Kᵀ, X = rule(scale·S), P = softmax(X), O = P·V,
+//   dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dP∘P))∘rule', dQ = scale·dS·K,
 //   dK = scale·dSᵀ·Q,
-// with every product's sum in the arithmetic's own precision. Two uses:
+// with rule the variants' change of a scaled score (score_rule.h; softcap and
+// ALiBi) and rule' its derivative, and every product's sum in the
+// arithmetic's own precision. Two uses:
 //   - in float64 with no rounding: an oracle apart from the library's reference
 //     backend (src/cpu/reference_backward.cpp), to check that backend against;
 //   - in fp32 with each product's result rounded to a 16-bit dtype (as PyTorch's
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "score_rule.h"
 
 namespace flashattn::harness {
 
@@ -29,8 +32,9 @@ struct HostGradients {
 
 struct HostProblem {
   Sizes sizes;
-  RowMask mask;
+  RowMask mask;  // the keys each row sees (a window's included)
   float scale;
+  ScoreRule rule;
   const std::vector<float>* q;     // the inputs' values (already rounded to their dtype)
   const std::vector<float>* k;
   const std::vector<float>* v;

@@ -1,16 +1,18 @@
 // The CPU backward on one instruction set, from the forward's out and lse.
-// With s_ij = scale·(q_i·k_j) and p_ij = e^(s_ij − lse_i) (recomputed, never
-// stored; 0 for keys row i does not see):
+// With s_ij = scale·(q_i·k_j), x_ij its score after the variants (score.h)
+// and p_ij = e^(x_ij − lse_i) (recomputed, never stored; 0 for keys row i
+// does not see):
 //   D_i = dO_i·O_i                                  (a pass over rows)
 //   dv_j = Σ_i p_ij·dO_i,  dk_j = scale·Σ_i ds_ij·q_i (items: key tiles)
 //   dq_i = scale·Σ_j ds_ij·k_j                       (items: query tiles)
-// with ds_ij = p_ij·(dO_i·v_j − D_i). Each gradient is summed by one item in a
-// fixed order (a key tile walks its group's query heads and rows, a query tile
-// its keys), so the result is the same on every run and no item writes
-// another's rows: the deterministic option costs nothing here. P and dS are
-// recomputed by both passes (seven products of a tile's size where five would
-// do, in exchange for parallelism over tiles instead of heads and no shared
-// dQ sums).
+// with ds_ij = p_ij·(dO_i·v_j − D_i)·∂x_ij/∂s_ij (the softcap's 1 − tanh²; 1
+// without); the kernels are instantiated per Variant, as the forward's. Each
+// gradient is summed by one item in a fixed order (a key tile walks its
+// group's query heads and rows, a query tile its keys), so the result is the
+// same on every run and no item writes another's rows: the deterministic
+// option costs nothing here. P and dS are recomputed by both passes (seven
+// products of a tile's size where five would do, in exchange for parallelism
+// over tiles instead of heads and no shared dQ sums).
 // Each pass transposes only its own item's tiles, once: a key item takes Kᵀ
 // and Vᵀ (keys across the lanes) and multiplies row-major Q and dO tiles
 // against them; a query item takes Qᵀ and dOᵀ (rows across the lanes), as the
@@ -66,42 +68,47 @@ inline MatB rows_of(const BwdParams& p, const TensorRef& t, int b, int h, int ro
   return {tile, padded(d)};
 }
 
-// P = e^(S·scale − lse) in place over a tile of lines × width scores, with
-// lse per line (the key pass: lines are rows) or per lane (the query pass:
-// lanes are rows); hide(s, line, lane0) first turns the scores of keys a row
-// does not see into −inf.
-template <typename Hide>
+// P = e^(x − lse) in place over a tile of lines × width scores S, with lse
+// per line (the key pass: lines are rows) or per lane (the query pass: lanes
+// are rows); score(s, line, lane0) first gives x from the scaled scores
+// s = S·scale: the variants' score, −inf for keys a row does not see.
+template <typename Score>
 void probabilities(float* s, int lines, int width, const float* lse, bool lse_per_line,
-                   float scale, Hide hide) {
+                   float scale, Score score) {
   const Vec c = splat(kLog2e), sc = splat(scale);
   for (int x = 0; x < lines; ++x) {
     for (int y = 0; y < width; y += kLanes) {
       float* at = s + int64_t(x) * width + y;
       const Vec offset = lse_per_line ? splat(lse[x]) : load(lse + y);
-      store(at, exp2_nonpositive((hide(load(at) * sc, x, y) - offset) * c));
+      store(at, exp2_nonpositive((score(load(at) * sc, x, y) - offset) * c));
     }
   }
 }
 
-// dS = P ⊙ (dP − D) in place of dP.
-inline void score_gradients(const float* prob, float* dp, int lines, int width, const float* dots,
-                            bool dots_per_line) {
+// dS = P ⊙ (dP − D) in place of dP, times the variants' derivative (laid out
+// as P) where the Variant changes scores.
+template <typename Variant>
+void score_gradients(const float* prob, float* dp, int lines, int width, const float* dots,
+                     bool dots_per_line, const float* derivative) {
   for (int x = 0; x < lines; ++x)
     for (int y = 0; y < width; y += kLanes) {
       const Vec dot = dots_per_line ? splat(dots[x]) : load(dots + y);
-      float* at = dp + int64_t(x) * width + y;
-      store(at, load(prob + int64_t(x) * width + y) * (load(at) - dot));
+      const int64_t at = int64_t(x) * width + y;
+      Vec ds = load(prob + at) * (load(dp + at) - dot);
+      if constexpr (!Variant::Score::kIdentity) ds *= load(derivative + at);
+      store(dp + at, ds);
     }
 }
 
 // dk and dv of keys [n0, n0 + cols) of kv head hk.
-inline void key_item(const BwdParams& p, const float* dots, int b, int hk, int n0, int cols) {
+template <typename Variant>
+void key_item(const BwdParams& p, const float* dots, int b, int hk, int n0, int cols) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d);
   const RowMask& mask = row_mask(p, b);
   thread_local AlignedBuffer buffer;
   const size_t tile = size_t(kBlockN) * dp, square = size_t(kBlockM) * kBlockN;
-  float* k_t = buffer.reserve(6 * tile + 2 * square + 2 * kBlockM);
+  float* k_t = buffer.reserve(6 * tile + 3 * square + 2 * kBlockM);
   float* v_t = k_t + tile;
   float* dk = v_t + tile;
   float* dv = dk + tile;
@@ -109,7 +116,8 @@ inline void key_item(const BwdParams& p, const float* dots, int b, int hk, int n
   float* dout_tile = q_tile + tile;
   float* s = dout_tile + tile;
   float* ds = s + square;
-  float* lse = ds + square;
+  float* derivative = ds + square;
+  float* lse = derivative + square;
   float* row_dot = lse + kBlockM;
   load_transposed(p.dtype, p.k, d, b, hk, n0, cols, k_t, kBlockN);
   load_transposed(p.dtype, p.v, d, b, hk, n0, cols, v_t, kBlockN);
@@ -119,6 +127,7 @@ inline void key_item(const BwdParams& p, const float* dots, int b, int hk, int n
   const IVec lane = lane_index();
   for (int g = 0; g < sz.group(); ++g) {
     const int hq = hk * sz.group() + g;
+    const ScoreVariants variants = score_variants(p, hq, mask);
     for (int m0 = seeing.begin; m0 < seeing.end; m0 += kBlockM) {
       const int rows = std::min(kBlockM, seeing.end - m0);
       const MatB q = rows_of(p, p.q, b, hq, m0, rows, q_tile);
@@ -128,18 +137,28 @@ inline void key_item(const BwdParams& p, const float* dots, int b, int hk, int n
         lse[r] = lse_offset(p, mask, at + r, m0 + r);
         row_dot[r] = dots[at + r];
       }
-      // S = Q·Kᵀ (rows × keys); keys past a row's end (or the sequence's) hidden.
+      // S = Q·Kᵀ (rows × keys); keys outside a row's range (or past the
+      // sequence's end) hidden.
       gemm<Init::zero>(rows, kBlockN, d, {q.p, q.ld, 1}, {k_t, kBlockN}, {s, kBlockN});
-      const bool cut = n0 + kBlockN > mask.key_end(m0);
+      const bool cut = n0 + kBlockN > mask.key_end(m0) ||
+                       (Variant::kLowerEnds && n0 < mask.key_begin(m0 + rows - 1));
       const Vec minus_inf = splat(-INFINITY);
       probabilities(s, rows, kBlockN, lse, true, p.softmax.scale, [&](Vec x, int r, int y) {
+        const IVec key = lane + (n0 + y);
+        if constexpr (!Variant::Score::kIdentity) {
+          Vec dx;
+          x = variants(x, splat_int(m0 + r), key, dx);
+          store(derivative + r * kBlockN + y, dx);
+        }
         if (!cut) return x;
-        return (lane + (n0 + y)) < splat_int(mask.key_end(m0 + r)) ? x : minus_inf;
+        IVec seen = key < splat_int(mask.key_end(m0 + r));
+        if constexpr (Variant::kLowerEnds) seen &= key >= splat_int(mask.key_begin(m0 + r));
+        return seen ? x : minus_inf;
       });
       // dV += Pᵀ·dO; dP = dO·Vᵀ; dS = P ⊙ (dP − D); dK += dSᵀ·Q.
       gemm<Init::add>(kBlockN, dp, rows, {s, 1, kBlockN}, dout, {dv, dp});
       gemm<Init::zero>(rows, kBlockN, d, {dout.p, dout.ld, 1}, {v_t, kBlockN}, {ds, kBlockN});
-      score_gradients(s, ds, rows, kBlockN, row_dot, true);
+      score_gradients<Variant>(s, ds, rows, kBlockN, row_dot, true, derivative);
       gemm<Init::add>(kBlockN, dp, rows, {ds, 1, kBlockN}, q, {dk, dp});
     }
   }
@@ -149,22 +168,25 @@ inline void key_item(const BwdParams& p, const float* dots, int b, int hk, int n
 }
 
 // dq of rows [m0, m0 + rows) of query head hq.
-inline void query_item(const BwdParams& p, const float* dots, int b, int hq, int m0, int rows) {
+template <typename Variant>
+void query_item(const BwdParams& p, const float* dots, int b, int hq, int m0, int rows) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
   const RowMask& mask = row_mask(p, b);
   thread_local AlignedBuffer buffer;
   const size_t tile = size_t(kBlockM) * dp, square = size_t(kBlockM) * kBlockN;
-  float* q_t = buffer.reserve(5 * tile + 2 * square + 3 * kBlockM);
+  float* q_t = buffer.reserve(5 * tile + 3 * square + 4 * kBlockM);
   float* dout_t = q_t + tile;
   float* dq = dout_t + tile;
   float* k_tile = dq + tile;
   float* v_tile = k_tile + tile;
   float* s = v_tile + tile;
   float* ds = s + square;
-  float* lse = ds + square;
+  float* derivative = ds + square;
+  float* lse = derivative + square;
   float* row_dot = lse + kBlockM;
   int32_t* key_end = reinterpret_cast<int32_t*>(row_dot + kBlockM);
+  int32_t* key_begin = key_end + kBlockM;
   load_transposed(p.dtype, p.q, d, b, hq, m0, rows, q_t, lanes);
   load_transposed(p.dtype, p.grad.dout, d, b, hq, m0, rows, dout_t, lanes);
   const int64_t at = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
@@ -173,27 +195,41 @@ inline void query_item(const BwdParams& p, const float* dots, int b, int hq, int
     lse[r] = real ? lse_offset(p, mask, at + r, m0 + r) : INFINITY;
     row_dot[r] = real ? dots[at + r] : 0.0f;
     key_end[r] = real ? mask.key_end(m0 + r) : 0;
+    key_begin[r] = real ? mask.key_begin(m0 + r) : 0;
   }
+  const ScoreVariants variants = score_variants(p, hq, mask);
   std::fill(dq, dq + int64_t(rows) * dp, 0.0f);
   const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlockN);
   const int hi = mask.key_end(m0 + rows - 1);
   const Vec minus_inf = splat(-INFINITY);
-  for (int n0 = blocks.first() * kBlockN; n0 < hi; n0 += kBlockN) {
+  for (int n0 = blocks.first<Variant::kLowerEnds>() * kBlockN; n0 < hi; n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
     const MatB k = rows_of(p, p.k, b, hk, n0, cols, k_tile);
     const MatB v = rows_of(p, p.v, b, hk, n0, cols, v_tile);
-    // Sᵀ = K·Qᵀ (keys × rows); keys past a row's end hidden.
+    // Sᵀ = K·Qᵀ (keys × rows); keys outside a row's range hidden.
     gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {q_t, lanes}, {s, lanes});
-    const bool cut = blocks.needs_mask(n0 / kBlockN);
+    const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
     probabilities(s, cols, lanes, lse, false, p.softmax.scale, [&](Vec x, int j, int y) {
+      const IVec key = splat_int(n0 + j);
+      if constexpr (!Variant::Score::kIdentity) {
+        Vec dx;
+        x = variants(x, lane_index() + (m0 + y), key, dx);
+        store(derivative + j * lanes + y, dx);
+      }
       if (!cut) return x;
       IVec end;
       __builtin_memcpy(&end, key_end + y, sizeof end);
-      return splat_int(n0 + j) < end ? x : minus_inf;
+      IVec seen = key < end;
+      if constexpr (Variant::kLowerEnds) {
+        IVec begin;
+        __builtin_memcpy(&begin, key_begin + y, sizeof begin);
+        seen &= key >= begin;
+      }
+      return seen ? x : minus_inf;
     });
     // dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ⊙ (dPᵀ − D); dQ += dS·K.
     gemm<Init::zero>(cols, lanes, d, {v.p, v.ld, 1}, {dout_t, lanes}, {ds, lanes});
-    score_gradients(s, ds, cols, lanes, row_dot, false);
+    score_gradients<Variant>(s, ds, cols, lanes, row_dot, false, derivative);
     gemm<Init::add>(rows, dp, cols, {ds, 1, lanes}, k, {dq, dp});
   }
   for (int r = 0; r < rows; ++r)
@@ -201,7 +237,8 @@ inline void query_item(const BwdParams& p, const float* dots, int b, int hq, int
   store_tile(p.dtype, p.grad.dq, d, b, hq, m0, rows, dq, dp, nullptr, p.softmax.scale);
 }
 
-inline void run(const BwdParams& p) {
+template <typename Variant>
+void run_with(const BwdParams& p) {
   const Sizes& sz = p.sizes;
   thread_local AlignedBuffer dots_buffer;
   float* dots = dots_buffer.reserve(size_t(sz.batch) * sz.heads_q * sz.seqlen_q);
@@ -211,13 +248,18 @@ inline void run(const BwdParams& p) {
   parallel_for(int64_t(sz.batch) * sz.heads_kv * n_blocks, [&](int64_t item, int) {
     const int n_block = int(item % n_blocks), hk = int(item / n_blocks % sz.heads_kv);
     const int b = int(item / n_blocks / sz.heads_kv), n0 = n_block * kBlockN;
-    key_item(p, dots, b, hk, n0, std::min(kBlockN, sz.seqlen_k - n0));
+    key_item<Variant>(p, dots, b, hk, n0, std::min(kBlockN, sz.seqlen_k - n0));
   });
   parallel_for(int64_t(sz.batch) * sz.heads_q * m_blocks, [&](int64_t item, int) {
     const int m_block = int(item % m_blocks), hq = int(item / m_blocks % sz.heads_q);
     const int b = int(item / m_blocks / sz.heads_q), m0 = m_block * kBlockM;
-    query_item(p, dots, b, hq, m0, std::min(kBlockM, sz.seqlen_q - m0));
+    query_item<Variant>(p, dots, b, hq, m0, std::min(kBlockM, sz.seqlen_q - m0));
   });
+}
+
+inline void run(const BwdParams& p) {
+  if (needs_any_variant(p)) run_with<AnyVariant>(p);
+  else run_with<NoVariant>(p);
 }
 
 }  // namespace backward

@@ -3,7 +3,7 @@
 // too few tiles to fill the threads (decode). It walks the key tiles of
 // kBlockN keys that some row of the tile sees (core/mask.h) and keeps, per
 // query row i, on scaled scores s_ij = (scale·q_i)·k_j (Q is pre-scaled, so any
-// sign of scale works), with c = log2 e:
+// sign of scale works) changed by the score variants (score.h), with c = log2 e:
 //   m_i = max of the scores seen so far, l_i = Σ 2^((s_ij − m_i)·c),
 //   o_i = Σ 2^((s_ij − m_i)·c)·v_j, rescaled when m_i grows (core/softmax.h).
 // The exponent is (s_ij − m_i)·c: the difference of two nearby floats is
@@ -16,6 +16,10 @@
 //   O = diag(alpha)·O + P·V, reading P out of Sᵀ by its strides.
 // Extra memory: a few tiles per thread, kept between calls; a key split adds
 // its partial rows (splits × the few rows that split).
+// The kernels are instantiated per Variant (core/variant.h): NoVariant for
+// plain attention, whose rows see keys from 0 and whose scores stay as they
+// are, so its code is that of no variants at all; AnyVariant for windows'
+// lower ends, softcap and ALiBi.
 // No include guard (see vec.h).
 
 namespace forward {
@@ -39,27 +43,27 @@ struct Tiles {
   float* m;         // lanes: running max
   float* l;         // lanes: running sum
   float* alpha;     // lanes: this tile's rescale
-  int32_t* key_end; // lanes: each row's key_end (0 past the rows)
+  int32_t* key_end;   // lanes: each row's key_end (0 past the rows)
+  int32_t* key_begin; // lanes: each row's key_begin (0 past the rows)
 };
 
 inline Tiles tiles(int head_dim, int max_rows) {
   thread_local AlignedBuffer buffer;
   const size_t lanes = size_t(padded(max_rows)), dp = size_t(padded(head_dim));
-  const size_t sizes[] = {dp * lanes,               kBlockN * dp,                 kBlockN * dp,
-                          kBlockN * lanes,          lanes * dp,                   lanes,
-                          lanes,                    lanes,                        lanes};
+  const size_t sizes[] = {dp * lanes, kBlockN * dp, kBlockN * dp, kBlockN * lanes, lanes * dp,
+                          lanes,      lanes,        lanes,        lanes,           lanes};
   // Each part starts on a 64-byte boundary.
   auto rounded = [](size_t n) { return (n + 15) / 16 * 16; };
   size_t total = 0;
   for (size_t n : sizes) total += rounded(n);
-  float* part[9];
+  float* part[10];
   float* at = buffer.reserve(total);
-  for (int i = 0; i < 9; ++i) {
+  for (int i = 0; i < 10; ++i) {
     part[i] = at;
     at += rounded(sizes[i]);
   }
-  return {part[0], part[1], part[2], part[3], part[4],
-          part[5], part[6], part[7], reinterpret_cast<int32_t*>(part[8])};
+  return {part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7],
+          reinterpret_cast<int32_t*>(part[8]), reinterpret_cast<int32_t*>(part[9])};
 }
 
 // Whether a tile of `rows` query rows computes its scores as dot products
@@ -99,18 +103,36 @@ inline void scores_by_dots(const float* q, int rows, int lanes, int dp, MatB k, 
   for (j = 0; j < cols; ++j) std::fill(s + int64_t(j) * lanes + rows, s + int64_t(j + 1) * lanes, 0.0f);
 }
 
-// Sᵀ[j][r] = −inf where row r does not see key n0 + j. Score variants
-// (core/variant.h) belong in this pass, the one that sees each score with its
-// row and key; identity, the only one today, changes nothing.
-inline void mask_scores(const Tiles& t, int lanes, int n0, int cols) {
+// Sᵀ[j][r] → its score after the variants, for query rows m0 + r.
+inline void vary_scores(const Tiles& t, const ScoreVariants& variants, int lanes, int m0, int n0,
+                        int cols) {
+  for (int r = 0; r < lanes; r += kLanes) {
+    const IVec row = lane_index() + (m0 + r);
+    for (int j = 0; j < cols; ++j) {
+      float* s = t.s + int64_t(j) * lanes + r;
+      store(s, variants(load(s), row, splat_int(n0 + j)));
+    }
+  }
+}
+
+// Sᵀ[j][r] = −inf where row r does not see key n0 + j: past its end, or, with
+// kLowerEnds, before its beginning.
+template <bool kLowerEnds>
+void mask_scores(const Tiles& t, int lanes, int n0, int cols) {
   const Vec minus_inf = splat(-INFINITY);
   for (int j = 0; j < cols; ++j) {
     const IVec key = splat_int(n0 + j);
     for (int r = 0; r < lanes; r += kLanes) {
       IVec end;
       __builtin_memcpy(&end, t.key_end + r, sizeof end);
+      IVec seen = key < end;
+      if constexpr (kLowerEnds) {
+        IVec begin;
+        __builtin_memcpy(&begin, t.key_begin + r, sizeof begin);
+        seen &= key >= begin;
+      }
       float* s = t.s + int64_t(j) * lanes + r;
-      store(s, key < end ? load(s) : minus_inf);
+      store(s, seen ? load(s) : minus_inf);
     }
   }
 }
@@ -140,23 +162,38 @@ inline void softmax_tile(const Tiles& t, int lanes, int cols) {
 }
 
 // O = diag(alpha)·O + P·V on a tile the mask cuts, each row adding only the
-// keys it sees: a block of rows multiplies the keys its first row sees (every
-// later row sees them too, key_end growing with the row) on the matrix kernel,
-// then each row adds its few further keys alone. So a NaN or Inf in v at a key
-// a row does not see never reaches it as 0·v, as standard attention's rule has
-// it (docs/guide.md, non-finite values).
-inline void masked_update(const Tiles& t, int rows, int dp, int lanes, int n0, int cols, MatB v) {
+// keys it sees: a block of rows multiplies the keys all its rows see (from its
+// last row's beginning to its first row's end: both ends grow with the row)
+// on the matrix kernel, then each row adds its few further keys on either
+// side alone. So a NaN or Inf in v at a key a row does not see never reaches
+// it as 0·v, as standard attention's rule has it (docs/guide.md, non-finite
+// values). Without kLowerEnds every row's keys begin at 0.
+template <bool kLowerEnds>
+void masked_update(const Tiles& t, int rows, int dp, int lanes, int n0, int cols, MatB v) {
+  auto add_keys = [&](int r, int from, int to) {
+    float* o = t.o + int64_t(r) * dp;
+    for (int j = from; j < to; ++j) {
+      const Vec prob = splat(t.s[int64_t(j) * lanes + r]);
+      const float* vj = v.p + j * v.ld;
+      for (int c = 0; c < dp; c += kLanes) store(o + c, load(o + c) + prob * load(vj + c));
+    }
+  };
   for (int r0 = 0; r0 < rows; r0 += kGemmRows) {
     const int block = std::min(kGemmRows, rows - r0);
-    const int shared = std::clamp(t.key_end[r0] - n0, 0, cols);
-    gemm<Init::scale_rows>(block, dp, shared, {t.s + r0, 1, lanes}, v, {t.o + int64_t(r0) * dp, dp},
+    const int shared_lo = kLowerEnds ? std::clamp(t.key_begin[r0 + block - 1] - n0, 0, cols) : 0;
+    const int shared_hi = std::clamp(t.key_end[r0] - n0, shared_lo, cols);
+    gemm<Init::scale_rows>(block, dp, shared_hi - shared_lo,
+                           {t.s + r0 + int64_t(shared_lo) * lanes, 1, lanes},
+                           {v.p + int64_t(shared_lo) * v.ld, v.ld}, {t.o + int64_t(r0) * dp, dp},
                            t.alpha + r0);
     for (int r = r0; r < r0 + block; ++r) {
-      float* o = t.o + int64_t(r) * dp;
-      for (int j = shared; j < std::clamp(t.key_end[r] - n0, shared, cols); ++j) {
-        const Vec prob = splat(t.s[int64_t(j) * lanes + r]);
-        const float* vj = v.p + j * v.ld;
-        for (int c = 0; c < dp; c += kLanes) store(o + c, load(o + c) + prob * load(vj + c));
+      const int hi = std::clamp(t.key_end[r] - n0, 0, cols);
+      if constexpr (kLowerEnds) {
+        const int lo = std::clamp(t.key_begin[r] - n0, 0, cols);
+        add_keys(r, lo, std::min(shared_lo, hi));
+        add_keys(r, std::max(shared_hi, lo), hi);
+      } else {
+        add_keys(r, shared_hi, hi);
       }
     }
   }
@@ -176,8 +213,9 @@ inline void prefetch_rows(const AttnParams& p, int b, int h, int row0, int rows)
 
 // Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for query rows
 // [m0, m0 + rows) of (b, hq); leaves O unnormalised, m and l in the tiles.
-inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0, int rows,
-                      int key_lo, int key_hi) {
+template <typename Variant>
+void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0, int rows, int key_lo,
+               int key_hi) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
   const RowMask& mask = row_mask(p, b);
@@ -191,7 +229,9 @@ inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0
     t.m[r] = -INFINITY;
     t.l[r] = 0.0f;
     t.key_end[r] = real ? mask.key_end(m0 + r) : 0;
+    t.key_begin[r] = real ? mask.key_begin(m0 + r) : 0;
   }
+  const ScoreVariants variants = score_variants(p, hq, mask);
   std::fill(t.o, t.o + int64_t(rows) * dp, 0.0f);
   // K is the matrix kernel's A, read at any stride; the dot products load it
   // as vectors, which need rows padded to the lanes.
@@ -200,7 +240,8 @@ inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0
   const bool v_in_place = p.dtype == DType::f32 && d % kLanes == 0;
   const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlockN);
   const int hi = std::min(key_hi, mask.key_end(m0 + rows - 1));
-  for (int n0 = std::max(key_lo, blocks.first() * kBlockN); n0 < hi; n0 += kBlockN) {
+  for (int n0 = std::max(key_lo, blocks.first<Variant::kLowerEnds>() * kBlockN); n0 < hi;
+       n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
     // Few rows spend little arithmetic per key, so the next tile's K and V
     // rows are requested now: rows of one head lie a row stride apart, each
@@ -214,10 +255,12 @@ inline void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0
     else load_tile(p.dtype, p.v, d, b, hk, n0, cols, t.v, dp);
     if (dots) scores_by_dots(t.q_t, rows, lanes, dp, k, cols, t.s);
     else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
-    const bool cut = blocks.needs_mask(n0 / kBlockN);
-    if (cut) mask_scores(t, lanes, n0, cols);
+    if constexpr (!Variant::Score::kIdentity)
+      if (variants.any()) vary_scores(t, variants, lanes, m0, n0, cols);
+    const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
+    if (cut) mask_scores<Variant::kLowerEnds>(t, lanes, n0, cols);
     softmax_tile(t, lanes, cols);
-    if (cut) masked_update(t, rows, dp, lanes, n0, cols, v);
+    if (cut) masked_update<Variant::kLowerEnds>(t, rows, dp, lanes, n0, cols, v);
     else gemm<Init::scale_rows>(rows, dp, cols, {t.s, 1, lanes}, v, {t.o, dp}, t.alpha);
   }
 }
@@ -244,7 +287,8 @@ inline int key_splits(int64_t tiles, int n_blocks) {
   return int(std::min<int64_t>((want + tiles - 1) / tiles, n_blocks / 2));
 }
 
-inline void run(const AttnParams& p) {
+template <typename Variant>
+void run_with(const AttnParams& p) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, bm = block_rows(d);
   const int m_blocks = (sz.seqlen_q + bm - 1) / bm;
@@ -260,7 +304,7 @@ inline void run(const AttnParams& p) {
       const int b = int(item / m_blocks / sz.heads_q);
       const int m0 = m_block * bm, rows = std::min(bm, sz.seqlen_q - m0);
       const Tiles t = tiles(d, bm);
-      walk_keys(p, t, b, hq, m0, rows, 0, sz.seqlen_k);
+      walk_keys<Variant>(p, t, b, hq, m0, rows, 0, sz.seqlen_k);
       const RowMask& mask = row_mask(p, b);
       finish_rows(t, rows, d, [&](int r) { return mask.empty(m0 + r); },
                   lse ? lse + (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0 : nullptr, 1);
@@ -287,7 +331,7 @@ inline void run(const AttnParams& p) {
     const int m0 = m_block * bm, rows = std::min(bm, sz.seqlen_q - m0);
     const int key_lo = split * split_keys, key_hi = std::min(sz.seqlen_k, key_lo + split_keys);
     const Tiles t = tiles(d, bm);
-    walk_keys(p, t, b, hq, m0, rows, key_lo, key_hi);
+    walk_keys<Variant>(p, t, b, hq, m0, rows, key_lo, key_hi);
     const RowMask& mask = row_mask(p, b);
     const int64_t row0 = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
     finish_rows(t, rows, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
@@ -317,6 +361,11 @@ inline void run(const AttnParams& p) {
       if (lse) lse[row] = fin.lse;
     }
   });
+}
+
+inline void run(const AttnParams& p) {
+  if (needs_any_variant(p)) run_with<AnyVariant>(p);
+  else run_with<NoVariant>(p);
 }
 
 }  // namespace forward

@@ -5,6 +5,7 @@
 #include "cpu/simd/vec.h"
 #include "cpu/simd/gemm.h"
 #include "cpu/simd/convert.h"
+#include "cpu/simd/score.h"
 #include "cpu/simd/forward.h"
 #include "cpu/simd/backward.h"
 

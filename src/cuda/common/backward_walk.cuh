@@ -69,7 +69,7 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   const Sizes& s = p.sizes;
   const int slices = s.batch * s.heads_kv;
   const int key_tiles = (s.seqlen_k + kBlockN - 1) / kBlockN;
-  const int chunk = deterministic ? 1 : p.mask.causal ? min(8, key_tiles) : key_tiles;
+  const int chunk = deterministic ? 1 : p.mask.bounded_above ? min(8, key_tiles) : key_tiles;
   const int whole_runs = key_tiles / chunk * chunk;  // key tiles in full runs, per head
   const int block = int(blockIdx.x);
   int slice, n;

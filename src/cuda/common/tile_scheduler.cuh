@@ -46,10 +46,14 @@ struct BlockRange {
 };
 
 // The key blocks key split blockIdx.y of `splits` walks: an equal share of the
-// tile's, in order (empty for a split past the last).
+// tile's [first, end), in order (empty for a split past the last). kLowerEnds:
+// the kernel's Variant's (core/variant.h), so that a window's splits share the
+// blocks its rows see, not those from block 0.
+template <bool kLowerEnds>
 __device__ __forceinline__ BlockRange split_key_blocks(const KeyBlocks& blocks, int splits) {
-  const int per_split = (blocks.end - blocks.first() + splits - 1) / splits;
-  const int first = blocks.first() + int(blockIdx.y) * per_split;
+  const int begin = blocks.first<kLowerEnds>();
+  const int per_split = (blocks.end - begin + splits - 1) / splits;
+  const int first = begin + int(blockIdx.y) * per_split;
   return {first, min(blocks.end, first + per_split)};
 }
 

@@ -3,7 +3,9 @@
 //   m = max_j s_j  and  l = Σ_j 2^((s_j − m)·c)   (core/softmax.h, OnlineRow);
 // pass 2 walks them again per chunk of kOutChunk output columns, accumulating
 // 2^((s_j − m)·c)·v_j in registers, then out = acc / l. Scores are recomputed,
-// never stored.
+// never stored. A row walks its mask's key range (a window's included), and
+// softcap and ALiBi change each raw score through one functor, the identity when
+// neither is asked for: one instantiation, as this path is for checking, not speed.
 #include <cmath>
 
 #include "core/mask.h"
@@ -45,9 +47,12 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   const RowMask& mask = row_mask(p, b);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   const float c = p.softmax.scale_log2;
+  const SoftcapAlibi<float> variant = softcap_alibi(p.scores, p.softmax.scale, hq, mask.alignment);
 
   // The raw score of key j after the variant (core/variant.h), computed in both passes.
-  const auto score = [&](int j) { return IdentityScore{}(dot(q, k + j * p.k.row_stride, s.head_dim), i, j); };
+  const auto score = [&](int j) {
+    return variant(dot(q, k + j * p.k.row_stride, s.head_dim), i, j);
+  };
 
   OnlineRow state;
   for (int j = key_begin; j < key_end; ++j) {

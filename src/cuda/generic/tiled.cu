@@ -8,7 +8,9 @@
 //       exp2((s − m_i)·c), acc_i rescaled when m_i grows, c = scale·log2(e),
 //   acc += P·V_j[:, columns], P staged through shared memory.
 // Thread (ty, tx) holds rows ty + 16a and columns tx + 16b, a, b < 4. Head dims
-// above kOutCols run one block per column slice, each recomputing S.
+// above kOutCols run one block per column slice, each recomputing S. Instantiated
+// per Variant (core/variant.h): AnyVariant walks from a window's first key block
+// and applies softcap and ALiBi to each raw score before the mask.
 #include <cmath>
 
 #include "core/mask.h"
@@ -56,7 +58,7 @@ __device__ void load_tile(float (*dst)[kLd], const T* base, int64_t row_stride, 
 __device__ __forceinline__ float row_max(float x) { return lanes_max<kSide - 1>(x); }
 __device__ __forceinline__ float row_sum(float x) { return lanes_sum<kSide - 1>(x); }
 
-template <typename T>
+template <class Variant, typename T>
 __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int m_blocks) {
   __shared__ SharedTiles sm;
   const Sizes s = p.sizes;
@@ -71,19 +73,21 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
   const T* gV = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride + col0;
   const float c = p.softmax.scale_log2;
   const RowMask& mask = row_mask(p, b);
+  const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
 
   OnlineRow row[kPerThread];  // l: this thread's partial, summed over the row at the end
   float acc[kPerThread][kPerThread];
   int key_begin[kPerThread], key_end[kPerThread];
 #pragma unroll
   for (int a = 0; a < kPerThread; ++a) {
-    key_begin[a] = mask.key_begin(m0 + ty + kSide * a);
+    // 0 at compile time in the plain kernel, whose rules have no lower end.
+    key_begin[a] = Variant::kLowerEnds ? mask.key_begin(m0 + ty + kSide * a) : 0;
     key_end[a] = mask.key_end(m0 + ty + kSide * a);
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[a][e] = 0.0f;
   }
   // Keys outside [n_begin, n_end) are seen by no row of the tile.
-  const int n_begin = mask.key_blocks(m0, rows, kBlockN).first() * kBlockN;
+  const int n_begin = mask.key_blocks(m0, rows, kBlockN).first<Variant::kLowerEnds>() * kBlockN;
   const int n_end = mask.key_end(m0 + rows - 1);
 
   for (int n0 = n_begin; n0 < n_end; n0 += kBlockN) {
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
         const int key = n0 + tx + kSide * e;
         s_ij[a][e] = key < key_begin[a] || key >= key_end[a]
                          ? -INFINITY
-                         : IdentityScore{}(s_ij[a][e], m0 + ty + kSide * a, key);
+                         : score(s_ij[a][e], m0 + ty + kSide * a, key);
         tile_max = fmaxf(tile_max, s_ij[a][e]);
       }
       const float alpha = row[a].raise_max(row_max(tile_max), c);
@@ -153,6 +157,17 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
   }
 }
 
+template <class Variant>
+void launch(const AttnParams& p) {
+  const TileGrid grid = make_tile_grid(p.sizes, kBlockM, kOutCols, "cuda_tiled");
+  with_element_type(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    tiled_kernel<Variant, T><<<grid.dims, dim3(kSide, kSide), 0,
+                               static_cast<cudaStream_t>(p.stream)>>>(p, grid.m_blocks);
+    check_launch("tiled_kernel");
+  });
+}
+
 }  // namespace
 
 void tiled_forward(const AttnParams& p) {
@@ -160,13 +175,8 @@ void tiled_forward(const AttnParams& p) {
     tiny_forward(p);
     return;
   }
-  const TileGrid grid = make_tile_grid(p.sizes, kBlockM, kOutCols, "cuda_tiled");
-  with_element_type(p.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    tiled_kernel<T><<<grid.dims, dim3(kSide, kSide), 0, static_cast<cudaStream_t>(p.stream)>>>(
-        p, grid.m_blocks);
-    check_launch("tiled_kernel");
-  });
+  if (needs_any_variant(p)) launch<AnyVariant>(p);
+  else launch<NoVariant>(p);
 }
 
 }  // namespace flashattn::cuda

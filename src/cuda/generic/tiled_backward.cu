@@ -1,7 +1,9 @@
 // The backward of cuda_tiled: FlashAttention-1 style shared-memory tiles in fp32,
-// any head_dim and dtype, deterministic. With s_ij = q_i·k_j (raw), c =
+// any head_dim and dtype, deterministic. With s_ij = q_i·k_j (raw), r_ij the
+// variant's raw score of it and r'_ij = ∂r_ij/∂s_ij (core/variant.h: softcap and
+// ALiBi in the AnyVariant instantiation; r = s, r' = 1 in the plain one), c =
 // scale·log2(e) and the forward's lse_i, for a key j that row i sees:
-//   p_ij = 2^(s_ij·c − lse_i·log2 e),  dp_ij = dO_i·v_j,  ds_ij = p_ij·(dp_ij − D_i),
+//   p_ij = 2^(r_ij·c − lse_i·log2 e),  dp_ij = dO_i·v_j,  ds_ij = p_ij·(dp_ij − D_i)·r'_ij,
 // and p_ij = ds_ij = 0 for a key the row does not see (a select, never −inf
 // arithmetic, so any sign of scale works and an empty row, lse −inf, gives 0).
 // Two kernels, each gradient summed by one block in a fixed order:
@@ -9,7 +11,7 @@
 //     head_dim) walks the query tiles of every query head of its GQA group that
 //     see its keys: dv_j += Σ_i p_ij·dO_i, dk_j += scale·Σ_i ds_ij·q_i;
 //   dq_kernel: a block per (batch, q head, 64-row tile, column slice) walks the
-//     key tiles its rows see: dq_i += scale·Σ_j ds_ij·k_j.
+//     key tiles its rows see (from a window's first): dq_i += scale·Σ_j ds_ij·k_j.
 // Both recompute P and dS (the tile step below: S and dP accumulated over
 // head_dim in 16-column chunks through shared memory), so head_dim is
 // unbounded; head dims above 64 run a block per column slice, each recomputing
@@ -64,7 +66,7 @@ __device__ const T* head_ptr(const TensorRef& t, int b, int h, int row0) {
 
 // One (query tile, key tile) pair: p and ds of this thread's rows ty + 16a and
 // keys tx + 16e.
-template <typename T>
+template <class Variant, typename T>
 __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, int hq, int hk, int m0,
                           int n0, float (&prob)[kPer][kPer], float (&ds)[kPer][kPer]) {
   const Sizes s = p.sizes;
@@ -95,20 +97,24 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, int hq, in
   }
   const RowMask& mask = row_mask(p, b);
   const float c = p.softmax.scale_log2;
+  const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
 #pragma unroll
   for (int a = 0; a < kPer; ++a) {
     const int row = m0 + ty + kSide * a;
     const bool real = row < s.seqlen_q;
     const int64_t at = (int64_t(b) * s.heads_q + hq) * s.seqlen_q + (real ? row : 0);
     const float neg_lse_log2 = -p.grad.lse[at] * kLog2e, row_dot = p.grad.row_dot[at];
-    const int key_begin = mask.key_begin(row), key_end = real ? mask.key_end(row) : 0;
+    // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
+    const int key_begin = Variant::kLowerEnds ? mask.key_begin(row) : 0;
+    const int key_end = real ? mask.key_end(row) : 0;
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
       const int key = n0 + tx + kSide * e;
       const bool visible = key >= key_begin && key < key_end;
-      const float score = IdentityScore{}(s_ij[a][e], row, key);
-      prob[a][e] = visible ? exp2f(fmaf(score, c, neg_lse_log2)) : 0.0f;
-      ds[a][e] = visible ? prob[a][e] * (dp[a][e] - row_dot) : 0.0f;
+      float dr_ds;
+      const float r = score(s_ij[a][e], row, key, dr_ds);
+      prob[a][e] = visible ? exp2f(fmaf(r, c, neg_lse_log2)) : 0.0f;
+      ds[a][e] = visible ? prob[a][e] * (dp[a][e] - row_dot) * dr_ds : 0.0f;
     }
   }
 }
@@ -164,7 +170,7 @@ __device__ void store_slice(const TensorRef& t, int b, int h, int row0, int rows
   }
 }
 
-template <typename T>
+template <class Variant, typename T>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdParams p, int n_blocks) {
   __shared__ SharedTiles sm;
   const Sizes s = p.sizes;
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdParams p, int n
     for (int m0 = rows_seeing.begin / kBlock * kBlock; m0 < rows_seeing.end; m0 += kBlock) {
       const int rows = min(kBlock, s.seqlen_q - m0);
       float prob[kPer][kPer], ds[kPer][kPer];
-      tile_step<T>(p, sm, b, hq, hk, m0, n0, prob, ds);
+      tile_step<Variant, T>(p, sm, b, hq, hk, m0, n0, prob, ds);
       store_tile(sm, prob);
       tile_times_panels<true, T>(sm, head_ptr<T>(p.grad.dout, b, hq, m0) + col0,
                                  p.grad.dout.row_stride, rows, s.head_dim - col0, dv);
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdParams p, int n
   store_slice<T>(p.grad.dv, b, hk, n0, keys, col0, s.head_dim, 1.0f, dv);
 }
 
-template <typename T>
+template <class Variant, typename T>
 __global__ void __launch_bounds__(kThreads) dq_kernel(const BwdParams p, int m_blocks) {
   __shared__ SharedTiles sm;
   const Sizes s = p.sizes;
@@ -203,10 +209,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BwdParams p, int m_b
   const RowMask& mask = row_mask(p, b);
   const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlock);
   float dq[kPer][kPer] = {};
-  for (int n_block = blocks.first(); n_block < blocks.end; ++n_block) {
+  for (int n_block = blocks.first<Variant::kLowerEnds>(); n_block < blocks.end; ++n_block) {
     const int n0 = n_block * kBlock, keys = min(kBlock, s.seqlen_k - n0);
     float prob[kPer][kPer], ds[kPer][kPer];
-    tile_step<T>(p, sm, b, hq, hk, m0, n0, prob, ds);
+    tile_step<Variant, T>(p, sm, b, hq, hk, m0, n0, prob, ds);
     store_tile(sm, ds);
     // dq[row][col] += Σ_key dS[row][key]·K[key][col], K in 16-key panels.
     tile_times_panels<false, T>(sm, head_ptr<T>(p.k, b, hk, n0) + col0, p.k.row_stride, keys,
@@ -223,9 +229,8 @@ dim3 grid_of(int64_t tiles, int head_dim) {
   return dim3{unsigned(tiles), unsigned(slices)};
 }
 
-}  // namespace
-
-void tiled_backward(const BwdParams& p) {
+template <class Variant>
+void launch(const BwdParams& p) {
   const Sizes& s = p.sizes;
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int n_blocks = (s.seqlen_k + kBlock - 1) / kBlock;
@@ -234,11 +239,18 @@ void tiled_backward(const BwdParams& p) {
   const dim3 dq_grid = grid_of(int64_t(m_blocks) * s.batch * s.heads_q, s.head_dim);
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dkdv_kernel<T><<<dkdv_grid, dim3(kSide, kSide), 0, stream>>>(p, n_blocks);
+    dkdv_kernel<Variant, T><<<dkdv_grid, dim3(kSide, kSide), 0, stream>>>(p, n_blocks);
     check_launch("dkdv_kernel");
-    dq_kernel<T><<<dq_grid, dim3(kSide, kSide), 0, stream>>>(p, m_blocks);
+    dq_kernel<Variant, T><<<dq_grid, dim3(kSide, kSide), 0, stream>>>(p, m_blocks);
     check_launch("dq_kernel");
   });
+}
+
+}  // namespace
+
+void tiled_backward(const BwdParams& p) {
+  if (needs_any_variant(p)) launch<AnyVariant>(p);
+  else launch<NoVariant>(p);
 }
 
 }  // namespace flashattn::cuda

@@ -4,8 +4,10 @@
 // warps owns kRows query rows of one (batch, q head) and stages its head's K and
 // V whole in shared memory; warp w owns row w: lane j scores keys j and j + 32,
 // the row's maximum and sum come from shuffles, and lane c accumulates output
-// columns c, c + 32 with P broadcast by shuffles. Problems that fit one warp's
-// registers go to tiny_warp.cu instead.
+// columns c, c + 32 with P broadcast by shuffles; a row scores and adds only the
+// keys its mask shows it (a window's included), and the AnyVariant
+// instantiation applies softcap and ALiBi (core/variant.h) to each raw score.
+// Problems that fit one warp's registers go to tiny_warp.cu instead.
 #include <cmath>
 
 #include "core/mask.h"
@@ -54,6 +56,7 @@ __device__ __forceinline__ void stage_rows(float4* dst, const float* src, int64_
   }
 }
 
+template <class Variant>
 __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool vec4) {
   extern __shared__ float4 smem[];
   const Sizes& s = p.sizes;
@@ -80,7 +83,10 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   if (w >= rows) return;
   const int row = row0 + w;
   const RowMask& mask = row_mask(p, b);
-  const int key_begin = mask.key_begin(row), key_end = mask.key_end(row);
+  // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
+  const int key_begin = Variant::kLowerEnds ? mask.key_begin(row) : 0;
+  const int key_end = mask.key_end(row);
+  const auto variant = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
   const float4* q_row = q + w * pitch;
 
   // Scores in log2 units, s·scale·log2(e), from float4s of the zero-padded rows.
@@ -99,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
         part.x = fmaf(a.x, x.x, part.x), part.y = fmaf(a.y, x.y, part.y);
         part.z = fmaf(a.z, x.z, part.z), part.w = fmaf(a.w, x.w, part.w);
       }
-      score[h] = IdentityScore{}((part.x + part.y) + (part.z + part.w), row, j) * c;
+      score[h] = variant((part.x + part.y) + (part.z + part.w), row, j) * c;
     }
   }
   const float m = lanes_max<31u>(fmaxf(score[0], score[1]));
@@ -140,9 +146,10 @@ void tiny_forward(const AttnParams& p) {
   if (heads > 0x7FFFFFFF) fail(Status::unsupported, "q: shape too large for cuda_tiled's grid");
   const dim3 grid(unsigned(heads), unsigned((s.seqlen_q + kRows - 1) / kRows));
   const int smem = shared_bytes(s);
+  const auto kernel = needs_any_variant(p) ? tiny_kernel<AnyVariant> : tiny_kernel<NoVariant>;
   FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(tiny_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  tiny_kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, fp32_rows_vec4(p));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, fp32_rows_vec4(p));
   check_launch("tiny_kernel");
 }
 

@@ -9,7 +9,10 @@
 // issues 40 and waits about 300 cycles longer for them (docs/perf/cuda_tiled_and_naive.md §v7). The
 // eight lanes of a group sum their chunks' products into key 4i + g's score;
 // P·V needs no shuffles, since each lane already holds p for the keys whose V
-// rows it loaded; the four groups' partial outputs are summed at the end.
+// rows it loaded; the four groups' partial outputs are summed at the end. Keys
+// outside the row's mask range (a window's included) are not loaded and score
+// −inf; the AnyVariant instantiation applies softcap and ALiBi (core/variant.h)
+// to each raw score.
 #include <climits>
 #include <cmath>
 
@@ -48,6 +51,10 @@ struct WarpParams {
   int head_dim;
   RowMask mask;      // the batch's one sequence length pair (dense)
   float scale_log2;  // softmax scale · log2(e)
+  // Softcap and ALiBi and the scale their functor is built for: read by the
+  // AnyVariant instantiation only, so they follow the fields the plain one reads.
+  ScoreParams scores;
+  float scale;
 };
 
 // The first element of head h of batch b (row 0).
@@ -83,13 +90,15 @@ __device__ __forceinline__ void fma4(float s, float4 x, float4& acc) {
 
 // Grid (heads_q, batch, seqlen_q), one warp a block: a block per query row
 // spreads the rows over as many SMs as there are rows.
-template <bool kVec4>
+template <class Variant, bool kVec4>
 __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   const int hq = blockIdx.x, b = blockIdx.y, row = blockIdx.z;
   const int hk = p.group == 1 ? hq : hq / p.group;
   const unsigned lane = threadIdx.x;
   const int g = lane / kChunks, c = lane % kChunks, d = p.head_dim;
-  const int key_begin = p.mask.key_begin(row), key_end = p.mask.key_end_small(row);
+  // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
+  const int key_begin = Variant::kLowerEnds ? p.mask.key_begin(row) : 0;
+  const int key_end = p.mask.key_end_small(row);
 
   // Base pointers once, so that each key's row is one multiply-add away.
   const float* k_head = head_ptr(p.k, b, hk);
@@ -110,6 +119,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   // Scores in log2 units; every lane of group g holds those of keys 4i + g.
   // Each butterfly step runs over all keys before the next, so the shuffles of
   // different keys overlap.
+  const auto variant = Variant::score(p.scores, p.scale, hq, p.mask.alignment);
   float score[kKeySteps], m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kKeySteps; ++i) score[i] = dot(q, k[i]);
@@ -120,7 +130,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
 #pragma unroll
   for (int i = 0; i < kKeySteps; ++i) {
     const int key = kGroups * i + g;
-    score[i] = key >= key_begin && key < key_end ? IdentityScore{}(score[i], row, key) * p.scale_log2
+    score[i] = key >= key_begin && key < key_end ? variant(score[i], row, key) * p.scale_log2
                                                  : -INFINITY;
     m = fmaxf(m, score[i]);
   }
@@ -171,6 +181,14 @@ WarpTensor warp_tensor(const TensorRef& t) {
           int(t.head_stride)};
 }
 
+template <class Variant>
+void launch(const WarpParams& w, dim3 grid, cudaStream_t stream, bool vec4) {
+  if (vec4)
+    tiny_warp_kernel<Variant, true><<<grid, 32, 0, stream>>>(w);
+  else
+    tiny_warp_kernel<Variant, false><<<grid, 32, 0, stream>>>(w);
+}
+
 }  // namespace
 
 bool tiny_warp_fits(const AttnParams& p) {
@@ -196,12 +214,15 @@ void tiny_warp_forward(const AttnParams& p) {
   w.head_dim = s.head_dim;
   w.mask = row_mask(p, 0);
   w.scale_log2 = p.softmax.scale_log2;
+  w.scores = p.scores;
+  w.scale = p.softmax.scale;
   const dim3 grid(unsigned(s.heads_q), unsigned(s.batch), unsigned(s.seqlen_q));
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  if (fp32_rows_vec4(p) && rows_16b_aligned(p.o, sizeof(float)))
-    tiny_warp_kernel<true><<<grid, 32, 0, stream>>>(w);
+  const bool vec4 = fp32_rows_vec4(p) && rows_16b_aligned(p.o, sizeof(float));
+  if (needs_any_variant(p))
+    launch<AnyVariant>(w, grid, stream, vec4);
   else
-    tiny_warp_kernel<false><<<grid, 32, 0, stream>>>(w);
+    launch<NoVariant>(w, grid, stream, vec4);
   check_launch("tiny_warp_kernel");
 }
 

@@ -4,7 +4,9 @@
 //
 // A block of 4 warps owns kBlockM = 64 query rows (16 per warp) of one
 // (batch, q head) and kD output columns; it walks the visible key tiles of
-// block_n(kD) rows. Per query row i (two per thread: g and g + 8 of its warp):
+// block_n(kD) rows, from a window's first in the AnyVariant instantiation, which
+// also applies softcap and ALiBi to each raw score (core/variant.h; s_ij below
+// is the variant's). Per query row i (two per thread: g and g + 8 of its warp):
 //   m_i = max over keys seen of s_ij (raw, unscaled),
 //   l_i = Σ exp2((s_ij − m_i)·c),  acc_i = Σ exp2((s_ij − m_i)·c)·v_j,  c = scale·log2(e),
 // with l_i and acc_i rescaled when m_i grows (core/softmax.h, OnlineRow). Head
@@ -117,7 +119,7 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-template <int kD>
+template <class Variant, int kD>
 __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p, int m_blocks,
                                                            bool vec4) {
   extern __shared__ float4 smem[];
@@ -135,15 +137,19 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   const float* gV = static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
   const float c = p.softmax.scale_log2;
   const RowMask& mask = row_mask(p, b);
+  const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
 
   // This thread's rows: r = 0 is row g of the warp's 16, r = 1 is row g + 8.
   const int my_row[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
-  const int key_begin[2] = {mask.key_begin(my_row[0]), mask.key_begin(my_row[1])};
+  // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
+  const int key_begin[2] = {Variant::kLowerEnds ? mask.key_begin(my_row[0]) : 0,
+                            Variant::kLowerEnds ? mask.key_begin(my_row[1]) : 0};
   const int key_end[2] = {mask.key_end(my_row[0]), mask.key_end(my_row[1])};
   OnlineRow row[2];  // l: this thread's partial, summed over the quad at the end
   float acc[kD / 8][4] = {};
   // Keys outside [n_begin, n_end) are seen by no row of the tile.
-  const int n_begin = mask.key_blocks(m0, rows, block_n(kD)).first() * block_n(kD);
+  const int n_begin =
+      mask.key_blocks(m0, rows, block_n(kD)).first<Variant::kLowerEnds>() * block_n(kD);
   const int n_end = mask.key_end(m0 + rows - 1);
 
   if (chunks == 1) {
@@ -185,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
         for (int e = 0; e < 2; ++e) {
           float& x = s_ij[j][2 * r + e];
           const int key = n0 + 8 * j + 2 * t + e;
-          x = key < key_begin[r] || key >= key_end[r] ? -INFINITY : IdentityScore{}(x, my_row[r], key);
+          x = key < key_begin[r] || key >= key_end[r] ? -INFINITY : score(x, my_row[r], key);
           tile_max = fmaxf(tile_max, x);
         }
       const float alpha = row[r].raise_max(quad_max(tile_max), c);
@@ -233,10 +239,12 @@ template <int kD>
 void launch(const AttnParams& p) {
   const TileGrid grid = make_tile_grid(p.sizes, kBlockM, kD, "cuda_tf32x3");
   const int smem = int(sizeof(SharedTiles<kD>));
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(fp32_tc_kernel<kD>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  fp32_tc_kernel<kD><<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
-      p, grid.m_blocks, fp32_rows_vec4(p));
+  const auto kernel =
+      needs_any_variant(p) ? fp32_tc_kernel<AnyVariant, kD> : fp32_tc_kernel<NoVariant, kD>;
+  FLASHATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, grid.m_blocks,
+                                                                            fp32_rows_vec4(p));
   check_launch("fp32_tc_kernel");
 }
 

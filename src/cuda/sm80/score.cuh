@@ -3,7 +3,8 @@
 // accumulator layout, s[mt][nt][e]: m16 slice mt, n8 key column nt; lane (g, t)
 // = (lane / 4, lane % 4) holds rows g (e < 2) and g + 8 (e >= 2) of the slice and
 // keys 8·nt + 2t + e % 2. Only key blocks that need the mask (KeyBlocks::
-// needs_mask) call it, so whole blocks pay nothing.
+// needs_mask) call it, so whole blocks pay nothing; a kernel with a score variant
+// calls it on every block (its scores all change).
 #pragma once
 
 #include <cmath>
@@ -17,9 +18,9 @@ namespace flashattn::cuda::sm80 {
 // row0: the query row of the fragment's first row (slice 0, g = 0, h = 0);
 // key0: the key of its first column. kLowerEnd: whether a row's key range may
 // begin inside the block (KeyBlocks::lower_end_in; score_step below picks).
-template <bool kLowerEnd, int kMT, int kNT, typename Variant>
+template <bool kLowerEnd, int kMT, int kNT, typename Score>
 __device__ __forceinline__ void mask_scores(const RowMask& mask, int row0, int key0,
-                                            float (&s)[kMT][kNT][4], Variant variant) {
+                                            float (&s)[kMT][kNT][4], const Score& score) {
   const int lane = thread_index() % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -29,27 +30,32 @@ __device__ __forceinline__ void mask_scores(const RowMask& mask, int row0, int k
       // Column 8·nt + e of this thread holds key key0 + 2t + 8·nt + e.
       const int end = mask.key_end(row) - key0 - 2 * t;
       const int begin = kLowerEnd ? mask.key_begin(row) - key0 - 2 * t : 0;
+      // ALiBi's distance of column 0, stepped by constants across the row.
+      float distance0 = 0.0f;
+      if constexpr (!Score::kIdentity) distance0 = score.distance(row, key0 + 2 * t);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mt][nt][2 * h + e];
-          if constexpr (!Variant::kIdentity) x = variant(x, row, key0 + 2 * t + 8 * nt + e);
+          if constexpr (!Score::kIdentity) x = score.at(x, distance0 - float(8 * nt + e));
           if (8 * nt + e >= end || (kLowerEnd && 8 * nt + e < begin)) x = -INFINITY;
         }
     }
 }
 
 // The score step of key block n_block (of keys starting at key0) for a tile
-// whose key blocks are `blocks`.
-template <int kMT, int kNT, typename Variant = IdentityScore>
+// whose key blocks are `blocks`, in a kernel instantiated with Variant
+// (core/variant.h), whose score functor for this tile's head is `score`.
+template <class Variant, int kMT, int kNT>
 __device__ __forceinline__ void score_step(const RowMask& mask, const KeyBlocks& blocks,
                                            int n_block, int row0, int key0,
-                                           float (&s)[kMT][kNT][4], Variant variant = {}) {
-  if constexpr (KeyBlocks::kLowerEnds) {
-    if (blocks.lower_end_in(n_block)) return mask_scores<true>(mask, row0, key0, s, variant);
+                                           float (&s)[kMT][kNT][4],
+                                           const typename Variant::Score& score) {
+  if constexpr (Variant::kLowerEnds) {
+    if (blocks.lower_end_in<true>(n_block)) return mask_scores<true>(mask, row0, key0, s, score);
   }
-  mask_scores<false>(mask, row0, key0, s, variant);
+  mask_scores<false>(mask, row0, key0, s, score);
 }
 
 }  // namespace flashattn::cuda::sm80

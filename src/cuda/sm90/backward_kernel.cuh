@@ -26,7 +26,9 @@
 // memory, and finished by write_dq. As in cuda_mma, P comes from lse, and a
 // select zeroes P and dS of every key a row does not see, of rows past
 // seqlen_q and of keys past seqlen_k, only on the tiles that the mask or the
-// ragged ends cut; dK takes `scale` at the end and dQ in write_dq. Deterministic mode: dQ adds in
+// ragged ends cut; dK takes `scale` at the end and dQ in write_dq. A score
+// variant (the Variant template parameter, core/variant.h) changes Sᵀ before
+// Pᵀ and multiplies dSᵀ by its derivative. Deterministic mode: dQ adds in
 // key-tile order, as cuda_mma's (turn counters per query tile).
 #pragma once
 
@@ -149,11 +151,13 @@ __device__ __forceinline__ void issue_kmajor(float (&acc)[N / 2], uint64_t a, in
   }
 }
 
-template <typename T, class Tr>
+template <typename T, class Tr, class Variant>
 __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp,
                                                   const BackwardWalk& w, uint8_t* smem,
                                                   BackwardBarriers<Tr>& bar, int warpgroup) {
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
+  constexpr bool kLowerEnds = Variant::kLowerEnds;
+  using Score = typename Variant::Score;
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
   const RowMask& mask = row_mask(p, w.b);
@@ -198,31 +202,61 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     const float* lse2 = reinterpret_cast<const float*>(smem + Tr::kLseOffset) + stage * kBlockM;
     const float* dot = reinterpret_cast<const float*>(smem + Tr::kRowDotOffset) + stage * kBlockM;
     const int key_first = w.key0 + wg_key0;
-    const bool cut = row0 + kBlockM > s.seqlen_q || mask.beyond_end(row0, key_first + 63);
-    wgmma_wait<1>();
-    fence_registers(st);
+    const bool cut = row0 + kBlockM > s.seqlen_q || mask.beyond_end(row0, key_first + 63) ||
+                     (kLowerEnds && mask.key_begin(row0 + kBlockM - 1) > key_first);
+    // Whether (row, key) of the tile takes no part: the row or the key does not exist, or the mask hides it.
+    const auto hidden = [&](int row, int key) {
+      return row >= s.seqlen_q || (kLowerEnds ? mask.hidden(row, key) : mask.beyond_end(row, key));
+    };
+    // A window alone changes no score: the plain order, Pᵀ under dPᵀ's product.
+    if (Score::kIdentity || !p.scores.any()) {
+      wgmma_wait<1>();
+      fence_registers(st);
 #pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+      for (int j = 0; j < kBlockM / 8; ++j) {
+        const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 4 * j + e;
-        float prob = fast_exp2(fmaf(st[i], c, -(e % 2 ? l.y : l.x)));
-        if (cut) {
-          const int row = row0 + 8 * j + 2 * t + e % 2;
-          const int key = w.key0 + key_row + 8 * (e / 2);
-          if (row >= s.seqlen_q || mask.beyond_end(row, key)) prob = 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int i = 4 * j + e;
+          float prob = fast_exp2(fmaf(st[i], c, -(e % 2 ? l.y : l.x)));
+          if (cut && hidden(row0 + 8 * j + 2 * t + e % 2, w.key0 + key_row + 8 * (e / 2))) prob = 0.0f;
+          st[i] = prob;
         }
-        st[i] = prob;
       }
-    }
-    wgmma_wait<0>();
-    fence_registers(dpt);
+      wgmma_wait<0>();
+      fence_registers(dpt);
 #pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
+      for (int j = 0; j < kBlockM / 8; ++j) {
+        const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
+        for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
+      }
+    } else if constexpr (!Score::kIdentity) {
+      // A score variant: Pᵀ and dSᵀ in one pass once both products are done, so
+      // that the variant's derivative is used where it is made, not kept in
+      // registers beside Sᵀ and dPᵀ.
+      const Score score = Variant::score(p.scores, p.softmax.scale, tile.hq, mask.alignment);
+      // ALiBi's distance of this thread's first (row, key), stepped by constants.
+      const float distance0 = score.distance(row0 + 2 * t, w.key0 + key_row);
+      wgmma_wait<0>();
+      fence_registers(st);
+      fence_registers(dpt);
+#pragma unroll
+      for (int j = 0; j < kBlockM / 8; ++j) {
+        const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+        const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 4 * j + e;
+          const int row = row0 + 8 * j + 2 * t + e % 2, key = w.key0 + key_row + 8 * (e / 2);
+          float dscore;
+          const float x = score.at(st[i], distance0 + float(8 * j + e % 2 - 8 * (e / 2)), dscore);
+          float prob = fast_exp2(fmaf(x, c, -(e % 2 ? l.y : l.x)));
+          if (cut && hidden(row, key)) prob = 0.0f;
+          st[i] = prob;
+          dpt[i] = prob * (dpt[i] - (e % 2 ? d.y : d.x)) * dscore;
+        }
+      }
     }
     uint32_t pt[kBlockM / 16][4], dst[kBlockM / 16][4];
 #pragma unroll
@@ -304,8 +338,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     if (threadIdx.x % 128 == 0) {
       int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
                            : nullptr;
+      // The key tiles that see this query tile are a run from `first` (the
+      // mma.sync backward's comment, common/backward_walk.cuh's walk).
+      const int first = mask.key_blocks(row0, kBlockM, kBlockN).first<kLowerEnds>();
       if (turn)
-        while (load_acquire(turn) != w.n) {
+        while (load_acquire(turn) != w.n - first) {
         }
       float* dq_head =
           kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * kBlockM * kD;
@@ -347,7 +384,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   }
 }
 
-template <typename T, class Tr>
+template <typename T, class Tr, class Variant>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardKernelParams kp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -374,7 +411,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if (threadIdx.x < 32) backward_producer<Tr>(kp, w, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
-    backward_consumer<T, Tr>(kp, w, smem, bar, warpgroup - 1);
+    backward_consumer<T, Tr, Variant>(kp, w, smem, bar, warpgroup - 1);
   }
 #endif
 }

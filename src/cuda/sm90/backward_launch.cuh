@@ -17,8 +17,8 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <typename T, int kHeadDim>
-void run_backward(const BwdParams& p) {
+template <typename T, int kHeadDim, class Variant>
+void launch_backward(const BwdParams& p) {
   using Tr = typename BackwardTraitsFor<kHeadDim>::type;
   const Sizes& s = p.sizes;
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
@@ -43,12 +43,19 @@ void run_backward(const BwdParams& p) {
   kp.dq_accum = sums.accum();
   kp.turns = sums.turns();
 
-  const auto kernel = backward_kernel<T, Tr>;
+  const auto kernel = backward_kernel<T, Tr, Variant>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
   kernel<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
   check_launch("cuda_wgmma backward_kernel");
   write_dq(p, sums.accum(), sums.rows_padded(), kHeadDim);
+}
+
+// The plain kernel, or the one that takes every variant where p asks for one.
+template <typename T, int kHeadDim>
+void run_backward(const BwdParams& p) {
+  if (needs_any_variant(p)) launch_backward<T, kHeadDim, AnyVariant16>(p);
+  else launch_backward<T, kHeadDim, NoVariant>(p);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -32,7 +32,7 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <typename T, class Tr>
+template <typename T, class Tr, class Variant>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     forward_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -62,10 +62,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
-    if (threadIdx.x == 0) producer<Tr>(p, smem, bar);
+    if (threadIdx.x == 0) producer<Tr, Variant::kLowerEnds>(p, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
-    consumer<T, Tr>(p, smem, bar, warpgroup - 1);
+    consumer<T, Tr, Variant>(p, smem, bar, warpgroup - 1);
   }
 #endif
 }

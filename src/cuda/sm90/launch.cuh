@@ -30,7 +30,7 @@ inline bool heads_fastest(const AttnParams& p, const TileGrid& grid) {
   constexpr int kMaxWaves = 12;
   const int sms = multiprocessors(p.device_index);
   const int64_t heads = int64_t(p.sizes.batch) * p.sizes.heads_q;
-  return p.mask.causal && heads * kMinBlocksPerHead <= sms &&
+  return p.mask.bounded_above && heads * kMinBlocksPerHead <= sms &&
          int64_t(grid.dims.x) <= int64_t(kMaxWaves) * sms;
 }
 
@@ -47,7 +47,7 @@ inline bool heads_fastest(const AttnParams& p, const TileGrid& grid) {
 inline bool use_persistent(const AttnParams& p) {
   constexpr int kMaxKeysCausal = 4096;
   constexpr int kMaxKeys = 2048;
-  return p.sizes.seqlen_k <= (p.mask.causal ? kMaxKeysCausal : kMaxKeys);
+  return p.sizes.seqlen_k <= (p.mask.bounded_above ? kMaxKeysCausal : kMaxKeys);
 }
 
 // Whether the tiles can run in pairs (Traits::kCluster): non-causal, where
@@ -55,7 +55,7 @@ inline bool use_persistent(const AttnParams& p) {
 // per head, so that each pair holds two tiles of one head.
 template <class Tr>
 bool pairs_tiles(const AttnParams& p) {
-  return !p.mask.causal && query_tiles(p.sizes, Tr::kBlockM) % 2 == 0;
+  return !p.mask.bounded_above && query_tiles(p.sizes, Tr::kBlockM) % 2 == 0;
 }
 
 // A launch of `blocks` blocks of Tr's shape in clusters of Tr::kCluster
@@ -115,11 +115,11 @@ template <class Tr>
 int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fastest,
                       int resident) {
   int blocks = resident;
-  if (p.mask.causal && !heads_fastest && 8 * (resident % grid.m_blocks) <= resident)
+  if (p.mask.bounded_above && !heads_fastest && 8 * (resident % grid.m_blocks) <= resident)
     blocks = resident - resident % grid.m_blocks;
   blocks = int(std::min<int64_t>(blocks, grid.dims.x));
   const bool partial_last_tile = p.sizes.seqlen_q % Tr::kBlockM != 0;
-  if (Tr::kCluster == 1 && !p.mask.causal && partial_last_tile && blocks < grid.dims.x &&
+  if (Tr::kCluster == 1 && !p.mask.bounded_above && partial_last_tile && blocks < grid.dims.x &&
       blocks % grid.m_blocks == 0)
     blocks -= 1;
   return blocks - blocks % Tr::kCluster;
@@ -132,12 +132,12 @@ int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fast
 // would run them with idle warpgroups. The number of tiles stays the same.
 template <class Tr>
 int tile_row_shift(const AttnParams& p) {
-  if (!p.mask.causal) return 0;
+  if (!p.mask.bounded_above) return 0;
   const int room = (Tr::kBlockM - p.sizes.seqlen_q % Tr::kBlockM) % Tr::kBlockM;
   return 64 * (room / 64);
 }
 
-template <typename T, class Tr>
+template <typename T, class Tr, class Variant>
 void launch(const AttnParams& p) {
   const Sizes& s = p.sizes;
   const TileGrid grid = make_tile_grid(s, Tr::kBlockM, Tr::kHeadDim, "cuda_wgmma");
@@ -149,6 +149,7 @@ void launch(const AttnParams& p) {
   kp.o = make_tensor_map(p.o, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, 64);
   kp.sizes = s;
   kp.mask = row_mask(p, 0);  // dense: every sequence has the same lengths
+  kp.scores = p.scores;
   kp.lse = p.softmax.lse;
   kp.scale = p.softmax.scale;
   kp.scale_log2 = p.softmax.scale_log2;
@@ -156,7 +157,7 @@ void launch(const AttnParams& p) {
   kp.row_shift = tile_row_shift<Tr>(p);
   kp.tiles = int(grid.dims.x);
   kp.heads_fastest = heads_fastest(p, grid);
-  const auto kernel = forward_kernel<T, Tr>;
+  const auto kernel = forward_kernel<T, Tr, Variant>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
   const int blocks =
@@ -170,19 +171,23 @@ void launch(const AttnParams& p) {
   check_launch("cuda_wgmma forward_kernel");
 }
 
+// The plain kernels, or, where p asks for a variant, the one that takes every
+// variant (core/variant.h's AnyVariant16, on VariantTraitsFor).
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p) {
   using Persistent = typename PersistentTraitsFor<kHeadDim>::type;
   using Paired = typename PairedTraitsFor<kHeadDim>::type;
+  if (needs_any_variant(p))
+    return launch<T, typename VariantTraitsFor<kHeadDim>::type, AnyVariant16>(p);
   if constexpr (!std::is_void_v<Persistent>) {
     if (use_persistent(p)) {
       if constexpr (!std::is_void_v<Paired>) {
-        if (pairs_tiles<Paired>(p)) return launch<T, Paired>(p);
+        if (pairs_tiles<Paired>(p)) return launch<T, Paired, NoVariant>(p);
       }
-      return launch<T, Persistent>(p);
+      return launch<T, Persistent, NoVariant>(p);
     }
   }
-  launch<T, typename TraitsFor<kHeadDim>::type>(p);
+  launch<T, typename TraitsFor<kHeadDim>::type, NoVariant>(p);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -79,9 +79,17 @@ __device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
 // their turns and releases their slots, so every barrier counts the same
 // arrivals. Every warp waits for each loaded Q and releases it once: a parity
 // wait that skipped a phase could pass on the one before.
-template <typename T, class Tr>
+//
+// Under a window the tile's last blocks in visiting order (its lowest) may lie
+// below a warpgroup's rows' key ranges: the warpgroup computes them with every
+// score masked (at most a block or two: its rows start 64 after the tile's
+// first), which keeps the turns as they are. With a score variant
+// (core/variant.h) every block takes the score step.
+template <typename T, class Tr, class Variant>
 __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
                                          int warpgroup) {
+  constexpr bool kLowerEnds = Variant::kLowerEnds;
+  using Score = typename Variant::Score;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
@@ -138,11 +146,12 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   RingPosition<Tr::kQStages> q{0};
   turns.start();
   for_each_tile(p, [&](int index) {
-    const Tile t = tile_at<Tr>(p, index);
+    const Tile t = tile_at<Tr, kLowerEnds>(p, index);
     const int qs = q.stage();
     const int wg_row0 = t.row0 + 64 * warpgroup;
-    const int wg_blocks = visible_key_blocks<Tr>(p, wg_row0, 64);
-    for (int skipped = 0; skipped < t.n_blocks - wg_blocks; ++skipped, ++ring.it) {
+    // Blocks [t.n_first, wg_end) hold every key this warpgroup's rows see.
+    const int wg_end = max(t.n_first, visible_key_blocks<Tr, false>(p, wg_row0, 64).end);
+    for (int skipped = 0; skipped < t.n_end - wg_end; ++skipped, ++ring.it) {
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       release_slot(&bar.k_empty[ring.stage()]);
       const auto skip_values = [&] {
@@ -164,8 +173,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         skip_values();
       }
     }
-    if (wg_blocks == 0) {  // no row of the warpgroup sees a key: 0 and -inf
-      if (t.n_blocks > 0) {
+    if (wg_end == t.n_first) {  // no row of the warpgroup sees a key: 0 and -inf
+      if (t.n_end > t.n_first) {
         wait_barrier(&bar.q_full[qs], q.filled_parity());
         release(&bar.q_empty[qs]);
       }
@@ -179,10 +188,14 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       // the loop or of the first row's clamped key_end: with three consumer
       // warpgroups at head dim 64 those forms measured 4-6% slower, ncu showing
       // twice the barrier stalls; docs/perf/cuda_wgmma.md, v4.15.)
-      const auto needs_mask = [&](int n_block) {
-        return p.mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
-      };
       const KeyBlocks wg_keys = p.mask.key_blocks(wg_row0, 64, Tr::kBlockN);
+      // A score variant changes every score (a window alone only the cut blocks).
+      const bool rescores = !Score::kIdentity && p.scores.any();
+      const auto needs_mask = [&](int n_block) {
+        return rescores || wg_keys.lower_end_in<kLowerEnds>(n_block) ||
+               p.mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
+      };
+      const Score score = Variant::score(p.scores, p.scale, t.head_q, p.mask.alignment);
       const uint64_t q_desc = smem_descriptor(
           base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
 
@@ -206,15 +219,15 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         done_max[half] = row_max[half], done_sum[half] = row_sum[half];
         row_max[half] = -INFINITY, row_sum[half] = 0.0f;
       }
-      if (needs_mask(wg_blocks - 1))
-        score_step<Tr>(s, p.mask, wg_keys, at, t.row0, wg_blocks - 1);
+      if (needs_mask(wg_end - 1))
+        score_step<Tr, Variant>(s, p.mask, wg_keys, at, t.row0, wg_end - 1, score);
       softmax_update<Tr>(s, row_max, row_sum, alpha, c);
       wgmma_wait<0>();
       fence_registers(acc);
       if (pv_owed) retire_owed(done_max, done_sum);
       pack_probabilities<T, Tr>(s, probs);
 
-      for (int n_block = wg_blocks - 2; n_block >= 0; --n_block) {
+      for (int n_block = wg_end - 2; n_block >= t.n_first; --n_block) {
         const RingPosition<Tr::kStages> prev = ring;  // holds V of the block after n_block
         ++ring.it;
         wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
@@ -229,7 +242,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         wgmma_wait<1>();
         fence_registers(s);
         release_slot(&bar.k_empty[ring.stage()]);
-        if (needs_mask(n_block)) score_step<Tr>(s, p.mask, wg_keys, at, t.row0, n_block);
+        if (needs_mask(n_block))
+          score_step<Tr, Variant>(s, p.mask, wg_keys, at, t.row0, n_block, score);
         softmax_update<Tr>(s, row_max, row_sum, alpha, c);
         wgmma_wait<0>();
         fence_registers(acc);
@@ -243,7 +257,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       owed_tile = t;
       ++ring.it;
     }
-    q.it += t.n_blocks > 0;
+    q.it += t.n_end > t.n_first;
   });
   // The last P·V: its issue and its wait under one condition (split between
   // two, ptxas serialised every wgmma of the kernel).

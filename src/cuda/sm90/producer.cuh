@@ -29,18 +29,18 @@ struct RingPosition {
 };
 
 // The producer thread: for each tile, Q once its buffer is free, then K and V
-// of each visible key block, last to first, into the ring as its stages free
+// of each visible key block, last to first (a window's blocks below it never), into the ring as its stages free
 // up. The ring runs on across tiles, so the next tile's first blocks load
 // while this one finishes. Paired, it loads its block's half of each K and V
 // block (keys [rank·kBoxRows, +kBoxRows) of it) into both blocks' rings.
-template <class Tr>
+template <class Tr, bool kLowerEnds>
 __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar) {
   const int half_row0 = Tr::kCluster == 1 ? 0 : int(cluster_rank()) * Tr::kBoxRows;
   RingPosition<Tr::kQStages> q{0};
   RingPosition<Tr::kStages> ring{0};
   for_each_tile(p, [&](int index) {
-    const Tile t = tile_at<Tr>(p, index);
-    if (t.n_blocks == 0) return;  // no Q, no keys: the consumers write 0 and -inf
+    const Tile t = tile_at<Tr, kLowerEnds>(p, index);
+    if (t.n_end <= t.n_first) return;  // no Q, no keys: the consumers write 0 and -inf
     // Free once every consumer warp is done with the Q it held before (a fresh
     // barrier counts as free).
     const int qs = q.stage();
@@ -51,7 +51,7 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
     for (int panel = 0; panel < Tr::kPanels; ++panel)
       tma_load(smem + Tr::kQOffset + qs * Tr::kQBytes + panel * Tr::kBlockM * 128, &p.q,
                64 * panel, t.row0, t.head_q, t.batch, &bar.q_full[qs]);
-    for (int n_block = t.n_blocks - 1; n_block >= 0; --n_block, ++ring.it) {
+    for (int n_block = t.n_end - 1; n_block >= t.n_first; --n_block, ++ring.it) {
       const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full,
                             uint64_t* empty) {
         wait_barrier(empty, ring.free_parity());

@@ -15,6 +15,7 @@ struct KernelParams {
   CUtensorMap q, k, v, o;  // (head_dim, seqlen, heads, batch), 64-column boxes
   Sizes sizes;
   RowMask mask;      // the key range each query row sees (dense: one for the batch)
+  ScoreParams scores;  // softcap and ALiBi (core/variant.h)
   float* lse;
   float scale;       // for lse, in natural-log units
   float scale_log2;  // c = scale·log2(e)
@@ -27,18 +28,26 @@ struct KernelParams {
 // A query tile and the key blocks it visits.
 struct Tile {
   int m_block, batch, head_q, head_kv;
-  int row0;      // its first query row, negative when the tile starts before row 0
-  int n_blocks;  // key blocks [0, n_blocks) hold a key visible to some row of the tile
+  int row0;     // its first query row, negative when the tile starts before row 0
+  int n_first;  // key blocks [n_first, n_end) hold a key visible to some row of the tile
+  int n_end;
 };
 
-// How many key blocks hold a key visible to some query row in [row0, row0 + rows):
-// the last real row sees the most keys (core/mask.h; the walk starts at block 0,
-// KeyBlocks::kLowerEnds being false). 0 when no row of them lies in [0, seqlen_q).
-template <class Tr>
-__device__ __forceinline__ int visible_key_blocks(const KernelParams& p, int row0, int rows) {
+// The key blocks that hold a key visible to some query row in [row0, row0 + rows):
+// the last real row sees up to the last, the first real row from the first
+// (core/mask.h; without kLowerEnds the walk starts at block 0). Empty when no
+// row of them lies in [0, seqlen_q).
+struct BlockSpan {
+  int first, end;
+};
+template <class Tr, bool kLowerEnds>
+__device__ __forceinline__ BlockSpan visible_key_blocks(const KernelParams& p, int row0, int rows) {
   const int last_row = min(row0 + rows, p.sizes.seqlen_q) - 1;
-  if (last_row < max(row0, 0)) return 0;
-  return (p.mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN;
+  if (last_row < max(row0, 0)) return {0, 0};
+  const int end = (p.mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN;
+  if constexpr (!kLowerEnds) return {0, end};
+  const int first = min(end, p.mask.key_begin(max(row0, 0)) / Tr::kBlockN);
+  return {first, end};
 }
 
 // The index-th query tile. Causal tiles near the end of the sequence see the
@@ -48,7 +57,7 @@ __device__ __forceinline__ int visible_key_blocks(const KernelParams& p, int row
 // the last wave holds only light tiles. Otherwise consecutive tiles are
 // neighbouring query tiles of one head (heaviest first if causal), and the
 // blocks running at once share its K and V in L2.
-template <class Tr>
+template <class Tr, bool kLowerEnds>
 __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const Sizes& s = p.sizes;
   int bh, m_block;
@@ -59,12 +68,12 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   } else {
     bh = index / p.m_blocks;
     m_block = index % p.m_blocks;
-    if (p.mask.causal) m_block = p.m_blocks - 1 - m_block;
+    if (p.mask.bounded_above) m_block = p.m_blocks - 1 - m_block;
   }
   const int head_q = bh % s.heads_q;
   const int row0 = m_block * Tr::kBlockM - p.row_shift;
-  return {m_block, bh / s.heads_q, head_q, head_q / s.group(), row0,
-          visible_key_blocks<Tr>(p, row0, Tr::kBlockM)};
+  const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p, row0, Tr::kBlockM);
+  return {m_block, bh / s.heads_q, head_q, head_q / s.group(), row0, blocks.first, blocks.end};
 }
 
 // A block's tiles: one per block (gridDim.x = tiles), or, persistent, round r

@@ -14,37 +14,42 @@ namespace flashattn::cuda::sm90 {
 
 // kLowerEnd: whether a row's key range may begin inside the block
 // (KeyBlocks::lower_end_in; score_step below picks).
-template <bool kLowerEnd, class Tr, typename Variant>
+template <bool kLowerEnd, class Tr, typename Score>
 __device__ __forceinline__ void mask_scores(float (&s)[Tr::kBlockN / 2], const RowMask& mask,
                                             const FragmentCoord& at, int row_base, int n_block,
-                                            Variant variant) {
+                                            const Score& score) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t row = int64_t(row_base) + at.row0 + 8 * half;
     const int key_end = mask.key_end(row);
     const int key_begin = kLowerEnd ? mask.key_begin(row) : 0;
+    // ALiBi's distance of this thread's first key, stepped by constants across the row.
+    float distance0 = 0.0f;
+    if constexpr (!Score::kIdentity) distance0 = score.distance(row, n_block * Tr::kBlockN + at.col0);
 #pragma unroll
     for (int j = 0; j < Tr::kBlockN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int key = n_block * Tr::kBlockN + 8 * j + at.col0 + e;
         float& x = s[4 * j + 2 * half + e];
-        if constexpr (!Variant::kIdentity) x = variant(x, row, key);
+        if constexpr (!Score::kIdentity) x = score.at(x, distance0 - float(8 * j + e));
         if (key >= key_end || (kLowerEnd && key < key_begin)) x = -INFINITY;
       }
   }
 }
 
-// The score step of key block n_block for a warpgroup whose key blocks are `blocks`.
-template <class Tr, typename Variant = IdentityScore>
+// The score step of key block n_block for a warpgroup whose key blocks are
+// `blocks`, in a kernel instantiated with Variant (core/variant.h).
+template <class Tr, class Variant>
 __device__ __forceinline__ void score_step(float (&s)[Tr::kBlockN / 2], const RowMask& mask,
                                            const KeyBlocks& blocks, const FragmentCoord& at,
-                                           int row_base, int n_block, Variant variant = {}) {
-  if constexpr (KeyBlocks::kLowerEnds) {
-    if (blocks.lower_end_in(n_block))
-      return mask_scores<true, Tr>(s, mask, at, row_base, n_block, variant);
+                                           int row_base, int n_block,
+                                           const typename Variant::Score& score) {
+  if constexpr (Variant::kLowerEnds) {
+    if (blocks.lower_end_in<true>(n_block))
+      return mask_scores<true, Tr>(s, mask, at, row_base, n_block, score);
   }
-  mask_scores<false, Tr>(s, mask, at, row_base, n_block, variant);
+  mask_scores<false, Tr>(s, mask, at, row_base, n_block, score);
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -85,6 +85,18 @@ template <> struct TraitsFor<256> { using type = Traits<256, 80, 2, 2>; };
 template <> struct PersistentTraitsFor<64> { using type = Traits<64, 128, 2, 3, true>; };
 template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2, true>; };
 
+// The kernels that take every variant (core/variant.h): the score step runs on
+// every block there, and with the plain shapes at d 64 (three consumers, 160
+// registers), d 128 (BN 176) and d 256 (BN 80) ptxas spilled 56–204 bytes a
+// thread; these shapes do not. Per-tile, not persistent or paired, to keep the
+// instantiations to one per (dtype, head dim).
+template <int kHeadDim>
+struct VariantTraitsFor;
+template <> struct VariantTraitsFor<64> { using type = Traits<64, 128, 2, 2>; };
+template <> struct VariantTraitsFor<128> { using type = Traits<128, 128, 2, 2>; };
+template <> struct VariantTraitsFor<192> { using type = Traits<192, 112, 2, 2>; };
+template <> struct VariantTraitsFor<256> { using type = Traits<256, 64, 2, 2>; };
+
 // Persistent tiles in pairs (kCluster) where they can: at d 128, +0–5% at
 // 1024 and 2048 keys on the H100. At d 64 they lose (−2 to −4% at 1024 keys),
 // and so do per-tile blocks in pairs at d 128 and 256 (−3 to −8% from 4096

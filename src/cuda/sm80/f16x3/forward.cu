@@ -17,11 +17,11 @@ namespace {
 constexpr int kHeadDims[] = {32, 64, 128};
 static_assert(kWideHeadDims[2] == kF16x3MaxHeadDim);
 
-template <typename Shape>
+template <class Variant, typename Shape>
 void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV& kv,
                    const KeySplit& split) {
   const int smem = int(sizeof(SharedTiles<Shape>));
-  const auto kernel = attention_kernel<Shape>;
+  const auto kernel = attention_kernel<Variant, Shape>;
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   grid.dims.y = unsigned(split.count);
@@ -59,8 +59,10 @@ void run(const AttnParams& p) {
   const TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
   const int64_t wanted = 2 * int64_t(multiprocessors(p.device_index)) / grid.dims.x;
   const int splits = int(std::min<int64_t>({wanted, kMaxKeySplits, key_blocks / 2}));
-  run_key_splits(p, splits,
-                 [&](const KeySplit& split) { run_attention<Shape>(p, grid, vec4, kv, split); });
+  run_key_splits(p, splits, [&](const KeySplit& split) {
+    if (needs_any_variant(p)) run_attention<AnyVariant, Shape>(p, grid, vec4, kv, split);
+    else run_attention<NoVariant, Shape>(p, grid, vec4, kv, split);
+  });
 }
 
 }  // namespace

@@ -6,9 +6,12 @@
 //
 // A block of 4 warps owns 64 query rows (16 per warp) of one (batch, q head),
 // two blocks per SM, and walks its share of the visible key blocks from the last
-// to the first, as the 16-bit kernel does. Q is staged in fp32 and split per row
-// here; K and V arrive already split (split_kv.cuh), K with one scale per key
-// block, V with one per key block and 8 output columns. Then
+// to the first, as the 16-bit kernel does. Instantiated per Variant
+// (core/variant.h): AnyVariant's visible blocks start at a window's first, and
+// its score step (softcap, ALiBi, then the mask) runs on every key block, where
+// the plain kernel masks only the blocks that need it. Q is staged in fp32 and
+// split per row here; K and V arrive already split (split_kv.cuh), K with one
+// scale per key block, V with one per key block and 8 output columns. Then
 //   s_ij = (Σ hi·hi + Σ (hi·lo + lo·hi)) · 2^-(e_i + e_block),
 //   acc_i += (Σ P_hi·V_hi + Σ (P_hi·V_lo + P_lo·V_hi)) · 2^-e_col.
 // Tensor cores truncate the fp32 accumulator on every mma, a bias that grows
@@ -19,7 +22,7 @@
 // (acc and l carry the factor alike, so out = acc / l is unchanged).
 //
 // K and V tiles are double-buffered, each loaded a key block ahead:
-//   wait K_n · load K_{n−1} · S = Q·K_nᵀ · mask · wait V_n · load V_{n−1} ·
+//   wait K_n · load K_{n−1} · S = Q·K_nᵀ · score step · wait V_n · load V_{n−1} ·
 //   softmax · acc += P·V_n.
 #pragma once
 
@@ -29,6 +32,7 @@
 #include <cmath>
 
 #include "core/mask.h"
+#include "core/variant.h"
 #include "cuda/common/combine.h"
 #include "cuda/common/split_f16.cuh"
 #include "cuda/common/tile_scheduler.cuh"
@@ -185,7 +189,23 @@ __device__ __forceinline__ void values_mma(const SharedTiles<Shape>& sm, int buf
   }
 }
 
-template <typename Shape>
+// The score functor of head hq (core/variant.h). A variant's is kept in shared
+// memory, written by thread 0 and read after a barrier: held in registers
+// through the key loop it spilled at kD = 128, as the kv head did.
+template <class Variant>
+__device__ __forceinline__ decltype(auto) tile_score(const AttnParams& p, int hq,
+                                                     int64_t alignment) {
+  using Score = typename Variant::Score;
+  if constexpr (Score::kIdentity) {
+    return Score{};
+  } else {
+    __shared__ Score slot;
+    if (threadIdx.x == 0) slot = Variant::score(p.scores, p.softmax.scale, hq, alignment);
+    return static_cast<const Score&>(slot);
+  }
+}
+
+template <class Variant, typename Shape>
 __global__ void __launch_bounds__(Shape::kThreads, 2)
     attention_kernel(const AttnParams p, int m_blocks, bool vec4, const SplitKV kv,
                      const KeySplit split) {
@@ -201,8 +221,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   if (threadIdx.x == 0) sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;  // read after a barrier
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
   const KeyBlocks blocks = row_mask(p, tc.b).key_blocks(row0, rows, kBlockN);
-  const auto [first_block, end_block] = split_key_blocks(blocks, split.count);
+  const auto [first_block, end_block] = split_key_blocks<Variant::kLowerEnds>(blocks, split.count);
   if (threadIdx.x == 0) sm.blocks = blocks;
+  const auto& score = tile_score<Variant>(p, tc.hq, row_mask(p, tc.b).alignment);
 
   float q_unscale[2] = {1.0f, 1.0f};  // rows g and g + 8 of the warp
   if (end_block > first_block) {
@@ -244,8 +265,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[0][nt][e] = (sc[0][nt][e] + small[nt][e]) * unscale[e / 2];
-    if (sm.blocks.needs_mask(n))  // some row's key range ends inside the block
-      sm80::score_step(row_mask(p, tc.b), sm.blocks, n, row0 + warp_row0, key0, sc);
+    // A score variant changes every score; else only blocks that some row's key
+    // range begins or ends inside take the step.
+    if (!Variant::Score::kIdentity || sm.blocks.needs_mask<Variant::kLowerEnds>(n))
+      sm80::score_step<Variant>(row_mask(p, tc.b), sm.blocks, n, row0 + warp_row0, key0, sc,
+                                score);
 
     cp_async_wait<1>();  // of V_n and K_{n−1}
     __syncthreads();     // V_n has landed

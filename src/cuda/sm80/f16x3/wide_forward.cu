@@ -21,6 +21,26 @@ void allow_shared_memory(Kernel kernel, int bytes) {
 
 // The grid's blocks take up to kMaxKeySplits key splits each, as many as keep
 // it within one wave of resident blocks.
+template <class Variant, typename Shape>
+void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, bool vec4,
+                   const WideSplitKV& kv) {
+  const auto kernel = wide_attention_kernel<Variant, Shape>;
+  allow_shared_memory(kernel, smem);
+  int per_sm = 0;
+  FLASHATTN_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Shape::kThreads, smem));
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * multiprocessors(p.device_index);
+  const int64_t wanted = resident / grid.dims.x;
+  const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kMaxKeySplits, chunks})));
+  grid.dims.y = unsigned(splits);
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  run_key_splits(p, splits, [&](const KeySplit& split) {
+    kernel<<<grid.dims, Shape::kThreads, smem, stream>>>(p, grid.m_blocks, vec4, kv, split);
+    check_launch("cuda_f16x3 wide_attention_kernel");
+  });
+}
+
+// K and V split into fragment order, then the attention kernel of p's Variant.
 template <int kD>
 void run(const AttnParams& p) {
   using Shape = WideShape<kD>;
@@ -55,20 +75,9 @@ void run(const AttnParams& p) {
                           stream>>>(p, kv, vec4);
   check_launch("cuda_f16x3 wide_split_kernel");
 
-  const auto kernel = wide_attention_kernel<Shape>;
-  allow_shared_memory(kernel, smem);
-  int per_sm = 0;
-  FLASHATTN_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Shape::kThreads, smem));
-  TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
-  const int64_t resident = int64_t(std::max(per_sm, 1)) * multiprocessors(p.device_index);
-  const int64_t wanted = resident / grid.dims.x;
-  const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kMaxKeySplits, chunks})));
-  grid.dims.y = unsigned(splits);
-  run_key_splits(p, splits, [&](const KeySplit& split) {
-    kernel<<<grid.dims, Shape::kThreads, smem, stream>>>(p, grid.m_blocks, vec4, kv, split);
-    check_launch("cuda_f16x3 wide_attention_kernel");
-  });
+  const TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
+  if (needs_any_variant(p)) run_attention<AnyVariant, Shape>(p, grid, chunks, smem, vec4, kv);
+  else run_attention<NoVariant, Shape>(p, grid, chunks, smem, vec4, kv);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 // registers a thread) stays in registers. Per chunk the warps meet twice: once to
 // share their row maxima (the softmax's running maximum is block-wide), once to
 // publish P. Row sums stay per warp, over its own keys, and are added at the end.
+// The walk and the score step take the kernel's Variant as kernel.cuh's do: a
+// window's chunks from its first, softcap and ALiBi on every chunk.
 //
 // K and V never pass through a shared tile: wide_split.cuh writes them in mma
 // fragment order, and each warp streams the units it needs (each read by one
@@ -33,6 +35,7 @@
 #include "cuda/common/tile_scheduler.cuh"
 #include "core/mask.h"
 #include "core/softmax.h"
+#include "core/variant.h"
 #include "cuda/common/combine.h"
 #include "cuda/sm80/f16x3/group_split.cuh"
 #include "cuda/sm80/f16x3/output_rows.cuh"
@@ -184,7 +187,7 @@ __device__ __forceinline__ void split_q_rows(const AttnParams& p, const float* q
   }
 }
 
-template <typename Shape>
+template <class Variant, typename Shape>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     wide_attention_kernel(const AttnParams p, int m_blocks, bool vec4, const WideSplitKV kv,
                           const KeySplit split) {
@@ -201,7 +204,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const TileCoord tc = tile_coord(s, m_blocks);
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
   const KeyBlocks blocks = row_mask(p, tc.b).key_blocks(row0, rows, kChunk);
-  const auto [first, end] = split_key_blocks(blocks, split.count);
+  const auto [first, end] = split_key_blocks<Variant::kLowerEnds>(blocks, split.count);
 
   if (threadIdx.x == 0) {
     const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk, steps = kv.rows / 16;
@@ -225,6 +228,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
   float row_sum[2][2] = {};  // over this warp's keys
   const float c = p.softmax.scale_log2;
+  const auto score = Variant::score(p.scores, p.softmax.scale, tc.hq, row_mask(p, tc.b).alignment);
 
   for (int n = end - 1; n >= first; --n) {
     // S for keys [key0, key0 + 16) over all kD columns, in chains of 4 steps.
@@ -285,7 +289,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         for (int e = 0; e < 4; ++e)
           sc[mt][nt][e] *= sm.q_unscale[16 * mt + g + 8 * (e / 2)] *
                            (e % 2 ? k_unscale[nt].y : k_unscale[nt].x);
-    if (blocks.needs_mask(n)) sm80::score_step(row_mask(p, tc.b), blocks, n, row0, key0, sc);
+    if (!Variant::Score::kIdentity || blocks.needs_mask<Variant::kLowerEnds>(n))
+      sm80::score_step<Variant>(row_mask(p, tc.b), blocks, n, row0, key0, sc, score);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll

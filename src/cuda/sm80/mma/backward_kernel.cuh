@@ -15,7 +15,8 @@
 // score to be −inf: a key the row does not see, a row past seqlen_q and every
 // key of a row without keys (whose lse is −inf) get P = dS = 0 by a select,
 // right for any scale, a scale <= 0 included. Only tiles that the mask or the
-// ragged ends cut pay for it. dK takes `scale` at the end; dQ takes it where
+// ragged ends cut pay for it. A score variant (the Variant template parameter,
+// core/variant.h) changes S before P and multiplies dS by its derivative. dK takes `scale` at the end; dQ takes it where
 // dq_output.cu turns the fp32 sums into the output.
 //
 // Query tile loads (Q, dO, lse, D) are double-buffered where shared memory
@@ -29,9 +30,11 @@
 // into that tile; each warp of key tile n waits for n just before its adds, and
 // thread 0 counts the block after the barrier that follows them (its fence is
 // cumulative over what the barrier ordered before it, so the other threads need
-// no fence of their own, and their adds drain during dV and dK). Every key tile
-// before n sees any query tile that n sees, and comes earlier in the grid (in
-// this mode key tiles are blockIdx.x's slowest index), so the wait ends.
+// no fence of their own, and their adds drain during dV and dK). The key tiles
+// that see a query tile are a run [first, end) (both ends of a row's key range
+// grow with the row), so tile n waits for n − first adds; those tiles come
+// earlier in the grid (in this mode key tiles are blockIdx.x's slowest index),
+// so the wait ends.
 #pragma once
 
 #include <cstdint>
@@ -92,7 +95,7 @@ __device__ __forceinline__ void load_dout_rows(const BwdParams& p, const Backwar
                                     p.sizes.head_dim, vec16);
 }
 
-template <typename T, typename Shape>
+template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     backward_kernel(const BwdParams p, int query_tiles, float* dq_accum, int* turns, bool vec16) {
   using QTile = typename Shape::QTile;
@@ -189,7 +192,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                            BStoredNK<KTile>(smem_address(k_tile), s_col0, lane));
     }
     // P and dS in place of S and dP. `whole`: every row exists and sees every key.
-    const bool whole = row0 + kBlockM <= s.seqlen_q && mask.key_end(row0) >= w.key0 + kBlockN;
+    const bool whole = row0 + kBlockM <= s.seqlen_q && mask.key_end(row0) >= w.key0 + kBlockN &&
+                       (!Variant::kLowerEnds || mask.key_begin(row0 + kBlockM - 1) <= w.key0);
+    const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
     const float* lse = reinterpret_cast<const float*>(smem + Shape::kLseOffset) + stage * kBlockM;
     const float* row_dot =
         reinterpret_cast<const float*>(smem + Shape::kRowDotOffset) + stage * kBlockM;
@@ -199,18 +204,27 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       for (int h = 0; h < 2; ++h) {
         const int r = s_row0 + 16 * mt + g + 8 * h;
         const float neg_lse2 = -lse[r] * kLog2e, d = row_dot[r];
-        // Keys of the tile this row sees: columns [0, seen), counted from this thread's first.
-        const int seen = row0 + r < s.seqlen_q ? mask.key_end(row0 + r) - w.key0 - s_col0 - 2 * t : 0;
+        // Keys of the tile this row sees: columns [unseen, seen), counted from this thread's first.
+        const int col0 = w.key0 + s_col0 + 2 * t;
+        const int seen = row0 + r < s.seqlen_q ? mask.key_end(row0 + r) - col0 : 0;
+        const int unseen = Variant::kLowerEnds ? mask.key_begin(row0 + r) - col0 : 0;
+        float distance0 = 0.0f;  // ALiBi's, of column 0, stepped by constants
+        if constexpr (!decltype(score)::kIdentity) distance0 = score.distance(row0 + r, col0);
 #pragma unroll
         for (int nt = 0; nt < kSNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = sc[mt][nt][2 * h + e];
             float& y = dp[mt][nt][2 * h + e];
+            float dscore = 1.0f;
+            if constexpr (!decltype(score)::kIdentity)
+              x = score.at(x, distance0 - float(8 * nt + e), dscore);
             const float prob = fast_exp2(fmaf(x, p.softmax.scale_log2, neg_lse2));
-            const bool visible = whole || 8 * nt + e < seen;
+            const bool visible =
+                whole || (8 * nt + e < seen && (!Variant::kLowerEnds || 8 * nt + e >= unseen));
             x = visible ? prob : 0.0f;
-            y = visible ? prob * (y - d) : 0.0f;
+            if constexpr (decltype(score)::kIdentity) y = visible ? prob * (y - d) : 0.0f;
+            else y = visible ? prob * (y - d) * dscore : 0.0f;
           }
 #pragma unroll
         for (int nt = 0; nt < kSNT; ++nt) {
@@ -239,8 +253,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         // Deterministic mode: each warp waits for its turn only here, after its
         // product; the wait once stood before the block's barrier above.
         if (turns && pass == 0) {
+          const int first = mask.key_blocks(row0, kBlockM, kBlockN).first<Variant::kLowerEnds>();
           if (lane == 0)
-            while (load_acquire(turn(tile)) != w.n) {
+            while (load_acquire(turn(tile)) != w.n - first) {
             }
           __syncwarp();
         }

@@ -36,8 +36,8 @@ template <> struct BackwardShapeFor<512> {
   using type = BackwardShape<512, 64, 32, 4, 1, 2, 4, /*kQStages=*/1>;
 };
 
-template <typename T, int kHeadDim>
-void run_backward(const BwdParams& p) {
+template <typename T, int kHeadDim, class Variant>
+void launch_backward(const BwdParams& p) {
   using Shape = typename BackwardShapeFor<kHeadDim>::type;
   const Sizes& s = p.sizes;
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
@@ -51,13 +51,20 @@ void run_backward(const BwdParams& p) {
   bool vec16 = true;
   for (const TensorRef* t : {&p.q, &p.k, &p.v, &p.grad.dout, &p.grad.dk, &p.grad.dv})
     vec16 = vec16 && rows_16b_aligned(*t, 2);
-  const auto kernel = backward_kernel<T, Shape>;
+  const auto kernel = backward_kernel<T, Shape, Variant>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   kernel<<<unsigned(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(
       p, query_tiles, sums.accum(), sums.turns(), vec16);
   check_launch("cuda_mma backward_kernel");
   write_dq(p, sums.accum(), sums.rows_padded(), Shape::kD);
+}
+
+// The plain kernel, or the one that takes every variant where p asks for one.
+template <typename T, int kHeadDim>
+void run_backward(const BwdParams& p) {
+  if (needs_any_variant(p)) launch_backward<T, kHeadDim, AnyVariant16>(p);
+  else launch_backward<T, kHeadDim, NoVariant>(p);
 }
 
 }  // namespace flashattn::cuda::mma

@@ -13,7 +13,10 @@
 // The key blocks the tile sees (core/mask.h) are walked from the last down to
 // the first, so the few blocks that need masking (the causal diagonal, the
 // ragged end of seqlen_k) come first and the rest run without per-element
-// checks (cuda/sm80/score.cuh); blocks no row sees are never visited. K and V of a block are loaded by
+// checks (cuda/sm80/score.cuh); blocks no row sees are never visited (a
+// window's blocks below its lower end included). The Variant (core/variant.h)
+// is a template parameter: with a score variant every block takes the score
+// step; NoVariant compiles to the plain kernel. K and V of a block are loaded by
 // cp.async into one buffer each, alternating so every load overlaps a product:
 //   wait K_j · load V_j · S = Q·K_jᵀ · mask · wait V_j · load K_{j−1} · softmax · acc += P·V_j.
 // P never leaves registers: the accumulator layout of two adjacent 8-key
@@ -144,9 +147,11 @@ __device__ __forceinline__ void load_values(const AttnParams& p, const BlockInfo
   cp_async_commit();
 }
 
-template <typename T, typename Shape>
+template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     forward_kernel(const AttnParams p, int m_blocks, bool vec16) {
+  constexpr bool kLowerEnds = Variant::kLowerEnds;
+  using Score = typename Variant::Score;
   using QTile = typename Shape::QTile;
   using KTile = typename Shape::KTile;
   constexpr int kMT = Shape::kMTiles, kNT = Shape::kNTiles, kOT = Shape::kOTiles;
@@ -158,11 +163,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   char* const v_tile = k_tile + KTile::kBytes;
   const Sizes& s = p.sizes;
   __shared__ BlockInfo info;
-  if (threadIdx.x == 0) info = block_info<Shape>(p, m_blocks, vec16);
+  __shared__ Score score;  // the head's score functor, read per block from shared memory
+  if (threadIdx.x == 0) {
+    info = block_info<Shape>(p, m_blocks, vec16);
+    score = Variant::score(p.scores, p.softmax.scale, info.hq, row_mask(p, info.b).alignment);
+  }
   __syncthreads();
 
   const KeyBlocks& blocks = info.blocks;
-  if (blocks.end > blocks.first()) {
+  if (blocks.end > blocks.first<kLowerEnds>()) {
     const T* q = static_cast<const T*>(p.q.data) + info.b * p.q.batch_stride +
                  info.hq * p.q.head_stride + info.row0 * p.q.row_stride;
     load_tile<QTile, Shape::kThreads>(q_tile, q, p.q.row_stride, info.rows, s.head_dim, vec16);
@@ -193,13 +202,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       const ThreadCoord tc = thread_coord<Shape>();
       scores_mma<T, Shape>(smem_address(q_tile), smem_address(k_tile), tc.warp_row0, tc.lane, sc);
     }
-    if (!kInner && info.blocks.needs_mask(n))  // some row's key range ends in the block
-      sm80::score_step(row_mask(p, info.b), info.blocks, n, info.row0 + thread_coord<Shape>().warp_row0,
-                       key0, sc);
+    // Some row's key range ends in the block, or a score variant changes every
+    // score (a window alone only the cut blocks').
+    if ((!Score::kIdentity && p.scores.any()) || (!kInner && info.blocks.needs_mask<kLowerEnds>(n)))
+      sm80::score_step<Variant>(row_mask(p, info.b), info.blocks, n,
+                                info.row0 + thread_coord<Shape>().warp_row0, key0, sc, score);
 
     cp_async_wait<0>();
     __syncthreads();  // V_n has landed; every warp is done with K_n
-    if (n > info.blocks.first()) load_keys<Shape, kExtent>(p, info, k_tile, key0 - kBlockN);
+    if (n > info.blocks.first<kLowerEnds>()) load_keys<Shape, kExtent>(p, info, k_tile, key0 - kBlockN);
 
     sm80::online_softmax<Shape>(p.softmax.scale_log2, 0.0f, sc, row_max,
                                 sm80::row_sum<Shape>(row_sum_slots, row_sum_registers), acc);
@@ -216,14 +227,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   int n = blocks.end - 1;
   if constexpr (Shape::kInnerLoop) {
     const bool all_columns = vec16 && s.head_dim == Shape::kD;
-    const int inner_begin = all_columns && KeyBlocks::kLowerEnds ? blocks.unmasked_begin
-                                                                 : blocks.first();
+    const int inner_begin = all_columns && kLowerEnds ? blocks.unmasked_begin
+                                                      : blocks.first<kLowerEnds>();
     const int inner_end = all_columns ? max(inner_begin, min(blocks.end, blocks.unmasked_end))
-                                      : blocks.first();
+                                      : blocks.first<kLowerEnds>();
     for (; n >= inner_end; --n) attend_block(n, std::false_type{});
     for (; n >= inner_begin; --n) attend_block(n, std::true_type{});
   }
-  for (; n >= blocks.first(); --n) attend_block(n, std::false_type{});
+  for (; n >= blocks.first<kLowerEnds>(); --n) attend_block(n, std::false_type{});
   store_output<T, Shape>(p, info, q_tile, acc, row_max,
                          sm80::row_sum<Shape>(row_sum_slots, row_sum_registers));
 }

@@ -27,18 +27,25 @@ template <> struct ShapeFor<192> { using type = TileShape<192, 192, 128, 64, 8>;
 template <> struct ShapeFor<256> { using type = TileShape<256, 256, 64, 64, 4>; };
 template <> struct ShapeFor<512> { using type = TileShape<512, 256, 64, 32, 4>; };
 
-template <typename T, int kHeadDim>
-void run_forward(const AttnParams& p) {
+template <typename T, int kHeadDim, class Variant>
+void launch_forward(const AttnParams& p) {
   using Shape = typename ShapeFor<kHeadDim>::type;
   const TileGrid grid = make_tile_grid(p.sizes, Shape::kBlockM, Shape::kDV, "cuda_mma");
   bool vec16 = true;
   for (const TensorRef* t : {&p.q, &p.k, &p.v, &p.o}) vec16 = vec16 && rows_16b_aligned(*t, 2);
-  const auto kernel = forward_kernel<T, Shape>;
+  const auto kernel = forward_kernel<T, Shape, Variant>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   kernel<<<grid.dims, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(
       p, grid.m_blocks, vec16);
   check_launch("cuda_mma forward_kernel");
+}
+
+// The plain kernel, or the one that takes every variant where p asks for one.
+template <typename T, int kHeadDim>
+void run_forward(const AttnParams& p) {
+  if (needs_any_variant(p)) launch_forward<T, kHeadDim, AnyVariant16>(p);
+  else launch_forward<T, kHeadDim, NoVariant>(p);
 }
 
 }  // namespace flashattn::cuda::mma

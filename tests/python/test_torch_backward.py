@@ -7,13 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
-from functorch.compile import make_boxed_func  # noqa: E402
-from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
 import flashattn  # noqa: E402
 from flashattn import _library, _torch_op  # noqa: E402
 from attention_reference import plain_attention_backward, rel_l2  # noqa: E402
-from torch_cases import plain_grads, random_bhsd, random_bshd  # noqa: E402
+from torch_cases import (assert_compiled_training_step, plain_grads, random_bhsd,  # noqa: E402
+                         random_bshd)
 
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim)
 SHAPES = [(1, 1, 1, 1, 1, 1), (2, 17, 30, 4, 2, 3), (1, 40, 17, 3, 1, 80)]
@@ -203,31 +202,14 @@ def test_backward_op_passes_opcheck():
 def test_torch_compile_traces_forward_and_backward():
     """fullgraph=True through a training step's loss: the backward graph calls
     flashattn::attention_bwd, and the gradients equal eager's."""
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm.code)
-        return make_boxed_func(gm.forward)
-    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep)
     weight = torch.randn(32, 32, requires_grad=True)
 
     def loss_of(x, key, value):
         query = (x @ weight).unflatten(-1, (4, 8)).transpose(1, 2)
         out = flashattn.sdpa(query, key, value, is_causal=True, enable_gqa=True)
         return out.square().mean()
-    x = torch.randn(2, 24, 32)
     key, value = (t.requires_grad_() for t in random_bhsd(2, 24, 24, 4, 2, 8, seed=10)[1:])
-    torch._dynamo.reset()
-    compiled = torch.compile(loss_of, fullgraph=True, backend=backend)
-    compiled(x, key, value).backward()
-    got = [t.grad.clone() for t in (weight, key, value)]
-    for t in (weight, key, value):
-        t.grad = None
-    loss_of(x, key, value).backward()
-    for ours, eager in zip(got, (weight, key, value)):
-        torch.testing.assert_close(ours, eager.grad, rtol=1e-6, atol=1e-6)
-    assert any("flashattn.attention_bwd" in code for code in graphs)
-    assert any("flashattn.attention_fwd" in code for code in graphs)
+    assert_compiled_training_step(loss_of, torch.randn(2, 24, 32), weight, key, value)
 
 
 def test_raw_backward_under_torch_compile():

@@ -7,13 +7,11 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from functorch.compile import make_boxed_func  # noqa: E402
-from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
 import flashattn  # noqa: E402
 from attention_reference import assert_lse_close  # noqa: E402
-from torch_cases import (assert_as_accurate_as_plain, random_bshd, reference_bshd,  # noqa: E402
-                         variant_case)
+from torch_cases import (assert_as_accurate_as_plain, assert_compiled_training_step,  # noqa: E402
+                         random_bshd, reference_bshd, variant_case)
 from variant_cases import CASE_IDS, CASES, alibi_slopes  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -95,12 +93,6 @@ def test_ops_pass_opcheck_with_variants():
 def test_torch_compile_traces_variants_forward_and_backward():
     """fullgraph=True through a loss with every variant: both custom ops in the graphs, and
     the gradients of eager."""
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm.code)
-        return make_boxed_func(gm.forward)
-    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep)
     weight = torch.randn(32, 32, requires_grad=True)
     slopes = torch.from_numpy(alibi_slopes(4))
 
@@ -109,19 +101,8 @@ def test_torch_compile_traces_variants_forward_and_backward():
         out = flashattn.attention(query, key, value, causal=True, window_size=(6, 0),
                                   softcap=5.0, alibi_slopes=slopes)
         return out.square().mean()
-    x = torch.randn(2, 24, 32)
     key, value = (t.requires_grad_() for t in random_bshd(2, 24, 24, 4, 2, 8, seed=2)[1:])
-    torch._dynamo.reset()
-    compiled = torch.compile(loss_of, fullgraph=True, backend=backend)
-    compiled(x, key, value).backward()
-    got = [t.grad.clone() for t in (weight, key, value)]
-    for t in (weight, key, value):
-        t.grad = None
-    loss_of(x, key, value).backward()
-    for ours, eager in zip(got, (weight, key, value)):
-        torch.testing.assert_close(ours, eager.grad, rtol=1e-6, atol=1e-6)
-    assert any("flashattn.attention_bwd" in code for code in graphs)
-    assert any("flashattn.attention_fwd" in code for code in graphs)
+    assert_compiled_training_step(loss_of, torch.randn(2, 24, 32), weight, key, value)
 
 
 def test_raw_backward_with_variants_under_torch_compile():

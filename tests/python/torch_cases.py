@@ -121,3 +121,28 @@ def variant_case(case, heads=(4, 2), head_dim=32, dtype=torch.float32, device="c
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
     return q, k, v, dout.to(device=device, dtype=dtype), options_with_slopes(
         options, heads[0], lambda slopes: torch.from_numpy(slopes).to(device))
+
+
+def assert_compiled_training_step(loss_of, x, weight, key, value):
+    """fullgraph=True through loss_of(x, key, value) (a loss of `weight`, key and value):
+    the gradients equal eager's, and the forward and backward graphs call flashattn's
+    two custom ops."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+    torch._dynamo.reset()
+    compiled = torch.compile(loss_of, fullgraph=True,
+                             backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    compiled(x, key, value).backward()
+    got = [t.grad.clone() for t in (weight, key, value)]
+    for t in (weight, key, value):
+        t.grad = None
+    loss_of(x, key, value).backward()
+    for ours, eager in zip(got, (weight, key, value)):
+        torch.testing.assert_close(ours, eager.grad, rtol=1e-6, atol=1e-6)
+    assert any("flashattn.attention_bwd" in code for code in graphs)
+    assert any("flashattn.attention_fwd" in code for code in graphs)

@@ -12,7 +12,8 @@
  * its size in bytes (struct_size, set by the caller to sizeof the struct it was
  * built with), and the library reads or writes only the fields that size covers,
  * so such structs grow at the end without breaking older binaries.
- * flashattn_backend_info and flashattn_backward_params are such structs. Enum
+ * flashattn_backend_info, flashattn_backward_params, flashattn_variants,
+ * flashattn_sequences and flashattn_forward_options are such structs. Enum
  * values are never reused. */
 #ifndef FLASHATTN_H_
 #define FLASHATTN_H_
@@ -86,6 +87,7 @@ typedef struct {
   int32_t compute_capability; /* 0: any GPU of 8.0 or newer; else only this one (major*10+minor) */
   const char* summary;        /* how it computes, in one line: static storage */
   int32_t backward_max_head_dim; /* -1: no backward on this backend; 0: any head_dim; else the limit */
+  int32_t takes_sequences;    /* nonzero: runs variable-length batches (flashattn_sequences) */
 } flashattn_backend_info;
 
 /* Number of backends (FLASHATTN_BACKEND_AUTO excluded); index them 0 .. count-1. */
@@ -130,6 +132,44 @@ static inline flashattn_variants flashattn_variants_defaults(void) {
 flashattn_status flashattn_forward_variants(const flashattn_params* params,
                                             const flashattn_variants* variants);
 
+/* A variable-length batch (flashattn::Sequences in flashattn.hpp says the
+ * layout): `batch` sequences packed along seqlen in tensors of batch 1, split by
+ * int32 prefix sums (batch + 1 entries, on the tensors' device). A sized struct:
+ * start from flashattn_sequences_defaults() (a dense batch). */
+typedef struct {
+  uint32_t struct_size;          /* sizeof(flashattn_sequences) as the caller was built */
+  const int32_t* cu_seqlens_q;   /* NULL: a dense batch */
+  const int32_t* cu_seqlens_k;
+  int32_t batch;                 /* the number of sequences */
+} flashattn_sequences;
+
+static inline flashattn_sequences flashattn_sequences_defaults(void) {
+  flashattn_sequences s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = (uint32_t)sizeof s;
+  return s;
+}
+
+/* What a forward call takes beyond flashattn_params, each part optional (NULL:
+ * its defaults). A sized struct: start from flashattn_forward_options_defaults();
+ * a capability that a later header adds comes as a field at the end. */
+typedef struct {
+  uint32_t struct_size;                 /* sizeof(flashattn_forward_options) as the caller was built */
+  const flashattn_variants* variants;   /* NULL: none */
+  const flashattn_sequences* sequences; /* NULL: a dense batch */
+} flashattn_forward_options;
+
+static inline flashattn_forward_options flashattn_forward_options_defaults(void) {
+  flashattn_forward_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = (uint32_t)sizeof o;
+  return o;
+}
+
+/* flashattn_forward with options; options may be NULL (every default). */
+flashattn_status flashattn_forward_with(const flashattn_params* params,
+                                        const flashattn_forward_options* options);
+
 /* The gradients dq, dk, dv of attention given dout, the gradient with respect to
  * the forward's output (flashattn::backward in flashattn.hpp says the math).
  * A sized struct: start from flashattn_backward_defaults(), which sets
@@ -150,6 +190,7 @@ typedef struct {
   int32_t deterministic;     /* nonzero: bit-identical gradients from run to run */
   void* stream;              /* cudaStream_t, or NULL for the default stream */
   const flashattn_variants* variants; /* the forward's variants, or NULL (none) */
+  const flashattn_sequences* sequences; /* the forward's layout, or NULL (dense) */
 } flashattn_backward_params;
 
 /* Every field zero (automatic backend, default scale, no mask, no variants) and struct_size

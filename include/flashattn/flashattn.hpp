@@ -67,6 +67,24 @@ struct Variants {
   const float* alibi_slopes = nullptr;
 };
 
+// A variable-length batch (FlashAttention's varlen layout): `batch` sequences
+// packed one after another along seqlen, without padding. q, out (and dout, dq)
+// are (1, total_q, heads_q, head_dim), k and v (and dk, dv) (1, total_k,
+// heads_kv, head_dim), each with any strides as in a dense batch. Sequence b's
+// query rows are [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and its keys
+// [cu_seqlens_k[b], cu_seqlens_k[b + 1]): int32 prefix sums of batch + 1
+// entries, on the tensors' device, starting at 0, nondecreasing, ending at
+// total_q and total_k. Each sequence is its own attention problem: the mask's
+// alignment and the window follow its own lengths, and its rows see only its
+// own keys. lse is then float32 (heads_q, total_q). The library reads the
+// prefix sums to check them (a copy to the host for CUDA tensors: the call
+// waits for the stream). Null cu_seqlens_q: a dense batch.
+struct Sequences {
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int batch = 0;
+};
+
 // The backends; backends() describes each (device, dtypes, head_dim limit) from
 // the library's one table, which the C ABI, the CLI and Python also read.
 enum class Backend {
@@ -92,6 +110,8 @@ struct BackendInfo {
   // backward() on this backend: -1 where it has none, else its head_dim limit
   // (0: any). Its dtypes are the forward's.
   int backward_max_head_dim = -1;
+  // Whether it runs variable-length batches (Sequences), forward and backward.
+  bool takes_sequences = false;
   bool takes(DType dtype) const { return (dtypes >> int(dtype)) & 1u; }
   bool takes_head_dim(int head_dim) const { return max_head_dim == 0 || head_dim <= max_head_dim; }
   bool has_backward() const { return backward_max_head_dim >= 0; }
@@ -107,11 +127,13 @@ const std::vector<BackendInfo>& backends();
 struct Params {
   TensorView q, k, v, out;
   // Optional log-sum-exp of the scaled scores per row: float32, contiguous
-  // (batch, heads_q, seqlen_q), on the same device as out. Natural log.
+  // (batch, heads_q, seqlen_q) (a variable-length batch: (heads_q, total_q)),
+  // on the same device as out. Natural log.
   float* lse = nullptr;
   std::optional<float> scale;  // any finite value; default 1/sqrt(head_dim)
   Mask mask = Mask::none;
   Variants variants;
+  Sequences sequences;  // a variable-length batch; default: dense
   void* stream = nullptr;  // cudaStream_t for CUDA tensors; nullptr is the default stream
   Backend backend = Backend::automatic;
 };
@@ -160,6 +182,7 @@ struct BackwardParams {
   std::optional<float> scale;  // as in the forward: any finite value, default 1/sqrt(head_dim)
   Mask mask = Mask::none;
   Variants variants;  // the forward's: the gradients are of the attention they define
+  Sequences sequences;  // the forward's layout: a variable-length batch, or dense
   // Bit-identical gradients from run to run (no floating-point atomics whose
   // order varies); on the fastest kernels this costs time (docs/guide.md).
   bool deterministic = false;

@@ -7,6 +7,8 @@ and PyTorch tensors, through libflashattn's C ABI.
     out = flashattn.sdpa(query, key, value, is_causal=True)  # torch SDPA's signature
     out.sum().backward()                                 # autograd on torch tensors
     dq, dk, dv = flashattn.attention_backward(q, k, v, out, dout, lse)  # the raw backward
+    out = flashattn.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=True)
+                                                         # packed: (total, heads, head_dim)
 
 The library is loaded on first use from $FLASHATTN_LIBRARY, else from this package;
 flashattn.backends() lists its backends.
@@ -15,10 +17,13 @@ from ._attention import attention, attention_backward
 from ._backends import Backend, backends
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError
 from ._sdpa import sdpa
+from ._varlen import varlen_attention, varlen_attention_backward
 
 __all__ = [
     "attention",
     "attention_backward",
+    "varlen_attention",
+    "varlen_attention_backward",
     "sdpa",
     "backends",
     "Backend",

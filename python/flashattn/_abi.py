@@ -4,7 +4,7 @@ The package talks to libflashattn.so only through this C ABI, so it never depend
 PyTorch's (or any Python's) C++ ABI. Keep every definition here in step with the header.
 
 The ctypes structures define the layout; calls pass flashattn_params,
-flashattn_backward_params and flashattn_variants as bytes packed by a struct.Struct derived
+flashattn_backward_params and the option structs as bytes packed by a struct.Struct derived
 from them, since building ctypes structures and arrays per call costs more host time than a
 small kernel takes on the GPU.
 """
@@ -113,6 +113,7 @@ class BackwardParams(ctypes.Structure):
         ("deterministic", ctypes.c_int32),
         ("stream", ctypes.c_void_p),
         ("variants", ctypes.c_void_p),
+        ("sequences", ctypes.c_void_p),
     ]
 
 
@@ -131,6 +132,29 @@ class Variants(ctypes.Structure):
 
 # flashattn_variants_defaults(): every variant off (window sides -1: open; softcap 0; no slopes).
 NO_VARIANTS = (-1, -1, 0.0, 0)
+
+
+class Sequences(ctypes.Structure):
+    """flashattn_sequences: a variable-length batch's int32 prefix sums (addresses) and its
+    number of sequences; a sized struct, as Variants."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("batch", ctypes.c_int32),
+    ]
+
+
+class ForwardOptions(ctypes.Structure):
+    """flashattn_forward_options: the addresses of a Variants and a Sequences (0: NULL, the
+    default); a sized struct, as Variants."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("variants", ctypes.c_void_p),
+        ("sequences", ctypes.c_void_p),
+    ]
 
 
 # struct codes of the scalar C types used above (standard sizes; pointers are 64-bit).
@@ -165,6 +189,8 @@ assert ctypes.sizeof(ctypes.c_void_p) == 8, "flashattn supports 64-bit platforms
 PARAMS = packer(Params)
 BACKWARD_PARAMS = packer(BackwardParams)
 VARIANTS = packer(Variants)
+SEQUENCES = packer(Sequences)
+FORWARD_OPTIONS = packer(ForwardOptions)
 
 
 def pack_params(q, k, v, out, lse, has_scale, scale, mask, backend, stream):
@@ -174,18 +200,41 @@ def pack_params(q, k, v, out, lse, has_scale, scale, mask, backend, stream):
 
 
 def pack_backward_params(q, k, v, out, dout, lse, dq, dk, dv, has_scale, scale, mask, backend,
-                         deterministic, stream, variants=0):
+                         deterministic, stream, variants=0, sequences=0):
     """flashattn_backward_params as bytes, struct_size set to its size; tensors are view()
-    tuples, pointers ints (0 for NULL), variants the address of a flashattn_variants."""
+    tuples, pointers ints (0 for NULL), variants and sequences the addresses of a
+    flashattn_variants and a flashattn_sequences."""
     return BACKWARD_PARAMS.pack(BACKWARD_PARAMS.size, *q, *k, *v, *out, *dout, lse, *dq, *dk,
                                 *dv, has_scale, scale, mask, backend, deterministic, stream,
-                                variants)
+                                variants, sequences)
 
 
 def pack_variants(window_left, window_right, softcap, alibi_slopes):
     """flashattn_variants as bytes, struct_size set to its size; alibi_slopes an address (0 for
     NULL)."""
     return VARIANTS.pack(VARIANTS.size, window_left, window_right, softcap, alibi_slopes)
+
+
+def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch):
+    """flashattn_sequences as bytes, struct_size set to its size; the prefix sums are
+    addresses."""
+    return SEQUENCES.pack(SEQUENCES.size, cu_seqlens_q, cu_seqlens_k, batch)
+
+
+def pack_forward_options(variants, sequences):
+    """flashattn_forward_options as bytes, struct_size set to its size; variants and
+    sequences are addresses (0 for NULL)."""
+    return FORWARD_OPTIONS.pack(FORWARD_OPTIONS.size, variants, sequences)
+
+
+def pointed(packed):
+    """A buffer holding `packed`, the bytes of a struct the library reads through a pointer
+    (flashattn_variants, flashattn_sequences), and its address; (None, 0) for None. The
+    buffer must stay referenced until the call that reads the address returns."""
+    if packed is None:
+        return None, 0
+    buffer = ctypes.create_string_buffer(packed, len(packed))
+    return buffer, ctypes.addressof(buffer)
 
 
 def has_backward(lib):
@@ -199,6 +248,12 @@ def has_variants(lib):
     return hasattr(lib, "flashattn_forward_variants")
 
 
+def has_forward_with(lib):
+    """Whether lib has flashattn_forward_with and reads the backward's sequences (libraries
+    built before variable-length batches do not: they would ignore the backward's field)."""
+    return hasattr(lib, "flashattn_forward_with")
+
+
 def has_registry(lib):
     """Whether lib has the backend table's functions (libraries built before it do not)."""
     return hasattr(lib, "flashattn_backend_count") and hasattr(lib, "flashattn_get_backend_info")
@@ -206,7 +261,8 @@ def has_registry(lib):
 
 def declare(lib):
     """Gives the loaded library's functions their C signatures; a library older than the
-    backend table, the backward or the variants gets only the functions it has."""
+    backend table, the backward, the variants or the forward's options gets only the
+    functions it has."""
     lib.flashattn_forward.argtypes = [ctypes.c_char_p]
     lib.flashattn_forward.restype = ctypes.c_int
     lib.flashattn_last_error.argtypes = []
@@ -217,6 +273,9 @@ def declare(lib):
     if has_variants(lib):
         lib.flashattn_forward_variants.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
         lib.flashattn_forward_variants.restype = ctypes.c_int
+    if has_forward_with(lib):
+        lib.flashattn_forward_with.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        lib.flashattn_forward_with.restype = ctypes.c_int
     if has_registry(lib):
         lib.flashattn_backend_count.argtypes = []
         lib.flashattn_backend_count.restype = ctypes.c_int32

@@ -63,24 +63,59 @@ def require_variants(lib):
             f"softcap, ALiBi: flashattn_forward_variants); it predates them")
 
 
+def require_sequences(lib):
+    """Raises UnsupportedError naming the library for a build from before variable-length
+    batches."""
+    if not _abi.has_forward_with(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no variable-length batches "
+            f"(flashattn_forward_with, flashattn_sequences); it predates them")
+
+
+def option_structs(lib, variants, sequences):
+    """The flashattn_variants and flashattn_sequences a call points to, packed: their
+    buffers (to keep referenced until the call returns) and addresses (0: NULL, no variants
+    or a dense batch). Raises UnsupportedError where lib cannot take what is asked."""
+    if has_any(variants):
+        require_variants(lib)
+    if sequences is not None:
+        require_sequences(lib)
+    variants_buffer, variants_address = _abi.pointed(
+        _abi.pack_variants(*variants) if has_any(variants) else None)
+    sequences_buffer, sequences_address = _abi.pointed(
+        None if sequences is None else _abi.pack_sequences(*sequences))
+    return (variants_buffer, sequences_buffer), (variants_address, sequences_address)
+
+
 def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUTO, stream=None,
-            variants=None, lib=None):
+            variants=None, sequences=None, lib=None):
     """flashattn_forward on _abi.view() tuples.
 
     lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None (or 0: an
     empty one); scale None means 1/sqrt(head_dim); backend is a flashattn_backend value
     (_options.backend_value); stream is a cudaStream_t address or None (the default stream);
     variants is None or (window_left, window_right, softcap, alibi_slopes address), as
-    flashattn_variants holds them; lib is a load() result, by default library(). Without
-    variants it calls only the functions every library since the first has, so an older
-    build works too. Raises the _errors exception for a non-zero status, with the library's
-    message.
+    flashattn_variants holds them; sequences is None (a dense batch) or (cu_seqlens_q
+    address, cu_seqlens_k address, batch), as flashattn_sequences holds them; lib is a
+    load() result, by default library(). Calls flashattn_forward_with where lib has it;
+    an older build gets the call it has (flashattn_forward_variants, flashattn_forward), and
+    UnsupportedError for what it predates. Raises the _errors exception for a non-zero
+    status, with the library's message.
     """
     params = _abi.pack_params(q, k, v, out, lse or 0, scale is not None,
                               0.0 if scale is None else scale, _abi.MASKS[mask], backend,
                               stream or 0)
     lib = lib or library()
-    if has_any(variants):
+    if _abi.has_forward_with(lib):
+        options = None  # NULL: every default, the plain call's cost
+        if has_any(variants) or sequences is not None:
+            # The options hold the structs' addresses: kept lives until the call returns.
+            kept, addresses = option_structs(lib, variants, sequences)
+            options = _abi.pack_forward_options(*addresses)
+        status = lib.flashattn_forward_with(params, options)
+    elif sequences is not None:
+        require_sequences(lib)
+    elif has_any(variants):
         require_variants(lib)
         status = lib.flashattn_forward_variants(params, _abi.pack_variants(*variants))
     else:
@@ -90,31 +125,27 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
 
 
 def backward(q, k, v, out, dout, lse, dq, dk, dv, *, scale=None, mask="none",
-             backend=_abi.AUTO, deterministic=False, stream=None, variants=None, lib=None):
+             backend=_abi.AUTO, deterministic=False, stream=None, variants=None, sequences=None,
+             lib=None):
     """flashattn_backward on _abi.view() tuples: writes dq, dk and dv.
 
     lse is the address of the forward's float32 (batch, heads_q, seqlen_q) lse (0 where q
     has no elements); the other arguments are forward()'s. Raises UnsupportedError naming
-    the library for a build from before the backward (or, with variants, before them), else
-    the _errors exception for a non-zero status, with the library's message.
+    the library for a build from before the backward (or, with variants or sequences,
+    before them), else the _errors exception for a non-zero status, with the library's
+    message.
     """
     lib = lib or library()
     if not _abi.has_backward(lib):
         raise _errors.UnsupportedError(
             f"flashattn: {getattr(lib, '_name', lib)} has no backward (flashattn_backward); "
             f"it predates it")
-    # The params hold the variants' address: the buffer lives until the call returns.
-    packed_variants = None
-    if has_any(variants):
-        require_variants(lib)
-        packed_variants = ctypes.create_string_buffer(_abi.pack_variants(*variants),
-                                                      _abi.VARIANTS.size)
+    # The params hold the structs' addresses: their buffers live until the call returns.
+    kept, (variants_address, sequences_address) = option_structs(lib, variants, sequences)
     params = _abi.pack_backward_params(q, k, v, out, dout, lse or 0, dq, dk, dv,
                                        scale is not None, 0.0 if scale is None else scale,
                                        _abi.MASKS[mask], backend, bool(deterministic),
-                                       stream or 0,
-                                       0 if packed_variants is None
-                                       else ctypes.addressof(packed_variants))
+                                       stream or 0, variants_address, sequences_address)
     status = lib.flashattn_backward(params)
     if status != _abi.OK:
         raise _errors.from_status(status, lib.flashattn_last_error().decode())

@@ -1,7 +1,7 @@
 """attention() on NumPy arrays: the CPU backends, called on the arrays' own memory."""
 import numpy as np
 
-from . import _abi, _errors, _layout, _library, _options
+from . import _abi, _errors, _layout, _library, _options, _sequences
 
 DTYPES = {np.dtype(np.float32): _abi.F32, np.dtype(np.float16): _abi.F16}
 
@@ -56,25 +56,53 @@ def variant_values(window_left, window_right, softcap, slopes):
     return window_left, window_right, softcap, 0 if slopes is None else slopes.ctypes.data
 
 
+def prefix_sums(sequences):
+    """A variable-length batch's prefix sums as the library reads them, and the
+    flashattn_sequences values over them; (None, None) for a dense batch (sequences None).
+
+    sequences: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), the max_seqlen
+    values already ints or None (_sequences.max_seqlen_value). A strided array is copied."""
+    if sequences is None:
+        return None, None
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = sequences
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, np.ndarray):
+            raise TypeError(f"{name}: is a {_options.type_name(cu)}; with NumPy inputs it "
+                            f"must be a NumPy array (int32)")
+    _sequences.require_prefix_sums(cu_seqlens_q, cu_seqlens_k, lambda cu: cu.dtype,
+                                   lambda cu: cu.dtype == np.int32)
+    _sequences.require_longest("max_seqlen_q", max_seqlen_q, cu_seqlens_q, "cu_seqlens_q")
+    _sequences.require_longest("max_seqlen_k", max_seqlen_k, cu_seqlens_k, "cu_seqlens_k")
+    kept = [np.require(cu, requirements=("C_CONTIGUOUS", "ALIGNED"))
+            for cu in (cu_seqlens_q, cu_seqlens_k)]
+    return kept, (kept[0].ctypes.data, kept[1].ctypes.data, len(kept[0]) - 1)
+
+
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
-              window_right, softcap, alibi_slopes):
-    """out (and lse, else None) for NumPy q, k, v; see flashattn.attention."""
+              window_right, softcap, alibi_slopes, sequences=None):
+    """out (and lse, else None) for NumPy q, k, v; see flashattn.attention. sequences: None
+    (dense) or a variable-length batch's (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    max_seqlen_k), q, k, v then (1, total, heads, head_dim) (see flashattn.varlen_attention)."""
     mask = _options.mask_name(causal, causal_alignment)
     backend = _options.backend_value(backend)
     # The arrays stay referenced until the call returns: the views hold bare addresses.
     (q, qv), (k, kv), (v, vv) = (kernel_array(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
     slopes = slopes_array(alibi_slopes, q.shape[2])
+    kept, sequence_values = prefix_sums(sequences)
     out, out_view = kernel_array("out", np.empty(q.shape, q.dtype))
     lse = np.empty(_layout.lse_shape(q.shape), np.float32) if return_lse else None
     _library.forward(qv, kv, vv, out_view, lse=None if lse is None else lse.ctypes.data,
                      scale=scale, mask=mask, backend=backend,
-                     variants=variant_values(window_left, window_right, softcap, slopes))
+                     variants=variant_values(window_left, window_right, softcap, slopes),
+                     sequences=sequence_values)
     return out, lse
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
-                       deterministic, window_left, window_right, softcap, alibi_slopes):
-    """(dq, dk, dv) for NumPy arrays; see flashattn.attention_backward."""
+                       deterministic, window_left, window_right, softcap, alibi_slopes,
+                       sequences=None):
+    """(dq, dk, dv) for NumPy arrays; see flashattn.attention_backward. sequences: as
+    attention's (lse then (1, heads_q, total_q))."""
     mask = _options.mask_name(causal, causal_alignment)
     backend = _options.backend_value(backend)
     _options.require_bool("deterministic", deterministic)
@@ -87,10 +115,12 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
                         f"inputs must all be NumPy arrays or all torch tensors")
     _layout.require_lse(lse.shape, lse.dtype, lse.dtype == np.float32, q.shape)
     lse = np.require(lse, requirements=("C_CONTIGUOUS", "ALIGNED"))
+    kept, sequence_values = prefix_sums(sequences)
     grads = [kernel_array(n, np.empty(t.shape, q.dtype)) for n, t in (("dq", q), ("dk", k),
                                                                      ("dv", v))]
     (dq, dqv), (dk, dkv), (dv, dvv) = grads
     _library.backward(qv, kv, vv, ov, dov, lse.ctypes.data, dqv, dkv, dvv, scale=scale,
                       mask=mask, backend=backend, deterministic=deterministic,
-                      variants=variant_values(window_left, window_right, softcap, slopes))
+                      variants=variant_values(window_left, window_right, softcap, slopes),
+                      sequences=sequence_values)
     return dq, dk, dv

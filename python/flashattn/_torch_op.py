@@ -8,14 +8,15 @@ run on the caller's current CUDA stream, never synchronise the host, and allocat
 outputs (plus one contiguous copy of an input whose strides the kernels cannot read). The
 forward saves q, k, v, out and lse; the backward recomputes the probabilities from them
 (flashattn_backward), so no score matrix is ever stored. The variants (window, softcap, ALiBi)
-are trailing arguments of both ops, with defaults that turn them off; ALiBi's slopes get no
-gradient.
+and then a variable-length batch's prefix sums and max_seqlen values are trailing arguments
+of both ops, with defaults that turn them off (a dense batch); ALiBi's slopes and the prefix
+sums get no gradient.
 """
 from typing import Optional
 
 import torch
 
-from . import _abi, _backends, _errors, _layout, _library, _options
+from . import _abi, _backends, _errors, _layout, _library, _options, _sequences
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"flashattn needs torch >= 2.4 (torch.library.custom_op); "
@@ -23,10 +24,12 @@ if not hasattr(torch.library, "custom_op"):
 
 DTYPES = {torch.float32: _abi.F32, torch.float16: _abi.F16, torch.bfloat16: _abi.BF16}
 
-def check(q, k, v, causal, causal_alignment, backend, alibi_slopes=None):
-    """Checks what the output shapes depend on, the options and ALiBi's slopes (whose size
-    and device the library cannot see); returns the library's mask name and backend value.
-    The library checks everything else (sizes, devices, strides, the window and softcap)."""
+def check(q, k, v, causal, causal_alignment, backend, alibi_slopes=None, cu_seqlens_q=None,
+          cu_seqlens_k=None):
+    """Checks what the output shapes depend on, the options, ALiBi's slopes and the prefix
+    sums (whose size and device the library cannot see); returns the library's mask name and
+    backend value. The library checks everything else (sizes, devices, strides, the window
+    and softcap, the prefix sums' values)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _layout.require_4d(name, t.shape)
         if t.dtype not in DTYPES:
@@ -38,7 +41,25 @@ def check(q, k, v, causal, causal_alignment, backend, alibi_slopes=None):
                 f"{name}: device is {t.device}, flashattn runs on cpu and cuda tensors")
     if alibi_slopes is not None:
         check_slopes(alibi_slopes, q)
+    check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
     return _options.mask_name(causal, causal_alignment), _options.backend_value(backend)
+
+
+def check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q):
+    """A variable-length batch's prefix sums, where either is given: int32 torch tensors
+    (batch + 1,) on q's device, both given."""
+    if cu_seqlens_q is None and cu_seqlens_k is None:
+        return
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor):
+            raise TypeError(f"{name}: is a {_options.type_name(cu)}; with torch inputs it must "
+                            f"be a torch tensor (torch.int32, on q's device)")
+    _sequences.require_prefix_sums(cu_seqlens_q, cu_seqlens_k, lambda cu: cu.dtype,
+                                   lambda cu: cu.dtype == torch.int32)
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if cu.device != q.device:
+            raise _errors.InvalidArgumentError(
+                f"{name}: device is {cu.device}, must be q's device ({q.device})")
 
 
 def check_slopes(alibi_slopes, q):
@@ -62,6 +83,22 @@ def variant_values(window_left, window_right, softcap, alibi_slopes):
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     address = 0 if slopes is None else slopes.data_ptr()
     return (window_left, window_right, softcap, address), slopes
+
+
+def sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The flashattn_sequences values (prefix sums' addresses, batch) of a variable-length
+    batch, or None for a dense one (no prefix sums), and the contiguous prefix sums behind
+    the addresses, which must stay referenced until the call returns. A max_seqlen that is
+    given is checked against a host copy of its prefix sums: on CUDA that copy waits for the
+    stream, as the library's own read of them does."""
+    if cu_seqlens_q is None and cu_seqlens_k is None:
+        return None, ()
+    kept = tuple(cu.contiguous() for cu in (cu_seqlens_q, cu_seqlens_k))
+    for name, max_seqlen, cu, cu_name in (("max_seqlen_q", max_seqlen_q, kept[0], "cu_seqlens_q"),
+                                          ("max_seqlen_k", max_seqlen_k, kept[1], "cu_seqlens_k")):
+        if max_seqlen is not None:
+            _sequences.require_longest(name, max_seqlen, cu.cpu().numpy(), cu_name)
+    return (kept[0].data_ptr(), kept[1].data_ptr(), kept[0].shape[0] - 1), kept
 
 
 def seqlen_first(sizes, heads_first):
@@ -98,7 +135,8 @@ def current_stream(device_index):
 
 
 def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False,
-        lib=None, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
+        lib=None, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
     """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention.
 
     heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
@@ -106,13 +144,18 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     _library.load() result to call instead of the package's library, possibly one built
     before the backend table: backend names are mapped to values by the package's library.
     window_left, window_right, softcap, alibi_slopes: the variants, checked as far as
-    _options does (window_sides, softcap_value).
+    _options does (window_sides, softcap_value). cu_seqlens_q, cu_seqlens_k (None: dense):
+    a variable-length batch packed in q, k, v of batch 1 (flashattn.varlen_attention);
+    lse is then (1, heads_q, total_q).
     """
-    mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
-    # The inputs (and the slopes) stay referenced until the call returns; on CUDA, a copy
-    # freed after that goes back to the caching allocator in the order of this stream, so it
-    # is safe.
+    mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,
+                          cu_seqlens_q, cu_seqlens_k)
+    # The inputs (the slopes and prefix sums too) stay referenced until the call returns; on
+    # CUDA, a copy freed after that goes back to the caching allocator in the order of this
+    # stream, so it is safe.
     variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes)
+    sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                             max_seqlen_k)
     (q, qv), (k, kv), (v, vv) = (kernel_tensor(t, heads_first) for t in (q, k, v))
     q_shape = qv[2:6]  # (batch, seqlen_q, heads_q, head_dim)
     _, seqlen_q, heads_q, head_dim = q_shape
@@ -125,19 +168,23 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     _library.forward(qv, kv, vv, out_view, lse=lse.data_ptr() if with_lse else None,
                      scale=scale, mask=mask, backend=backend,
                      stream=current_stream(qv[-1]) if q.is_cuda else None, variants=variants,
-                     lib=lib)
+                     sequences=sequences, lib=lib)
     return out, lse
 
 
 def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                   causal_alignment: str, scale: Optional[float], backend: Optional[str],
                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                  alibi_slopes: Optional[torch.Tensor] = None
+                  alibi_slopes: Optional[torch.Tensor] = None,
+                  cu_seqlens_q: Optional[torch.Tensor] = None,
+                  cu_seqlens_k: Optional[torch.Tensor] = None,
+                  max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): the custom op's body, which always computes lse (saved for backward)."""
     return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=True,
                window_left=window_left, window_right=window_right, softcap=softcap,
-               alibi_slopes=alibi_slopes)
+               alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+               cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
 
 attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args=())(
@@ -146,8 +193,9 @@ attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args
 
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend, window_left=-1,
-                        window_right=-1, softcap=0.0, alibi_slopes=None):
-    check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
+                        window_right=-1, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
+                        cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+    check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     return (q.new_empty(q.shape),
             q.new_empty(_layout.lse_shape(q.shape), dtype=torch.float32))
 
@@ -167,11 +215,14 @@ def backward_backend(backend, head_dim):
 
 def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                  deterministic, window_left=-1, window_right=-1, softcap=0.0,
-                 alibi_slopes=None, lib=None):
+                 alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                 max_seqlen_k=None, lib=None):
     """(dq, dk, dv), contiguous (batch, seqlen, heads, head_dim) in q's dtype: the gradients
     for dout, the gradient with respect to the forward's out, given that forward's out and
-    lse, and the forward's variants. See flashattn.attention_backward."""
-    mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
+    lse, and the forward's variants and layout. See flashattn.attention_backward and
+    flashattn.varlen_attention_backward."""
+    mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,
+                          cu_seqlens_q, cu_seqlens_k)
     variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes)
     _options.require_bool("deterministic", deterministic)
     for name, t in (("out", out), ("dout", dout)):
@@ -184,7 +235,10 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
         raise _errors.InvalidArgumentError(
             f"lse: device is {lse.device}, must be q's device ({q.device})")
     lse = lse.contiguous()
-    # The inputs and the slopes stay referenced until the call returns (see run()).
+    sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                             max_seqlen_k)
+    # The inputs, the slopes and the prefix sums stay referenced until the call returns
+    # (see run()).
     views = [kernel_tensor(t) for t in (q, k, v, out, dout)]
     grads = [kernel_tensor(torch.empty(t.shape, dtype=q.dtype, device=q.device))
              for t in (q, k, v)]
@@ -192,7 +246,7 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
                       *(view for _, view in grads), scale=scale, mask=mask, backend=backend,
                       deterministic=deterministic,
                       stream=current_stream(q.get_device()) if q.is_cuda else None,
-                      variants=variants, lib=lib)
+                      variants=variants, sequences=sequences, lib=lib)
     return tuple(grad for grad, _ in grads)
 
 
@@ -200,11 +254,15 @@ def backward_eager(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    out: torch.Tensor, lse: torch.Tensor, causal: bool, causal_alignment: str,
                    scale: Optional[float], backend: Optional[str], deterministic: bool,
                    window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                   alibi_slopes: Optional[torch.Tensor] = None
+                   alibi_slopes: Optional[torch.Tensor] = None,
+                   cu_seqlens_q: Optional[torch.Tensor] = None,
+                   cu_seqlens_k: Optional[torch.Tensor] = None,
+                   max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the backward op's body."""
     return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
-                        deterministic, window_left, window_right, softcap, alibi_slopes)
+                        deterministic, window_left, window_right, softcap, alibi_slopes,
+                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
 
 attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args=())(
@@ -214,17 +272,19 @@ attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args
 @attention_bwd.register_fake
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                         deterministic, window_left=-1, window_right=-1, softcap=0.0,
-                        alibi_slopes=None):
-    check(q, k, v, causal, causal_alignment, backend, alibi_slopes)
+                        alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                        max_seqlen_q=None, max_seqlen_k=None):
+    check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, causal_alignment, scale, backend, window_left, window_right, softcap,
-     alibi_slopes) = inputs
+     alibi_slopes, cu_seqlens_q, cu_seqlens_k, _, _) = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)  # as the lse of torch's own fused attention
-    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes)
+    # The forward checked the max_seqlen values: the backward need not again.
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     ctx.options = (causal, causal_alignment, scale, backward_backend(backend, q.shape[-1]))
     ctx.variants = (window_left, window_right, softcap)
 
@@ -234,10 +294,11 @@ def _backward(ctx, grad_out, grad_lse):
     and dv in one pass), those of inputs that need none dropped; ALiBi's slopes get none.
     Bit-identical from run to run where torch.use_deterministic_algorithms(True) is in
     force."""
-    q, k, v, out, lse, alibi_slopes = ctx.saved_tensors
+    q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
     args = (grad_out, q, k, v, out, lse, *ctx.options,
-            torch.are_deterministic_algorithms_enabled(), *ctx.variants, alibi_slopes)
-    if direct_call_is_safe(grad_out, q, k, v, alibi_slopes):
+            torch.are_deterministic_algorithms_enabled(), *ctx.variants, alibi_slopes,
+            cu_seqlens_q, cu_seqlens_k)
+    if direct_call_is_safe(grad_out, q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k):
         dq, dk, dv = run_backward(*args)
     else:
         dq, dk, dv = attention_bwd(*args)
@@ -250,21 +311,29 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
-              window_right, softcap, alibi_slopes):
+              window_right, softcap, alibi_slopes, sequences=None):
     """(out, lse) for torch q, k, v through the custom op; see flashattn.attention. Without
-    return_lse, lse may be None."""
+    return_lse, lse may be None. sequences: None (dense) or a variable-length batch's
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k, v then (1, total, heads,
+    head_dim) and lse (1, heads_q, total_q) (see flashattn.varlen_attention)."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; q, k "
                             f"and v must all be torch tensors or all NumPy arrays")
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = sequences or (None,) * 4
+    # Before the op, whose schema takes only tensors for these.
     if alibi_slopes is not None:
-        check_slopes(alibi_slopes, q)  # before the op, whose schema takes only a tensor
+        check_slopes(alibi_slopes, q)
+    check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
     variants = (window_left, window_right, softcap, alibi_slopes)
-    if direct_call_is_safe(q, k, v, alibi_slopes):
+    if direct_call_is_safe(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k):
         return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=return_lse,
                    window_left=window_left, window_right=window_right, softcap=softcap,
-                   alibi_slopes=alibi_slopes)
-    return attention_fwd(q, k, v, causal, causal_alignment, scale, backend, *variants)
+                   alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                   max_seqlen_k=max_seqlen_k)
+    return attention_fwd(q, k, v, causal, causal_alignment, scale, backend, *variants,
+                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
 
 def direct_call_is_safe(*tensors):
@@ -292,18 +361,25 @@ def sdpa(query, key, value, *, causal, scale):
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
-                       deterministic, window_left, window_right, softcap, alibi_slopes):
+                       deterministic, window_left, window_right, softcap, alibi_slopes,
+                       sequences=None):
     """(dq, dk, dv) for torch tensors; see flashattn.attention_backward. Eager calls on plain
-    tensors run the body directly; torch.compile and tensor subclasses go through the op."""
+    tensors run the body directly; torch.compile and tensor subclasses go through the op.
+    sequences: as attention's."""
     for name, t in (("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; the "
                             f"inputs must all be torch tensors or all NumPy arrays")
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = sequences or (None,) * 4
+    # Before the op, whose schema takes only tensors for these.
     if alibi_slopes is not None:
-        check_slopes(alibi_slopes, q)  # before the op, whose schema takes only a tensor
+        check_slopes(alibi_slopes, q)
+    check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
     args = (dout, q, k, v, out, lse, causal, causal_alignment, scale, backend, deterministic,
-            window_left, window_right, softcap, alibi_slopes)
-    tensors = (q, k, v, out, dout, lse) + (() if alibi_slopes is None else (alibi_slopes,))
+            window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+            max_seqlen_q, max_seqlen_k)
+    tensors = tuple(t for t in (q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
+                                cu_seqlens_k) if t is not None)
     if torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors):
         return attention_bwd(*args)
     return run_backward(*args)

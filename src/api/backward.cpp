@@ -16,7 +16,7 @@ struct BackwardPlan {
 
 // Validates everything (arguments, device, backend) before any work.
 BackwardPlan plan_backward(const BackwardParams& p) {
-  const BwdParams bwd = make_bwd_params(p);
+  BwdParams bwd = make_bwd_params(p);
   const DeviceKind device = p.q.device.kind;
   if (device == DeviceKind::cuda)
     check_cuda_device(p.q.device.index,
@@ -30,7 +30,10 @@ BackwardPlan plan_backward(const BackwardParams& p) {
                         p.variants.alibi_slopes != nullptr},
                        {"dq", p.dq.data, has_elements(p.dq)},
                        {"dk", p.dk.data, has_elements(p.dk)},
-                       {"dv", p.dv.data, has_elements(p.dv)}});
+                       {"dv", p.dv.data, has_elements(p.dv)},
+                       {"sequences.cu_seqlens_q", p.sequences.cu_seqlens_q, bwd.seqs.packed()},
+                       {"sequences.cu_seqlens_k", p.sequences.cu_seqlens_k, bwd.seqs.packed()}});
+  read_sequences(bwd, p.sequences, device);
   const Backend backend = p.backend == Backend::automatic
                               ? automatic_backward_backend(bwd, device)
                               : p.backend;

@@ -63,6 +63,23 @@ flashattn::Variants to_variants(const flashattn_variants* caller) {
   return v;
 }
 
+// The first generation of flashattn_sequences ends at batch.
+constexpr size_t kSequencesV1 = offsetof(flashattn_sequences, batch) + sizeof(int32_t);
+
+flashattn::Sequences to_sequences(const flashattn_sequences* caller) {
+  using flashattn::require;
+  if (caller == nullptr) return {};
+  require(caller->struct_size >= kSequencesV1, "sequences: struct_size is ", caller->struct_size,
+          ", must be at least ", kSequencesV1, " (start from flashattn_sequences_defaults())");
+  flashattn_sequences c = flashattn_sequences_defaults();
+  std::memcpy(&c, caller, std::min<size_t>(caller->struct_size, sizeof c));
+  return {c.cu_seqlens_q, c.cu_seqlens_k, c.batch};
+}
+
+// The first generation of flashattn_forward_options ends at sequences.
+constexpr size_t kForwardOptionsV1 =
+    offsetof(flashattn_forward_options, sequences) + sizeof(const flashattn_sequences*);
+
 flashattn::Params to_params(const flashattn_params& c) {
   using flashattn::require;
   flashattn::Params p;
@@ -106,6 +123,7 @@ flashattn::BackwardParams to_backward_params(const flashattn_backward_params* ca
   p.deterministic = c.deterministic != 0;
   p.stream = c.stream;
   p.variants = to_variants(c.variants);
+  p.sequences = to_sequences(c.sequences);
   return p;
 }
 
@@ -176,6 +194,25 @@ flashattn_status flashattn_forward_variants(const flashattn_params* params,
   });
 }
 
+flashattn_status flashattn_forward_with(const flashattn_params* params,
+                                        const flashattn_forward_options* options) {
+  return guarded([&] {
+    using flashattn::require;
+    require(params != nullptr, "params: pointer is null");
+    flashattn::Params p = to_params(*params);
+    if (options != nullptr) {
+      require(options->struct_size >= kForwardOptionsV1, "options: struct_size is ",
+              options->struct_size, ", must be at least ", kForwardOptionsV1,
+              " (start from flashattn_forward_options_defaults())");
+      flashattn_forward_options o = flashattn_forward_options_defaults();
+      std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
+      p.variants = to_variants(o.variants);
+      p.sequences = to_sequences(o.sequences);
+    }
+    flashattn::forward(p);
+  });
+}
+
 flashattn_status flashattn_backward(const flashattn_backward_params* params) {
   return guarded([&] {
     flashattn::require(params != nullptr, "params: pointer is null");
@@ -205,6 +242,7 @@ flashattn_status flashattn_get_backend_info(int32_t index, flashattn_backend_inf
     full.compute_capability = b.compute_capability;
     full.summary = b.summary.data();
     full.backward_max_head_dim = b.backward_max_head_dim;
+    full.takes_sequences = b.takes_sequences ? 1 : 0;
     std::memcpy(info, &full, std::min<size_t>(info->struct_size, sizeof full));
   });
 }

@@ -20,7 +20,7 @@ struct Plan {
 
 // Validates everything (arguments, device, backend) before any work.
 Plan plan(const Params& p) {
-  const AttnParams attn = make_attn_params(p);
+  AttnParams attn = make_attn_params(p);
   const DeviceKind device = p.q.device.kind;
   if (device == DeviceKind::cuda)
     check_cuda_device(p.q.device.index, {{"q", p.q.data, has_elements(p.q)},
@@ -29,7 +29,12 @@ Plan plan(const Params& p) {
                                          {"out", p.out.data, has_elements(p.out)},
                                          {"lse", p.lse, p.lse && has_elements(p.q)},
                                          {"variants.alibi_slopes", p.variants.alibi_slopes,
-                                          p.variants.alibi_slopes != nullptr}});
+                                          p.variants.alibi_slopes != nullptr},
+                                         {"sequences.cu_seqlens_q", p.sequences.cu_seqlens_q,
+                                          attn.seqs.packed()},
+                                         {"sequences.cu_seqlens_k", p.sequences.cu_seqlens_k,
+                                          attn.seqs.packed()}});
+  read_sequences(attn, p.sequences, device);
   const Backend backend =
       p.backend == Backend::automatic ? automatic_backend(attn, device) : p.backend;
   const std::string why = unsupported(backend, attn, device);
@@ -119,6 +124,7 @@ std::vector<double> reference_rows(const Params& params, const std::vector<int>&
   const AttnParams attn = make_attn_params(params);
   require(params.q.device.kind == DeviceKind::cpu,
           "q: reference_rows reads host tensors, but q is on cuda");
+  require(!attn.seqs.packed(), "sequences: reference_rows takes dense batches only");
   for (int r : rows)
     require(r >= 0 && r < attn.sizes.seqlen_q, "rows: row ", r, " is outside [0, ",
             attn.sizes.seqlen_q, ")");

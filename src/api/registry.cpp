@@ -18,23 +18,24 @@ constexpr uint32_t kHalf = bit(DType::f16) | bit(DType::bf16);
 const std::vector<BackendEntry>& table() {
   static const std::vector<BackendEntry> entries = {
       {{Backend::reference, "reference", DeviceKind::cpu, kAll, 0, 0,
-        "float64 with each score row materialised: the oracle the tests compare with", 0},
+        "float64 with each score row materialised: the oracle the tests compare with", 0, true},
        cpu::reference_forward, cpu::reference_backward},
       {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
-        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0},
+        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true},
        cpu::flash_forward, cpu::flash_backward},
       {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
-        "one thread per query row, scores recomputed: simple enough to be obviously right"},
+        "one thread per query row, scores recomputed: simple enough to be obviously right", -1,
+        true},
        cuda::naive_forward},
       {{Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, kAll, 0, 0,
         "FlashAttention-1 style shared-memory tiles in fp32, any head_dim; tiny fp32 "
-        "problems in one round of loads", 0},
+        "problems in one round of loads", 0, true},
        cuda::tiled_forward, cuda::tiled_backward},
       {{Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, kF32, 0, 0,
         "tensor cores at fp32 accuracy through a 3xTF32 split (mma.sync)"},
        cuda::tf32x3_forward},
       {{Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, kHalf, cuda::kMmaMaxHeadDim, 0,
-        "FlashAttention-2 style tensor-core kernel on mma.sync", cuda::kMmaBackwardMaxHeadDim},
+        "FlashAttention-2 style tensor-core kernel on mma.sync", cuda::kMmaBackwardMaxHeadDim, true},
        cuda::mma_forward, cuda::mma_backward},
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
@@ -61,7 +62,17 @@ bool f16x3_preferred(const Sizes& s) {
   return s.head_dim <= cuda::kF16x3MaxHeadDim && rows >= 64;
 }
 
+// A variable-length batch on the GPU: the backends that take one (their
+// table rows say), 16-bit on mma.sync up to its head_dim limit, else cuda_tiled.
+Backend packed_backend(DType dtype, int head_dim, bool backward);
+
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }
+
+Backend packed_backend(DType dtype, int head_dim, bool backward) {
+  const BackendInfo& mma = find_backend(Backend::cuda_mma)->info;
+  const bool fits = backward ? mma.takes_backward_head_dim(head_dim) : mma.takes_head_dim(head_dim);
+  return dtype != DType::f32 && fits ? Backend::cuda_mma : Backend::cuda_tiled;
+}
 
 }  // namespace
 
@@ -97,6 +108,7 @@ std::string dtype_list(const BackendInfo& info) {
 // hold, else mma.sync up to its head_dim limit, cuda_tiled beyond it.
 Backend automatic_backend(const AttnParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
+  if (p.seqs.packed()) return packed_backend(p.dtype, p.sizes.head_dim, false);
   if (p.dtype == DType::f32)
     return cuda::tiny_fits(p)          ? Backend::cuda_tiled
            : f16x3_preferred(p.sizes) ? Backend::cuda_f16x3
@@ -114,6 +126,7 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device) {
 // hold, else the mma.sync backward up to its head_dim limit, cuda_tiled beyond it.
 Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
+  if (p.seqs.packed()) return packed_backend(p.dtype, p.sizes.head_dim, true);
   if (p.dtype == DType::f32) return Backend::cuda_tiled;
   const int head_dim = p.sizes.head_dim;
   if (find_backend(Backend::cuda_wgmma)->info.takes_backward_head_dim(head_dim) &&
@@ -123,6 +136,14 @@ Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
     return Backend::cuda_mma;
   return Backend::cuda_tiled;
 }
+
+namespace {
+
+std::string no_sequences(const BackendInfo& info) {
+  return "sequences: " + std::string(info.name) + " does not take variable-length batches";
+}
+
+}  // namespace
 
 std::string backward_unsupported(Backend backend, const BwdParams& p, DeviceKind device) {
   const BackendEntry* entry = find_backend(backend);
@@ -143,6 +164,7 @@ std::string backward_unsupported(Backend backend, const BwdParams& p, DeviceKind
     return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds the limit of " +
            std::string(info.name) + "'s backward, " + std::to_string(info.backward_max_head_dim) +
            instead();
+  if (p.seqs.packed() && !info.takes_sequences) return no_sequences(info) + instead();
   const Sizes& s = p.sizes;
   if (backend == Backend::cuda_wgmma && s.batch > 0 && s.seqlen_q > 0 && s.seqlen_k > 0) {
     const std::string why = cuda::wgmma_backward_unsupported(p);
@@ -168,6 +190,7 @@ std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device)
   if (!info.takes_head_dim(p.sizes.head_dim))
     return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds " +
            std::string(info.name) + "'s limit of " + std::to_string(info.max_head_dim) + instead();
+  if (p.seqs.packed() && !info.takes_sequences) return no_sequences(info) + instead();
   // cuda_wgmma's layout rules (TMA-describable strides) concern its kernel; a
   // problem without work runs no kernel of it.
   const Sizes& s = p.sizes;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
+#include "cuda/device.h"
 
 namespace flashattn {
 namespace {
@@ -133,6 +135,20 @@ void check_variants(const Variants& v, const AttnParams& a) {
           "scale: is 0, which softcap and ALiBi do not take (their scores divide by it)");
 }
 
+// A variable-length batch's arguments that need no read of its prefix sums:
+// both arrays or neither, a batch count, and tensors of one batch index.
+void check_packing(const Sequences& s, const Named& q) {
+  if (s.cu_seqlens_q == nullptr && s.cu_seqlens_k == nullptr) return;
+  require(s.cu_seqlens_q != nullptr, "sequences.cu_seqlens_q: is null, but cu_seqlens_k is set",
+          " (a variable-length batch needs both)");
+  require(s.cu_seqlens_k != nullptr, "sequences.cu_seqlens_k: is null, but cu_seqlens_q is set",
+          " (a variable-length batch needs both)");
+  require(s.batch >= 0 && s.batch < INT_MAX, "sequences.batch: is ", s.batch,
+          ", must be >= 0 and < ", INT_MAX);
+  require(q.t.shape[0] == 1, "q: batch is ", q.t.shape[0],
+          "; a variable-length batch packs its sequences along seqlen, in batch 1");
+}
+
 // A tensor of like's shape, dtype and device.
 void check_like(const Named& t, const Named& like) {
   check_view(t);
@@ -144,10 +160,28 @@ void check_like(const Named& t, const Named& like) {
   for (int d = 0; d < 4; ++d) require_dim(t, d, like, d);
 }
 
-// The bytes of an lse array (batch, heads_q, seqlen_q) of float32 at lse.
-ByteRange lse_range(const void* lse, const Sizes& s) {
+// The bytes of an lse array of float32 at lse: (batch, heads_q, seqlen_q), or
+// packed (heads_q, total_q).
+ByteRange lse_range(const void* lse, const AttnParams& p) {
+  const Sizes s = storage_sizes(p);
   const auto first = reinterpret_cast<uintptr_t>(lse);
   return {first, first + uintptr_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float)};
+}
+
+// The prefix sums `name` (batch + 1 entries): 0 first, nondecreasing, `total`
+// last; returns the longest sequence.
+int check_prefix_sums(const char* name, const std::vector<int32_t>& cu, int64_t total,
+                      const char* tensor) {
+  require(cu[0] == 0, name, ": entry 0 is ", cu[0], ", must be 0");
+  int longest = 0;
+  for (size_t b = 1; b < cu.size(); ++b) {
+    require(cu[b] >= cu[b - 1], name, ": entry ", b, " (", cu[b], ") is less than entry ", b - 1,
+            " (", cu[b - 1], "); prefix sums must be nondecreasing");
+    longest = std::max(longest, cu[b] - cu[b - 1]);
+  }
+  require(cu.back() == total, name, ": last entry is ", cu.back(), ", must equal ", tensor,
+          "'s seqlen (", total, "), the tokens of every sequence");
+  return longest;
 }
 
 }  // namespace
@@ -161,9 +195,10 @@ AttnParams make_attn_params(const Params& p) {
   for (const Named& t : {q, k, v})
     require(!overlaps(out_bytes, byte_range(t)), "out: memory overlaps ", t.name);
 
+  check_packing(p.sequences, q);
   const AttnParams a = attn_params(p);
   if (p.lse != nullptr) {
-    const ByteRange lse_bytes = lse_range(p.lse, a.sizes);
+    const ByteRange lse_bytes = lse_range(p.lse, a);
     for (const Named& t : {q, k, v, out})
       require(!overlaps(lse_bytes, byte_range(t)), "lse: memory overlaps ", t.name);
   }
@@ -180,13 +215,12 @@ BwdParams make_bwd_params(const BackwardParams& p) {
   check_like(dq, q);
   check_like(dk, k);
   check_like(dv, v);
+  check_packing(p.sequences, q);
 
   const BwdParams a = bwd_params(p);
-  const Sizes& s = a.sizes;
-  const bool has_rows = s.batch > 0 && s.seqlen_q > 0;
-  require(p.lse != nullptr || !has_rows,
+  require(p.lse != nullptr || !has_elements(p.q),
           "lse: is null; the backward needs the forward's lse (batch, heads_q, seqlen_q)");
-  const ByteRange lse_bytes = lse_range(p.lse, s);
+  const ByteRange lse_bytes = lse_range(p.lse, a);
   for (const Named& g : {dq, dk, dv}) {
     require_no_self_overlap(g);
     const ByteRange g_bytes = byte_range(g);
@@ -200,6 +234,25 @@ BwdParams make_bwd_params(const BackwardParams& p) {
   require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
   check_variants(p.variants, a);
   return a;
+}
+
+void read_sequences(AttnParams& a, const Sequences& s, DeviceKind device) {
+  if (!a.seqs.packed()) return;
+  std::vector<int32_t> cu_q(size_t(s.batch) + 1), cu_k(size_t(s.batch) + 1);
+  const unsigned long bytes = cu_q.size() * sizeof(int32_t);
+  if (device == DeviceKind::cuda) {
+    cuda::copy_to_host(cu_q.data(), s.cu_seqlens_q, bytes, a.device_index, a.stream);
+    cuda::copy_to_host(cu_k.data(), s.cu_seqlens_k, bytes, a.device_index, a.stream);
+  } else {
+    std::copy(s.cu_seqlens_q, s.cu_seqlens_q + cu_q.size(), cu_q.begin());
+    std::copy(s.cu_seqlens_k, s.cu_seqlens_k + cu_k.size(), cu_k.begin());
+  }
+  const SequenceLengths longest{
+      check_prefix_sums("sequences.cu_seqlens_q", cu_q, a.seqs.total_q, "q"),
+      check_prefix_sums("sequences.cu_seqlens_k", cu_k, a.seqs.total_k, "k")};
+  a.sizes.seqlen_q = longest.seqlen_q;
+  a.sizes.seqlen_k = longest.seqlen_k;
+  a.mask = resolve(a.rule, longest);
 }
 
 }  // namespace flashattn

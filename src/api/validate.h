@@ -11,6 +11,12 @@ namespace flashattn {
 AttnParams make_attn_params(const Params& params);
 BwdParams make_bwd_params(const BackwardParams& params);
 
+// A variable-length batch (a.seqs.packed()): reads the prefix sums (from the
+// device for CUDA tensors, waiting on a's stream), checks them against the
+// tensors, and sets a's longest lengths and the mask resolved for them. Called
+// after the device checks; nothing for a dense batch.
+void read_sequences(AttnParams& a, const Sequences& sequences, DeviceKind device);
+
 // Whether a view holds any element (batch and seqlen may be 0): one without is
 // never read or written, and its data pointer may be anything.
 bool has_elements(const TensorView& t);

@@ -1,6 +1,6 @@
 // The mask as a key range per query row: row i of a sequence sees the keys
 // [key_begin(i), key_end(i)) and no other. MaskRule is what the caller asked
-// for; RowMask is that rule resolved for one sequence's lengths (row_mask(p, b)
+// for; RowMask is that rule resolved for one sequence's lengths (row_mask(p, seq)
 // in core/params.h), and everything a backend needs follows from it:
 //   - the element mask of a score tile (key j hidden from row i: score −inf);
 //   - the key blocks a query tile visits (blocks outside every row's range are

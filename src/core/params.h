@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include "core/host_device.h"
@@ -48,9 +49,13 @@ struct SoftmaxParams {
 struct AttnParams {
   TensorRef q, k, v, o;
   Sizes sizes;
-  // The mask resolved for the batch's lengths: in a dense batch every sequence
-  // has the same, so the rule is resolved once (attn_params()); kernels read it
-  // through row_mask(p, b) from their parameters, as a constant, not a register.
+  SequenceLayout seqs;  // dense, or packed: where each sequence lies (core/seqlen.h)
+  // The mask rule, and the rule resolved for sizes' lengths: in a dense batch
+  // every sequence has those, so the rule is resolved once (attn_params()) and
+  // kernels read it through row_mask(p, seq) from their parameters, as a
+  // constant, not a register. Packed, each sequence resolves the rule for its
+  // own lengths, and mask (resolved for the longest) only guides launch choices.
+  MaskRule rule{};
   RowMask mask{};
   ScoreParams scores;  // softcap and ALiBi (core/variant.h); the window is in mask
   SoftmaxParams softmax;
@@ -90,9 +95,9 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
   a.k = tensor_ref(k);
   a.v = tensor_ref(v);
   a.o = tensor_ref(out);
-  const MaskRule rule{mask != Mask::none, mask != Mask::causal_top_left, variants.window_left,
-                      variants.window_right};
-  a.mask = resolve(rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
+  a.rule = {mask != Mask::none, mask != Mask::causal_top_left, variants.window_left,
+            variants.window_right};
+  a.mask = resolve(a.rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
   a.scores = {variants.softcap, variants.alibi_slopes};
   const float scale = scale_or_default.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
   a.softmax = {scale, scale * kLog2e, nullptr};
@@ -101,17 +106,32 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
   return a;
 }
 
+// p packed as `seqs` says: batch becomes the number of sequences and the
+// lengths the longest (the maxima, from the host's copy of the prefix sums),
+// the tensors' batch strides 0, and the mask resolved for those lengths.
+inline void pack(AttnParams& p, const Sequences& seqs, SequenceLengths longest,
+                 std::initializer_list<TensorRef*> tensors) {
+  p.seqs = {seqs.cu_seqlens_q, seqs.cu_seqlens_k, p.sizes.seqlen_q, p.sizes.seqlen_k};
+  p.sizes.batch = seqs.batch;
+  p.sizes.seqlen_q = longest.seqlen_q;
+  p.sizes.seqlen_k = longest.seqlen_k;
+  for (TensorRef* t : tensors) t->batch_stride = 0;
+  p.mask = resolve(p.rule, longest);
+}
+
 // The AttnParams of public Params, unchecked: validate.cpp checks first, tools
-// that hold params the library already accepted call it directly.
-inline AttnParams attn_params(const Params& p) {
+// that hold params the library already accepted call it directly. longest:
+// a packed batch's longest sequence (validate.cpp reads the prefix sums).
+inline AttnParams attn_params(const Params& p, SequenceLengths longest = {}) {
   AttnParams a = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask, p.variants);
+  if (p.sequences.cu_seqlens_q) pack(a, p.sequences, longest, {&a.q, &a.k, &a.v, &a.o});
   a.softmax.lse = p.lse;
   a.stream = p.stream;
   return a;
 }
 
 // The BwdParams of public BackwardParams, unchecked (validate.cpp checks first).
-inline BwdParams bwd_params(const BackwardParams& p) {
+inline BwdParams bwd_params(const BackwardParams& p, SequenceLengths longest = {}) {
   BwdParams a;
   static_cast<AttnParams&>(a) = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask, p.variants);
   a.stream = p.stream;
@@ -119,20 +139,59 @@ inline BwdParams bwd_params(const BackwardParams& p) {
   a.grad.dq = tensor_ref(p.dq);
   a.grad.dk = tensor_ref(p.dk);
   a.grad.dv = tensor_ref(p.dv);
+  if (p.sequences.cu_seqlens_q)
+    pack(a, p.sequences, longest,
+         {&a.q, &a.k, &a.v, &a.o, &a.grad.dout, &a.grad.dq, &a.grad.dk, &a.grad.dv});
   a.grad.lse = p.lse;
   a.grad.deterministic = p.deterministic;
   return a;
 }
 
 // Whether p needs the kernels' AnyVariant instantiation (core/variant.h): a
-// score variant, or a window's lower end.
+// score variant, or a window's lower end (packed: in any sequence).
 FLASHATTN_HOST_DEVICE bool needs_any_variant(const AttnParams& p) {
-  return p.scores.any() || p.mask.bounded_below;
+  return p.scores.any() || p.mask.bounded_below || (p.seqs.packed() && p.rule.window_left >= 0);
 }
 
-// The key range the rows of sequence b see. Dense: every sequence has the batch's
-// mask, resolved once; a layout with per-sequence lengths resolves it per
-// sequence here (see core/seqlen.h).
-FLASHATTN_HOST_DEVICE const RowMask& row_mask(const AttnParams& p, int /*batch*/) { return p.mask; }
+// Where sequence b lies and its lengths (core/seqlen.h).
+FLASHATTN_HOST_DEVICE Sequence sequence(const AttnParams& p, int b) {
+  if (!p.seqs.packed()) return {0, 0, p.sizes.seqlen_q, p.sizes.seqlen_k};
+  const int q0 = p.seqs.cu_seqlens_q[b], k0 = p.seqs.cu_seqlens_k[b];
+  return {q0, k0, p.seqs.cu_seqlens_q[b + 1] - q0, p.seqs.cu_seqlens_k[b + 1] - k0};
+}
+
+// The key range the rows of sequence seq see. Dense: every sequence has the
+// batch's mask, resolved once; packed: the rule resolved for seq's lengths.
+FLASHATTN_HOST_DEVICE RowMask row_mask(const AttnParams& p, const Sequence& seq) {
+  return p.seqs.packed() ? resolve(p.rule, seq.lengths()) : p.mask;
+}
+
+// The mask of every sequence of a dense batch, for the kernels that take dense
+// batches only (their registry rows say takes_sequences = false): read from the
+// parameters as a constant.
+FLASHATTN_HOST_DEVICE const RowMask& dense_mask(const AttnParams& p) { return p.mask; }
+
+// The element offset of row0 of sequence b (batch index b dense) in t, head 0.
+FLASHATTN_HOST_DEVICE int64_t row_offset(const TensorRef& t, int b, int64_t row0) {
+  return b * t.batch_stride + row0 * t.row_stride;
+}
+
+// The index in lse (and D) of head hq's first row of sequence b:
+// (batch, heads_q, seqlen_q) dense, (heads_q, total_q) packed.
+FLASHATTN_HOST_DEVICE int64_t stats_row0(const AttnParams& p, int b, int hq, const Sequence& seq) {
+  return p.seqs.packed() ? hq * p.seqs.total_q + seq.q_row0
+                         : (int64_t(b) * p.sizes.heads_q + hq) * p.sizes.seqlen_q;
+}
+
+// The tensors' own sizes: dense, sizes; packed, one batch index of the total
+// lengths (lse's and D's layout is then (1, heads_q, total_q), the dense one).
+FLASHATTN_HOST_DEVICE Sizes storage_sizes(const AttnParams& p) {
+  if (!p.seqs.packed()) return p.sizes;
+  Sizes s = p.sizes;
+  s.batch = 1;
+  s.seqlen_q = int(p.seqs.total_q);
+  s.seqlen_k = int(p.seqs.total_k);
+  return s;
+}
 
 }  // namespace flashattn

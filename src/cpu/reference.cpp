@@ -23,12 +23,13 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// One (batch, kv head) slice of K or V in float64, rows of head_dim.
-std::vector<double> load_kv(const AttnParams& p, const TensorRef& t, int b, int h) {
+// One (sequence, kv head) slice of K or V in float64, rows of head_dim.
+std::vector<double> load_kv(const AttnParams& p, const TensorRef& t, int b, const Sequence& seq,
+                            int h) {
   const Sizes& s = p.sizes;
-  std::vector<double> out(size_t(s.seqlen_k) * s.head_dim);
-  for (int j = 0; j < s.seqlen_k; ++j) {
-    const int64_t base = b * t.batch_stride + j * t.row_stride + h * t.head_stride;
+  std::vector<double> out(size_t(seq.seqlen_k) * s.head_dim);
+  for (int j = 0; j < seq.seqlen_k; ++j) {
+    const int64_t base = row_offset(t, b, seq.k_row0 + j) + h * t.head_stride;
     for (int c = 0; c < s.head_dim; ++c)
       out[size_t(j) * s.head_dim + c] = load_float(t.data, p.dtype, base + c);
   }
@@ -36,15 +37,16 @@ std::vector<double> load_kv(const AttnParams& p, const TensorRef& t, int b, int 
 }
 
 // Computes one query row into o (head_dim doubles); returns its lse.
-double attend_row(const AttnParams& p, int b, int hq, int i, const std::vector<double>& k,
-                  const std::vector<double>& v, std::vector<double>& scores, double* o) {
+double attend_row(const AttnParams& p, int b, const Sequence& seq, int hq, int i,
+                  const std::vector<double>& k, const std::vector<double>& v,
+                  std::vector<double>& scores, double* o) {
   const Sizes& s = p.sizes;
   const int d = s.head_dim;
   std::vector<double> q(d);
-  const int64_t q_base = b * p.q.batch_stride + i * p.q.row_stride + hq * p.q.head_stride;
+  const int64_t q_base = row_offset(p.q, b, seq.q_row0 + i) + hq * p.q.head_stride;
   for (int c = 0; c < d; ++c) q[c] = load_float(p.q.data, p.dtype, q_base + c);
 
-  const RowMask& mask = row_mask(p, b);
+  const RowMask mask = row_mask(p, seq);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   const double scale = p.softmax.scale;
   const SoftcapAlibi<double> variant = softcap_alibi<double>(p.scores, scale, hq, mask.alignment);
@@ -67,7 +69,8 @@ double attend_row(const AttnParams& p, int b, int hq, int i, const std::vector<d
   return row.lse;
 }
 
-// Runs attend_row for rows[r] of every (batch, q head); emit(b, hq, r, o, lse).
+// Runs attend_row for rows[r] of every (sequence, q head), those the sequence
+// has; emit(b, seq, hq, r, o, lse).
 template <typename Emit>
 void for_each_row(const AttnParams& p, const std::vector<int>& rows, Emit&& emit) {
   const Sizes& s = p.sizes;
@@ -76,13 +79,15 @@ void for_each_row(const AttnParams& p, const std::vector<int>& rows, Emit&& emit
   const bool by_slice = slices >= worker_count(slices + rows.size()) || rows.size() < 4;
   auto run_slice = [&](int64_t slice, int64_t row_begin, int64_t row_end) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
-    const std::vector<double> k = load_kv(p, p.k, b, hk), v = load_kv(p, p.v, b, hk);
-    std::vector<double> scores(s.seqlen_k), o(s.head_dim);
+    const Sequence seq = sequence(p, b);
+    const std::vector<double> k = load_kv(p, p.k, b, seq, hk), v = load_kv(p, p.v, b, seq, hk);
+    std::vector<double> scores(seq.seqlen_k), o(s.head_dim);
     for (int g = 0; g < s.group(); ++g) {
       const int hq = hk * s.group() + g;
       for (int64_t r = row_begin; r < row_end; ++r) {
-        const double lse = attend_row(p, b, hq, rows[r], k, v, scores, o.data());
-        emit(b, hq, r, o.data(), lse);
+        if (rows[r] >= seq.seqlen_q) continue;
+        const double lse = attend_row(p, b, seq, hq, rows[r], k, v, scores, o.data());
+        emit(b, seq, hq, r, o.data(), lse);
       }
     }
   };
@@ -105,10 +110,11 @@ void reference_forward(const AttnParams& p) {
   const Sizes& s = p.sizes;
   std::vector<int> rows(s.seqlen_q);
   for (int i = 0; i < s.seqlen_q; ++i) rows[i] = i;
-  for_each_row(p, rows, [&](int b, int hq, int64_t i, const double* o, double lse) {
-    const int64_t base = b * p.o.batch_stride + i * p.o.row_stride + hq * p.o.head_stride;
+  for_each_row(p, rows, [&](int b, const Sequence& seq, int hq, int64_t i, const double* o,
+                           double lse) {
+    const int64_t base = row_offset(p.o, b, seq.q_row0 + i) + hq * p.o.head_stride;
     for (int c = 0; c < s.head_dim; ++c) store_float(p.o.data, p.dtype, base + c, float(o[c]));
-    if (p.softmax.lse) p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + i] = float(lse);
+    if (p.softmax.lse) p.softmax.lse[stats_row0(p, b, hq, seq) + i] = float(lse);
   });
 }
 
@@ -118,7 +124,8 @@ std::vector<double> reference_rows(const AttnParams& p, const std::vector<int>& 
   const int64_t n = int64_t(rows.size());
   std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim);
   if (lse) lse->assign(size_t(s.batch) * s.heads_q * n, 0.0);
-  for_each_row(p, rows, [&](int b, int hq, int64_t r, const double* o, double row_lse) {
+  for_each_row(p, rows, [&](int b, const Sequence&, int hq, int64_t r, const double* o,
+                           double row_lse) {
     double* dst = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
     for (int c = 0; c < s.head_dim; ++c) dst[c] = o[c];
     if (lse) (*lse)[(int64_t(b) * s.heads_q + hq) * n + r] = row_lse;

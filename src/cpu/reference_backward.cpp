@@ -24,41 +24,44 @@
 namespace flashattn::cpu {
 namespace {
 
-// Row r (head_dim values) of one head of t, in float64.
-void load_row(const AttnParams& p, const TensorRef& t, int b, int h, int r, double* dst) {
-  const int64_t base = b * t.batch_stride + int64_t(r) * t.row_stride + h * t.head_stride;
+// Row r (along the tensor's seqlen) of batch index b, head h of t, in float64.
+void load_row(const AttnParams& p, const TensorRef& t, int b, int h, int64_t r, double* dst) {
+  const int64_t base = row_offset(t, b, r) + h * t.head_stride;
   for (int c = 0; c < p.sizes.head_dim; ++c) dst[c] = load_float(t.data, p.dtype, base + c);
 }
 
-void store_row(const AttnParams& p, const TensorRef& t, int b, int h, int r, const double* src) {
-  const int64_t base = b * t.batch_stride + int64_t(r) * t.row_stride + h * t.head_stride;
+void store_row(const AttnParams& p, const TensorRef& t, int b, int h, int64_t r,
+               const double* src) {
+  const int64_t base = row_offset(t, b, r) + h * t.head_stride;
   for (int c = 0; c < p.sizes.head_dim; ++c) store_float(t.data, p.dtype, base + c, float(src[c]));
 }
 
-// One (batch, kv head) slice: dq of its group's rows, and its dk and dv.
+// One (sequence, kv head) slice: dq of its group's rows, and its dk and dv.
 void backward_slice(const BwdParams& p, int b, int hk) {
   const Sizes& s = p.sizes;
   const int d = s.head_dim;
   const double scale = p.softmax.scale;
-  std::vector<double> k(size_t(s.seqlen_k) * d), v(size_t(s.seqlen_k) * d);
-  for (int j = 0; j < s.seqlen_k; ++j) {
-    load_row(p, p.k, b, hk, j, &k[size_t(j) * d]);
-    load_row(p, p.v, b, hk, j, &v[size_t(j) * d]);
+  const Sequence seq = sequence(p, b);
+  const int64_t q0 = seq.q_row0, k0 = seq.k_row0;
+  std::vector<double> k(size_t(seq.seqlen_k) * d), v(size_t(seq.seqlen_k) * d);
+  for (int j = 0; j < seq.seqlen_k; ++j) {
+    load_row(p, p.k, b, hk, k0 + j, &k[size_t(j) * d]);
+    load_row(p, p.v, b, hk, k0 + j, &v[size_t(j) * d]);
   }
   std::vector<double> dk(k.size(), 0.0), dv(v.size(), 0.0);
-  std::vector<double> q(d), dout(d), dq(d), scores(s.seqlen_k), dp(s.seqlen_k);
-  std::vector<double> dscore(s.seqlen_k);
-  const RowMask& mask = row_mask(p, b);
+  std::vector<double> q(d), dout(d), dq(d), scores(seq.seqlen_k), dp(seq.seqlen_k);
+  std::vector<double> dscore(seq.seqlen_k);
+  const RowMask mask = row_mask(p, seq);
 
   for (int g = 0; g < s.group(); ++g) {
     const int hq = hk * s.group() + g;
     const SoftcapAlibi<double> variant = softcap_alibi<double>(p.scores, scale, hq, mask.alignment);
-    for (int i = 0; i < s.seqlen_q; ++i) {
+    for (int i = 0; i < seq.seqlen_q; ++i) {
       std::fill(dq.begin(), dq.end(), 0.0);
       const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
       if (key_begin < key_end) {
-        load_row(p, p.q, b, hq, i, q.data());
-        load_row(p, p.grad.dout, b, hq, i, dout.data());
+        load_row(p, p.q, b, hq, q0 + i, q.data());
+        load_row(p, p.grad.dout, b, hq, q0 + i, dout.data());
         double m = -std::numeric_limits<double>::infinity();
         for (int j = key_begin; j < key_end; ++j) {
           double dot = 0.0;
@@ -86,13 +89,13 @@ void backward_slice(const BwdParams& p, int b, int hk) {
         }
         for (int c = 0; c < d; ++c) dq[c] *= scale;
       }
-      store_row(p, p.grad.dq, b, hq, i, dq.data());
+      store_row(p, p.grad.dq, b, hq, q0 + i, dq.data());
     }
   }
-  for (int j = 0; j < s.seqlen_k; ++j) {
+  for (int j = 0; j < seq.seqlen_k; ++j) {
     for (int c = 0; c < d; ++c) dk[size_t(j) * d + c] *= scale;
-    store_row(p, p.grad.dk, b, hk, j, &dk[size_t(j) * d]);
-    store_row(p, p.grad.dv, b, hk, j, &dv[size_t(j) * d]);
+    store_row(p, p.grad.dk, b, hk, k0 + j, &dk[size_t(j) * d]);
+    store_row(p, p.grad.dv, b, hk, k0 + j, &dv[size_t(j) * d]);
   }
 }
 

@@ -24,8 +24,8 @@ void tiled_forward(const AttnParams& p);
 inline constexpr int kTinyMaxRows = 64, kTinyMaxKeys = 64, kTinyMaxHeadDim = 64;
 inline bool tiny_fits(const AttnParams& p) {
   const Sizes& s = p.sizes;
-  return p.dtype == DType::f32 && s.seqlen_q <= kTinyMaxRows && s.seqlen_k <= kTinyMaxKeys &&
-         s.head_dim <= kTinyMaxHeadDim;
+  return p.dtype == DType::f32 && !p.seqs.packed() && s.seqlen_q <= kTinyMaxRows &&
+         s.seqlen_k <= kTinyMaxKeys && s.head_dim <= kTinyMaxHeadDim;
 }
 void tiny_forward(const AttnParams& p);
 // The smallest of them (head_dim and seqlen_k at most 32, offsets within 32

@@ -60,6 +60,14 @@ int shared_memory_per_block(int device_index) {
   return properties(device_index).shared_memory_per_block;
 }
 
+void copy_to_host(void* dst, const void* src, unsigned long bytes, int device_index,
+                  void* stream) {
+  DeviceGuard device(device_index);
+  const auto s = static_cast<cudaStream_t>(stream);
+  FLASHATTN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  FLASHATTN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 void require_device_pointer(const void* ptr, int device_index, const char* name) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {

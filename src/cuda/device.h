@@ -16,6 +16,10 @@ int multiprocessors(int device_index);
 // Most shared memory one block may use, in bytes (with the kernel's opt-in).
 int shared_memory_per_block(int device_index);
 
+// Copies `bytes` of device memory at src to the host, in order on `stream`
+// (a cudaStream_t), and waits for it.
+void copy_to_host(void* dst, const void* src, unsigned long bytes, int device_index, void* stream);
+
 // Throws Error(invalid_argument) naming `name` unless ptr is device memory that
 // device `device_index` can read (device, managed or mapped host memory).
 void require_device_pointer(const void* ptr, int device_index, const char* name);

@@ -41,9 +41,10 @@ __global__ void __launch_bounds__(kThreads) zero_kernel(TensorRef t, int batch, 
 }
 
 // row_dot[(b·heads_q + h)·seqlen_q + i] = Σ_c dO[b, i, h, c]·O[b, i, h, c], a warp per row.
+// Over the tensors' own sizes: a packed batch's D, as its lse, is (heads_q, total_q).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) row_dot_kernel(const BwdParams p, float* row_dot) {
-  const Sizes s = p.sizes;
+  const Sizes s = storage_sizes(p);
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
   const int lane = threadIdx.x % 32;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
@@ -73,9 +74,9 @@ void zero(const TensorRef& t, int batch, int rows, int heads, int head_dim, cuda
 
 void run_backward(void (*backward)(const BwdParams&), const BwdParams& p) {
   DeviceGuard device(p.device_index);
-  const Sizes& s = p.sizes;
+  const Sizes s = storage_sizes(p);  // a packed batch's tensors: batch 1 of every sequence
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  if (s.seqlen_q == 0 || s.seqlen_k == 0) {
+  if (p.sizes.seqlen_q == 0 || p.sizes.seqlen_k == 0) {
     with_element_type(p.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       zero<T>(p.grad.dq, s.batch, s.seqlen_q, s.heads_q, s.head_dim, stream);

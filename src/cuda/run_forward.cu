@@ -25,10 +25,11 @@ unsigned grid_for(int64_t n) {
   return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
 }
 
-// Every row sees no key: out = 0 over (batch, seqlen_q, heads_q, head_dim), lse = −inf.
+// Every row sees no key: out = 0 over (batch, seqlen_q, heads_q, head_dim), lse = −inf;
+// over the tensors' own sizes (a packed batch's lse follows them too).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fill_empty_rows_kernel(const AttnParams p) {
-  const Sizes s = p.sizes;
+  const Sizes s = storage_sizes(p);
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;  // (b, hq, i), lse's order
   for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < rows * s.head_dim;
        e += int64_t(gridDim.x) * kThreads) {
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) fill_empty_rows_kernel(const AttnPar
 template <typename T>
 __global__ void __launch_bounds__(kThreads) scale_q_kernel(const AttnParams p, T* dst,
                                                            float factor) {
-  const Sizes s = p.sizes;
+  const Sizes s = storage_sizes(p);
   const int64_t n = int64_t(s.batch) * s.seqlen_q * s.heads_q * s.head_dim;
   for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < n;
        e += int64_t(gridDim.x) * kThreads) {
@@ -62,9 +63,9 @@ __global__ void __launch_bounds__(kThreads) scale_q_kernel(const AttnParams p, T
 
 void run_forward(void (*forward)(const AttnParams&), const AttnParams& p) {
   DeviceGuard device(p.device_index);
-  const Sizes& s = p.sizes;
+  const Sizes s = storage_sizes(p);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  if (s.seqlen_k == 0) {
+  if (p.sizes.seqlen_k == 0) {
     with_element_type(p.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       fill_empty_rows_kernel<T><<<grid_for(int64_t(s.batch) * s.heads_q * s.seqlen_q * s.head_dim),
@@ -81,7 +82,7 @@ void run_forward(void (*forward)(const AttnParams&), const AttnParams& p) {
   const int64_t n = int64_t(s.batch) * s.seqlen_q * s.heads_q * s.head_dim;
   Scratch changed_q(size_t(n) * dtype_size(p.dtype), p.device_index, p.stream);
   AttnParams changed = p;
-  changed.q = {changed_q.data(), int64_t(s.seqlen_q) * s.heads_q * s.head_dim,
+  changed.q = {changed_q.data(), p.seqs.packed() ? 0 : int64_t(s.seqlen_q) * s.heads_q * s.head_dim,
                int64_t(s.heads_q) * s.head_dim, s.head_dim};
   changed.softmax.scale = factor < 0.0f ? -p.softmax.scale : 1.0f;
   changed.softmax.scale_log2 = changed.softmax.scale * kLog2e;

@@ -18,6 +18,10 @@ int compute_capability(int) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 
+void copy_to_host(void*, const void*, unsigned long, int, void*) {
+  fail(Status::unsupported, "device: this flashattn build has no CUDA support");
+}
+
 void require_device_pointer(const void*, int, const char*) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }

@@ -107,6 +107,10 @@ std::string case_name(const harness::Case& c) {
     out << "_window_" << side_name(c.window_left) << "_" << side_name(c.window_right);
   if (c.softcap > 0.0f) out << "_softcap" << name_of(c.softcap);
   if (c.alibi) out << "_alibi";
+  if (harness::is_packed(c)) {
+    out << "_packed";
+    for (const SequenceLengths& s : c.sequences) out << "_" << s.seqlen_q << "x" << s.seqlen_k;
+  }
   return out.str();
 }
 

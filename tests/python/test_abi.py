@@ -36,7 +36,8 @@ def test_packed_backward_params_read_back_through_the_ctypes_layout():
              for i in range(8)]
     q, k, v, out, dout, dq, dk, dv = views
     packed = _abi.pack_backward_params(q, k, v, out, dout, 0x9000, dq, dk, dv, 1, -0.5,
-                                       _abi.MASKS["causal_top_left"], 6, True, 0xA000, 0xB000)
+                                       _abi.MASKS["causal_top_left"], 6, True, 0xA000, 0xB000,
+                                       0xC000)
     assert len(packed) == ctypes.sizeof(_abi.BackwardParams)
     params = _abi.BackwardParams.from_buffer_copy(packed)
     assert params.struct_size == ctypes.sizeof(_abi.BackwardParams)
@@ -45,14 +46,27 @@ def test_packed_backward_params_read_back_through_the_ctypes_layout():
         assert (tensor.data, tensor.dtype, *tensor.shape, *tensor.strides, tensor.device,
                 tensor.device_index) == packed_view
     assert (params.lse, params.has_scale, params.scale, params.mask, params.backend,
-            params.deterministic, params.stream, params.variants) == (0x9000, 1, -0.5, 1, 6, 1,
-                                                                      0xA000, 0xB000)
+            params.deterministic, params.stream, params.variants, params.sequences) == (
+                0x9000, 1, -0.5, 1, 6, 1, 0xA000, 0xB000, 0xC000)
+
+
+def test_packed_option_structs_read_back_through_the_ctypes_layout():
+    packed = _abi.pack_sequences(0x1000, 0x2000, 7)
+    sequences = _abi.Sequences.from_buffer_copy(packed)
+    assert sequences.struct_size == ctypes.sizeof(_abi.Sequences) == len(packed)
+    assert (sequences.cu_seqlens_q, sequences.cu_seqlens_k, sequences.batch) == (0x1000,
+                                                                                 0x2000, 7)
+    packed = _abi.pack_forward_options(0x3000, 0)
+    options = _abi.ForwardOptions.from_buffer_copy(packed)
+    assert options.struct_size == ctypes.sizeof(_abi.ForwardOptions) == len(packed)
+    assert (options.variants, options.sequences) == (0x3000, None)
 
 
 LAYOUTS = {"flashattn_tensor": _abi.Tensor, "flashattn_params": _abi.Params,
            "flashattn_backend_info": _abi.BackendInfo,
            "flashattn_backward_params": _abi.BackwardParams,
-           "flashattn_variants": _abi.Variants}
+           "flashattn_variants": _abi.Variants, "flashattn_sequences": _abi.Sequences,
+           "flashattn_forward_options": _abi.ForwardOptions}
 
 
 def test_struct_layouts_match_the_header(tmp_path):

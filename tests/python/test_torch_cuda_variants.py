@@ -9,8 +9,9 @@ torch = pytest.importorskip("torch")
 
 import flashattn  # noqa: E402
 from attention_reference import assert_lse_close  # noqa: E402
-from torch_cases import (assert_as_accurate_as_plain, random_bshd, reference_bshd,  # noqa: E402
-                         variant_case)
+from torch_cases import (assert_as_accurate_as_plain, gpu_backends, numpy_options,  # noqa: E402
+                         pair_id, random_bshd, reference_bshd, skip_unless_runs,
+                         unless_unsupported, variant_case)
 from variant_cases import (CASE_IDS, CASES, LONG_CASE_IDS, LONG_CASES,  # noqa: E402
                            alibi_slopes)
 
@@ -21,47 +22,7 @@ ALL_CASES, ALL_IDS = CASES + LONG_CASES, CASE_IDS + LONG_CASE_IDS
 HEAD_DIMS = (64, 128)
 
 
-def gpu_backends(backward=False):
-    """(backend, dtype name) for each GPU backend (None: the automatic choice) and dtype it
-    takes; with backward, those with a backward."""
-    pairs = [(None, dtype) for dtype in DTYPES]
-    for b in flashattn.backends():
-        if b.device == "cuda" and (b.has_backward or not backward):
-            pairs += [(b.name, dtype) for dtype in b.dtypes]
-    return pairs
-
-
 PAIRS, BACKWARD_PAIRS = gpu_backends(), gpu_backends(backward=True)
-
-
-def pair_id(pair):
-    return f"{pair[0] or 'auto'}-{pair[1]}"
-
-
-def skip_unless_runs(backend, head_dim, backward=False):
-    if backend is None:
-        return
-    info = {b.name: b for b in flashattn.backends()}[backend]
-    major, minor = torch.cuda.get_device_capability()
-    if info.compute_capability and info.compute_capability != 10 * major + minor:
-        pytest.skip(f"{backend} runs on compute capability {info.compute_capability / 10} only")
-    limit = info.backward_max_head_dim if backward else info.max_head_dim
-    if limit and head_dim > limit:
-        pytest.skip(f"beyond {backend}'s head_dim limit {limit}")
-
-
-def unless_unsupported(call):
-    """call()'s result; a variant the backend declines skips the test with the library's
-    reason."""
-    try:
-        return call()
-    except flashattn.UnsupportedError as e:
-        pytest.skip(f"unsupported: {e}")
-
-
-def numpy_options(options):
-    slopes = options.get("alibi_slopes")
-    return options if slopes is None else dict(options, alibi_slopes=slopes.cpu().numpy())
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import flashattn  # noqa: E402
 from attention_reference import assert_lse_close  # noqa: E402
 from torch_cases import (assert_as_accurate_as_plain, assert_compiled_training_step,  # noqa: E402
-                         random_bshd, reference_bshd, variant_case)
+                         numpy_options, random_bshd, reference_bshd, variant_case)
 from variant_cases import CASE_IDS, CASES, alibi_slopes  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -21,12 +21,6 @@ def autograd_grads(q, k, v, dout, **options):
     q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
     flashattn.attention(q, k, v, **options).backward(dout)
     return q.grad, k.grad, v.grad
-
-
-def numpy_options(options):
-    """options with the slopes as a NumPy array, for the NumPy reference and path."""
-    slopes = options.get("alibi_slopes")
-    return options if slopes is None else dict(options, alibi_slopes=slopes.cpu().numpy())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -1,10 +1,13 @@
 """Random torch inputs and the float64 reference for the PyTorch tests."""
 import numpy as np
+import pytest
 import torch
 
+import flashattn
 from attention_reference import (alibi_bias, alignment, reference_attention, rel_l2,
                                  visible_keys)
 from variant_cases import options_with_slopes
+from varlen_cases import packed_problem
 
 
 def random_bshd(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, *, dtype=torch.float32,
@@ -90,15 +93,16 @@ def plain_outputs(q, k, v, dout=None, **options):
     return plain_grads(q, k, v, dout, **options)
 
 
-def assert_as_accurate_as_plain(ours, inputs, **options):
+def assert_as_accurate_as_plain(ours, inputs, *, plain=plain_outputs, **options):
     """ours: flashattn's (out,) for inputs (q, k, v), or its (dq, dk, dv) for inputs (q, k,
     v, dout), with `options`. fp32: each within 1e-5 (relative L2) of the plain formula in
     float64 (differentiated by torch's autograd). 16-bit: at most twice the error of the
     plain formula computed (and differentiated) by torch in that dtype, plus a quarter ulp;
-    both against float64 on the same rounded inputs."""
+    both against float64 on the same rounded inputs. plain: plain_outputs, or the same
+    computation in another layout (a packed batch's: varlen_cases.per_sequence of it)."""
     dtype = inputs[0].dtype
-    expected = plain_outputs(*(x.double() for x in inputs), **options)
-    standard = plain_outputs(*inputs, **options) if dtype != torch.float32 else None
+    expected = plain(*(x.double() for x in inputs), **options)
+    standard = plain(*inputs, **options) if dtype != torch.float32 else None
     names = ("dq", "dk", "dv") if len(inputs) == 4 else ("out",)
     for i, (name, got, want) in enumerate(zip(names, ours, expected)):
         assert got.dtype == dtype and got.shape == want.shape, name
@@ -121,6 +125,61 @@ def variant_case(case, heads=(4, 2), head_dim=32, dtype=torch.float32, device="c
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
     return q, k, v, dout.to(device=device, dtype=dtype), options_with_slopes(
         options, heads[0], lambda slopes: torch.from_numpy(slopes).to(device))
+
+
+def varlen_case(case, heads=(4, 2), head_dim=16, dtype=torch.float32, device="cpu"):
+    """q, k, v, dout (packed (total, heads, head_dim)), cu_seqlens_q, cu_seqlens_k (int32)
+    and the options of one of varlen_cases.CASES as torch tensors on `device`."""
+    _, lengths, options = case
+    *tensors, cu_seqlens_q, cu_seqlens_k = packed_problem(lengths, heads, head_dim,
+                                                          seed=len(lengths))
+    q, k, v, dout = (torch.from_numpy(x).to(device=device, dtype=dtype) for x in tensors)
+    cu_seqlens_q, cu_seqlens_k = (torch.from_numpy(cu).to(device)
+                                  for cu in (cu_seqlens_q, cu_seqlens_k))
+    return q, k, v, dout, cu_seqlens_q, cu_seqlens_k, options_with_slopes(
+        options, heads[0], lambda slopes: torch.from_numpy(slopes).to(device))
+
+
+def numpy_options(options):
+    """options with ALiBi's slopes as a NumPy array, for the NumPy reference and path."""
+    slopes = options.get("alibi_slopes")
+    return options if slopes is None else dict(options, alibi_slopes=slopes.cpu().numpy())
+
+
+def gpu_backends(backward=False):
+    """(backend, dtype name) for each GPU backend (None: the automatic choice) and dtype it
+    takes; with backward, those with a backward."""
+    pairs = [(None, dtype) for dtype in ("f32", "f16", "bf16")]
+    for b in flashattn.backends():
+        if b.device == "cuda" and (b.has_backward or not backward):
+            pairs += [(b.name, dtype) for dtype in b.dtypes]
+    return pairs
+
+
+def pair_id(pair):
+    return f"{pair[0] or 'auto'}-{pair[1]}"
+
+
+def skip_unless_runs(backend, head_dim, backward=False):
+    """Skips a test of `backend` on a GPU it does not run on or beyond its head_dim limit."""
+    if backend is None:
+        return
+    info = {b.name: b for b in flashattn.backends()}[backend]
+    major, minor = torch.cuda.get_device_capability()
+    if info.compute_capability and info.compute_capability != 10 * major + minor:
+        pytest.skip(f"{backend} runs on compute capability {info.compute_capability / 10} only")
+    limit = info.backward_max_head_dim if backward else info.max_head_dim
+    if limit and head_dim > limit:
+        pytest.skip(f"beyond {backend}'s head_dim limit {limit}")
+
+
+def unless_unsupported(call):
+    """call()'s result; a problem the backend declines skips the test with the library's
+    reason."""
+    try:
+        return call()
+    except flashattn.UnsupportedError as e:
+        pytest.skip(f"unsupported: {e}")
 
 
 def assert_compiled_training_step(loss_of, x, weight, key, value):

@@ -244,7 +244,7 @@ void StandardCuda::run() {
     float* lse = p.softmax.lse ? p.softmax.lse + b * rows : nullptr;
     const auto softmax = [&](auto* scores) {
       softmax_kernel<<<unsigned(rows), kSoftmaxThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
-          scores, s.seqlen_k, row_mask(p, b), p.softmax.scale, lse);
+          scores, s.seqlen_k, p.mask, p.softmax.scale, lse);
     };
     if (p.dtype == DType::f32) softmax(static_cast<float*>(st.scores));
     else if (p.dtype == DType::f16) softmax(static_cast<__half*>(st.scores));

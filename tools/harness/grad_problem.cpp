@@ -13,12 +13,14 @@
 namespace flashattn::harness {
 namespace {
 
-// A tensor's elements as floats, contiguous (batch, seqlen, heads, head_dim).
-std::vector<float> values(const Buffer& buf, DType dtype) {
+// A tensor's elements as floats, contiguous (batch, seqlen, heads, head_dim);
+// rows [row0, row0 + rows) of each batch index where rows >= 0.
+std::vector<float> values(const Buffer& buf, DType dtype, int64_t row0 = 0, int64_t rows = -1) {
+  if (rows < 0) rows = buf.shape[1];
   std::vector<float> out;
-  out.reserve(size_t(buf.shape[0] * buf.shape[1] * buf.shape[2] * buf.shape[3]));
+  out.reserve(size_t(buf.shape[0] * rows * buf.shape[2] * buf.shape[3]));
   for (int64_t b = 0; b < buf.shape[0]; ++b)
-    for (int64_t i = 0; i < buf.shape[1]; ++i)
+    for (int64_t i = row0; i < row0 + rows; ++i)
       for (int64_t h = 0; h < buf.shape[2]; ++h)
         for (int64_t c = 0; c < buf.shape[3]; ++c)
           out.push_back(load_float(buf.host.data(), dtype, offset(buf, b, i, h, c)));
@@ -78,6 +80,7 @@ struct GradProblem::Storage {
   std::vector<float> lse;
   DeviceBuffer lse_device;
   SlopeBuffer slopes;
+  SequenceBuffer sequences;
 };
 
 GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
@@ -85,11 +88,14 @@ GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
   const Shape& s = c.shape;
   Storage& st = *storage_;
   const int pad = c.strided_pad;
+  const int batch = is_packed(c) ? 1 : s.batch;  // packed: one batch index of every sequence
+  const int nq = int(total_q(c)), nk = int(total_k(c));
   for (Buffer* buf : {&st.q, &st.out, &st.dout, &st.dq})
-    layout(*buf, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, pad, false);
+    layout(*buf, c.dtype, batch, nq, s.heads_q, s.head_dim, c.strided, pad, false);
   for (Buffer* buf : {&st.k, &st.v, &st.dk, &st.dv})
-    layout(*buf, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, pad, c.strided);
-  st.lse.assign(size_t(s.batch) * s.heads_q * s.seqlen_q, 0.0f);
+    layout(*buf, c.dtype, batch, nk, s.heads_kv, s.head_dim, false, pad, c.strided);
+  st.lse.assign(size_t(batch) * s.heads_q * nq, 0.0f);
+  st.sequences = SequenceBuffer(c, device);
 
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.input_std);
@@ -119,6 +125,7 @@ Params GradProblem::forward_params(Backend backend) const {
   p.scale = case_.scale;
   p.mask = case_.mask;
   p.variants = variants_of(case_, st.slopes.on(device_.kind));
+  p.sequences = st.sequences.on(device_.kind);
   p.backend = backend;
   return p;
 }
@@ -133,6 +140,7 @@ BackwardParams backward_of(const Params& f) {
   p.scale = f.scale;
   p.mask = f.mask;
   p.variants = f.variants;
+  p.sequences = f.sequences;
   p.backend = f.backend;
   p.stream = f.stream;
   return p;
@@ -178,60 +186,124 @@ std::vector<uint8_t> GradProblem::gradient_bytes() const {
   return out;
 }
 
-GradAccuracy GradProblem::evaluate(Backend backend) {
-  const Storage& st = *storage_;
-  const Shape& s = case_.shape;
-  const std::vector<float> q = values(st.q, case_.dtype), k = values(st.k, case_.dtype),
-                           v = values(st.v, case_.dtype), dout = values(st.dout, case_.dtype);
-  const AttnParams shape_params = attn_params(forward_params(Backend::reference));
-  const HostProblem host{shape_params.sizes, shape_params.mask, shape_params.softmax.scale,
-                         score_rule(case_, st.slopes.host.data()), &q, &k, &v, &dout};
-  const HostGradients independent = standard_backward_float64(host);
-  HostGradients oracle;
+namespace {
+
+// The gradients of one problem the oracles compute on their own (the whole
+// dense batch, or one sequence of a packed batch as a dense batch of one):
+// the oracle, the harness's float64 standard backward and the two baselines.
+struct PartGradients {
+  HostGradients oracle, independent, standard, flash;
+};
+
+// The part of case c whose inputs are q, k, v and dout (its values,
+// contiguous); sizes and mask are the part's own.
+PartGradients part_gradients(const Case& c, const float* slopes, Backend backend, Sizes sizes,
+                             const std::vector<float> (&x)[4]) {
+  const AttnParams shape = [&] {
+    Params p;
+    p.q = contiguous_view(nullptr, DType::f32, sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim);
+    p.k = contiguous_view(nullptr, DType::f32, sizes.batch, sizes.seqlen_k, sizes.heads_kv, sizes.head_dim);
+    p.v = p.k;
+    p.out = p.q;
+    p.scale = c.scale;
+    p.mask = c.mask;
+    p.variants = variants_of(c, slopes);
+    return attn_params(p);
+  }();
+  const HostProblem host{shape.sizes, shape.mask, shape.softmax.scale, score_rule(c, slopes),
+                         &x[0], &x[1], &x[2], &x[3]};
+  PartGradients g;
+  g.independent = standard_backward_float64(host);
   if (backend == Backend::reference) {
-    oracle = independent;
+    g.oracle = g.independent;
   } else {
     // The library's reference on fp32 copies of the inputs (their values exactly),
     // its gradients kept in fp32: 6e-8 relative, far under every tolerance.
-    std::vector<float> x[4] = {q, k, v, dout}, grads[3], out(q.size()), lse(st.lse.size());
-    grads[0].resize(q.size());
-    grads[1].resize(k.size());
-    grads[2].resize(v.size());
+    std::vector<float> in[4] = {x[0], x[1], x[2], x[3]}, grads[3], out(x[0].size());
+    std::vector<float> lse(size_t(sizes.batch) * sizes.heads_q * sizes.seqlen_q);
+    grads[0].resize(x[0].size());
+    grads[1].resize(x[1].size());
+    grads[2].resize(x[2].size());
     auto view = [&](std::vector<float>& data, int seqlen, int heads) {
-      return contiguous_view(data.data(), DType::f32, s.batch, seqlen, heads, s.head_dim);
+      return contiguous_view(data.data(), DType::f32, sizes.batch, seqlen, heads, sizes.head_dim);
     };
     BackwardParams p;
-    p.q = view(x[0], s.seqlen_q, s.heads_q);
-    p.k = view(x[1], s.seqlen_k, s.heads_kv);
-    p.v = view(x[2], s.seqlen_k, s.heads_kv);
-    p.dout = view(x[3], s.seqlen_q, s.heads_q);
-    p.out = view(out, s.seqlen_q, s.heads_q);
+    p.q = view(in[0], sizes.seqlen_q, sizes.heads_q);
+    p.k = view(in[1], sizes.seqlen_k, sizes.heads_kv);
+    p.v = view(in[2], sizes.seqlen_k, sizes.heads_kv);
+    p.dout = view(in[3], sizes.seqlen_q, sizes.heads_q);
+    p.out = view(out, sizes.seqlen_q, sizes.heads_q);
     p.lse = lse.data();
-    p.dq = view(grads[0], s.seqlen_q, s.heads_q);
-    p.dk = view(grads[1], s.seqlen_k, s.heads_kv);
-    p.dv = view(grads[2], s.seqlen_k, s.heads_kv);
-    p.scale = case_.scale;
-    p.mask = case_.mask;
-    p.variants = variants_of(case_, st.slopes.host.data());
+    p.dq = view(grads[0], sizes.seqlen_q, sizes.heads_q);
+    p.dk = view(grads[1], sizes.seqlen_k, sizes.heads_kv);
+    p.dv = view(grads[2], sizes.seqlen_k, sizes.heads_kv);
+    p.scale = c.scale;
+    p.mask = c.mask;
+    p.variants = variants_of(c, slopes);
     p.backend = Backend::reference;
     flashattn::backward(p);
-    oracle.dq.assign(grads[0].begin(), grads[0].end());
-    oracle.dk.assign(grads[1].begin(), grads[1].end());
-    oracle.dv.assign(grads[2].begin(), grads[2].end());
+    g.oracle.dq.assign(grads[0].begin(), grads[0].end());
+    g.oracle.dk.assign(grads[1].begin(), grads[1].end());
+    g.oracle.dv.assign(grads[2].begin(), grads[2].end());
   }
-  const HostGradients standard = standard_backward_in_dtype(host, case_.dtype);
-  const HostGradients flash = exact_backward_from_stored_output(host, case_.dtype);
+  g.standard = standard_backward_in_dtype(host, c.dtype);
+  g.flash = exact_backward_from_stored_output(host, c.dtype);
+  return g;
+}
+
+void append(HostGradients& to, const HostGradients& from) {
+  const auto cat = [](std::vector<double>& a, const std::vector<double>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+  };
+  cat(to.dq, from.dq);
+  cat(to.dk, from.dk);
+  cat(to.dv, from.dv);
+  cat(to.dq_mag, from.dq_mag);
+  cat(to.dk_mag, from.dk_mag);
+  cat(to.dv_mag, from.dv_mag);
+}
+
+}  // namespace
+
+GradAccuracy GradProblem::evaluate(Backend backend) {
+  const Storage& st = *storage_;
+  const Shape& s = case_.shape;
+  const float* slopes = st.slopes.host.data();
+  // Dense: one part, the whole batch. Packed: each sequence, in the packed
+  // order, so that the parts' gradients laid end to end are the tensors'.
+  PartGradients all;
+  const int parts = is_packed(case_) ? s.batch : 1;
+  for (int b = 0; b < parts; ++b) {
+    const Case part = is_packed(case_) ? sequence_case(case_, b) : case_;
+    const int64_t q0 = is_packed(case_) ? st.sequences.cu_q[b] : 0;
+    const int64_t k0 = is_packed(case_) ? st.sequences.cu_k[b] : 0;
+    const Shape& ps = part.shape;
+    const std::vector<float> x[4] = {values(st.q, case_.dtype, q0, ps.seqlen_q),
+                                     values(st.k, case_.dtype, k0, ps.seqlen_k),
+                                     values(st.v, case_.dtype, k0, ps.seqlen_k),
+                                     values(st.dout, case_.dtype, q0, ps.seqlen_q)};
+    const Sizes sizes{ps.batch, ps.seqlen_q, ps.seqlen_k, ps.heads_q, ps.heads_kv, ps.head_dim};
+    const PartGradients g = part_gradients(part, slopes, backend, sizes, x);
+    append(all.oracle, g.oracle);
+    append(all.independent, g.independent);
+    append(all.standard, g.standard);
+    append(all.flash, g.flash);
+  }
   auto baseline = [&](const std::vector<double>& x, const std::vector<double>& y,
                       const std::vector<double>& ref) {
     return std::max(rel_error(x, ref), rel_error(y, ref));
   };
+  const HostGradients& oracle = all.oracle;
   GradAccuracy acc;
-  acc.dq = score(values(st.dq, case_.dtype), oracle.dq, baseline(standard.dq, flash.dq, oracle.dq),
-                 norm(independent.dq_mag), case_.dtype);
-  acc.dk = score(values(st.dk, case_.dtype), oracle.dk, baseline(standard.dk, flash.dk, oracle.dk),
-                 norm(independent.dk_mag), case_.dtype);
-  acc.dv = score(values(st.dv, case_.dtype), oracle.dv, baseline(standard.dv, flash.dv, oracle.dv),
-                 norm(independent.dv_mag), case_.dtype);
+  acc.dq = score(values(st.dq, case_.dtype), oracle.dq,
+                 baseline(all.standard.dq, all.flash.dq, oracle.dq),
+                 norm(all.independent.dq_mag), case_.dtype);
+  acc.dk = score(values(st.dk, case_.dtype), oracle.dk,
+                 baseline(all.standard.dk, all.flash.dk, oracle.dk),
+                 norm(all.independent.dk_mag), case_.dtype);
+  acc.dv = score(values(st.dv, case_.dtype), oracle.dv,
+                 baseline(all.standard.dv, all.flash.dv, oracle.dv),
+                 norm(all.independent.dv_mag), case_.dtype);
   return acc;
 }
 

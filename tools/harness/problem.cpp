@@ -15,15 +15,88 @@
 
 namespace flashattn::harness {
 
+// One problem the oracles compute on their own: the whole batch (dense), or
+// one sequence of a packed batch as a dense batch of one. Its output rows are
+// rows q_row0 + rows[r] of the packed tensors, its lse rows likewise.
+struct Problem::Part {
+  Params params;  // dense host views, reference backend
+  Case spec;      // the part as a dense case (score_rule's alignment)
+  int64_t q_row0 = 0;
+  std::vector<int> rows;
+  std::vector<double> ref, ref_lse, standard;
+  std::vector<double> independent, independent_lse;  // standard_rows_float64
+};
+
 struct Problem::Storage {
   Buffer q, k, v, out;
   std::vector<float> lse;
   DeviceBuffer lse_device;
   SlopeBuffer slopes;
-  std::vector<int> ref_rows;
-  std::vector<double> ref, ref_lse, standard;
-  std::vector<double> independent, independent_lse;  // standard_rows_float64
+  SequenceBuffer sequences;
+  std::vector<Part> parts;
 };
+
+Case packed_case(Case c, std::vector<SequenceLengths> sequences) {
+  c.shape.batch = int(sequences.size());
+  c.shape.seqlen_q = c.shape.seqlen_k = 0;
+  for (const SequenceLengths& s : sequences) {
+    c.shape.seqlen_q = std::max(c.shape.seqlen_q, s.seqlen_q);
+    c.shape.seqlen_k = std::max(c.shape.seqlen_k, s.seqlen_k);
+  }
+  c.sequences = std::move(sequences);
+  return c;
+}
+
+bool is_packed(const Case& c) { return !c.sequences.empty(); }
+
+int64_t total_q(const Case& c) {
+  if (!is_packed(c)) return c.shape.seqlen_q;
+  int64_t n = 0;
+  for (const SequenceLengths& s : c.sequences) n += s.seqlen_q;
+  return n;
+}
+
+int64_t total_k(const Case& c) {
+  if (!is_packed(c)) return c.shape.seqlen_k;
+  int64_t n = 0;
+  for (const SequenceLengths& s : c.sequences) n += s.seqlen_k;
+  return n;
+}
+
+Case sequence_case(const Case& c, int b) {
+  Case one = c;
+  one.sequences.clear();
+  one.shape.batch = 1;
+  one.shape.seqlen_q = c.sequences[b].seqlen_q;
+  one.shape.seqlen_k = c.sequences[b].seqlen_k;
+  return one;
+}
+
+std::vector<int32_t> prefix_sums(const Case& c, bool queries) {
+  std::vector<int32_t> cu{0};
+  for (const SequenceLengths& s : c.sequences)
+    cu.push_back(cu.back() + (queries ? s.seqlen_q : s.seqlen_k));
+  return cu;
+}
+
+SequenceBuffer::SequenceBuffer(const Case& c, Device where) {
+  if (!is_packed(c)) return;
+  cu_q = prefix_sums(c, true);
+  cu_k = prefix_sums(c, false);
+  if (where.kind != DeviceKind::cuda) return;
+  for (auto [host, device] : {std::pair{&cu_q, &cu_q_device}, std::pair{&cu_k, &cu_k_device}}) {
+    *device = DeviceBuffer(host->size() * sizeof(int32_t), where.index);
+    device->upload(host->data());
+  }
+}
+
+Sequences SequenceBuffer::on(DeviceKind kind) const {
+  if (cu_q.empty()) return {};
+  const bool gpu = kind == DeviceKind::cuda;
+  return {gpu ? static_cast<const int32_t*>(cu_q_device.data()) : cu_q.data(),
+          gpu ? static_cast<const int32_t*>(cu_k_device.data()) : cu_k.data(),
+          int(cu_q.size()) - 1};
+}
 
 std::string describe(const Case& c) {
   const Shape& s = c.shape;
@@ -34,6 +107,12 @@ std::string describe(const Case& c) {
           : c.mask == Mask::causal_bottom_right ? " causal-br"
                                                 : "")
       << (c.strided ? " strided" : "") << (c.strided && c.strided_pad % 8 == 0 ? "-aligned" : "");
+  if (is_packed(c)) {
+    out << " packed(";
+    for (size_t b = 0; b < c.sequences.size(); ++b)
+      out << (b ? " " : "") << c.sequences[b].seqlen_q << "x" << c.sequences[b].seqlen_k;
+    out << ")";
+  }
   if (c.window_left >= 0 || c.window_right >= 0)
     out << " window(" << c.window_left << "," << c.window_right << ")";
   if (c.softcap > 0.0f) out << " softcap " << c.softcap;
@@ -42,6 +121,11 @@ std::string describe(const Case& c) {
 }
 
 double flop_count(const Case& c) {
+  if (is_packed(c)) {
+    double sum = 0;
+    for (int b = 0; b < c.shape.batch; ++b) sum += flop_count(sequence_case(c, b));
+    return sum;
+  }
   const Shape& s = c.shape;
   const double per_pair = 4.0 * s.batch * s.heads_q * s.head_dim;
   if (c.window_left < 0 && c.window_right < 0)
@@ -86,11 +170,15 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
   const Shape& s = c.shape;
   Storage& st = *storage_;
   const int pad = c.strided_pad;
-  layout(st.q, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, pad, false);
-  layout(st.k, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, pad, c.strided);
-  layout(st.v, c.dtype, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, false, pad, c.strided);
-  layout(st.out, c.dtype, s.batch, s.seqlen_q, s.heads_q, s.head_dim, c.strided, pad, false);
-  st.lse.assign(size_t(s.batch) * s.heads_q * s.seqlen_q, 0.0f);
+  // Packed: one batch index of every sequence's rows.
+  const int batch = is_packed(c) ? 1 : s.batch;
+  const int nq = int(total_q(c)), nk = int(total_k(c));
+  layout(st.q, c.dtype, batch, nq, s.heads_q, s.head_dim, c.strided, pad, false);
+  layout(st.k, c.dtype, batch, nk, s.heads_kv, s.head_dim, false, pad, c.strided);
+  layout(st.v, c.dtype, batch, nk, s.heads_kv, s.head_dim, false, pad, c.strided);
+  layout(st.out, c.dtype, batch, nq, s.heads_q, s.head_dim, c.strided, pad, false);
+  st.lse.assign(size_t(batch) * s.heads_q * nq, 0.0f);
+  st.sequences = SequenceBuffer(c, device);
 
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.input_std);
@@ -124,8 +212,51 @@ Params Problem::views(Backend backend, Device device) const {
   p.scale = case_.scale;
   p.mask = case_.mask;
   p.variants = variants_of(case_, st.slopes.on(device.kind));
+  p.sequences = st.sequences.on(device.kind);
   p.backend = backend;
   return p;
+}
+
+// Dense: the whole problem, its rows sampled (every row when seqlen_q <=
+// max_rows, else first, last and evenly spaced ones between). Packed: each
+// sequence with rows, sampled likewise.
+std::vector<Problem::Part> Problem::parts(int max_rows) const {
+  const Storage& st = *storage_;
+  const auto sample = [&](int rows) {
+    std::vector<int> out;
+    const int n = std::min(rows, std::max(max_rows, 2));
+    for (int r = 0; r < n; ++r) out.push_back(n == rows ? r : int(int64_t(r) * (rows - 1) / (n - 1)));
+    return out;
+  };
+  std::vector<Part> out;
+  if (!is_packed(case_)) {
+    Part whole;
+    whole.params = views(Backend::reference, Device{});
+    whole.params.lse = nullptr;
+    whole.spec = case_;
+    whole.rows = sample(case_.shape.seqlen_q);
+    out.push_back(std::move(whole));
+    return out;
+  }
+  for (int b = 0; b < case_.shape.batch; ++b) {
+    Part one;
+    one.spec = sequence_case(case_, b);
+    const Shape& s = one.spec.shape;
+    if (s.seqlen_q == 0) continue;
+    one.q_row0 = st.sequences.cu_q[b];
+    const int64_t k0 = st.sequences.cu_k[b];
+    one.params.q = rows_view(st.q, case_.dtype, one.q_row0, s.seqlen_q);
+    one.params.k = rows_view(st.k, case_.dtype, k0, s.seqlen_k);
+    one.params.v = rows_view(st.v, case_.dtype, k0, s.seqlen_k);
+    one.params.out = rows_view(st.out, case_.dtype, one.q_row0, s.seqlen_q);
+    one.params.scale = case_.scale;
+    one.params.mask = case_.mask;
+    one.params.variants = variants_of(case_, st.slopes.host.data());
+    one.params.backend = Backend::reference;
+    one.rows = sample(s.seqlen_q);
+    out.push_back(std::move(one));
+  }
+  return out;
 }
 
 void Problem::poison_output() {
@@ -142,8 +273,9 @@ void Problem::poison_output() {
 
 double Problem::io_bytes() const {
   const Shape& s = case_.shape;
-  const double q = double(s.batch) * s.seqlen_q * s.heads_q * s.head_dim;
-  const double kv = double(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim;
+  const int batch = is_packed(case_) ? 1 : s.batch;
+  const double q = double(batch) * total_q(case_) * s.heads_q * s.head_dim;
+  const double kv = double(batch) * total_k(case_) * s.heads_kv * s.head_dim;
   return (2 * q + 2 * kv) * dtype_size(case_.dtype);
 }
 
@@ -155,57 +287,57 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
     st.out.device.download(st.out.host.data());
     st.lse_device.download(st.lse.data());
   }
-  // Reference rows: every row, or first, last and evenly spaced ones between.
-  const Params ref_params = views(Backend::reference, Device{});
-  if (st.ref_rows.empty()) {
-    const int n = std::min(s.seqlen_q, std::max(max_rows, 2));
-    for (int r = 0; r < n; ++r)
-      st.ref_rows.push_back(n == s.seqlen_q ? r : int(int64_t(r) * (s.seqlen_q - 1) / (n - 1)));
-  }
+  if (st.parts.empty()) st.parts = parts(max_rows);
   const bool independent = backend == Backend::reference;
-  const ScoreRule rule = score_rule(case_, st.slopes.host.data());
-  if (independent && st.independent.empty())
-    st.independent =
-        standard_rows_float64(attn_params(ref_params), rule, st.ref_rows, st.independent_lse);
-  if (!independent && st.ref.empty()) st.ref = reference_rows(ref_params, st.ref_rows, &st.ref_lse);
-  if (case_.dtype != DType::f32 && st.standard.empty())
-    st.standard = standard_rows_in_dtype(attn_params(ref_params), rule, st.ref_rows);
-  const std::vector<double>& oracle = independent ? st.independent : st.ref;
-  const std::vector<double>& oracle_lse = independent ? st.independent_lse : st.ref_lse;
+  const int64_t lse_rows = total_q(case_);  // lse's row count per (batch index, head)
 
   Accuracy acc;
-  acc.checked_rows = int(st.ref_rows.size());
-  const int64_t n = int64_t(st.ref_rows.size());
   double err2 = 0, ref2 = 0, std_err2 = 0;
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t h = 0; h < s.heads_q; ++h) {
-        const int64_t base = offset(st.out, b, st.ref_rows[r], h, 0);
-        const double* ref = &oracle[((b * n + r) * s.heads_q + h) * s.head_dim];
-        for (int64_t c = 0; c < s.head_dim; ++c) {
-          const double got = load_float(st.out.host.data(), case_.dtype, base + c);
-          const double diff = got - ref[c];
-          err2 += diff * diff;
-          ref2 += ref[c] * ref[c];
-          acc.max_abs = std::max(acc.max_abs, std::isnan(diff) ? INFINITY : std::fabs(diff));
-          if (!st.standard.empty()) {
-            const double sd = st.standard[&ref[c] - oracle.data()] - ref[c];
-            std_err2 += sd * sd;
+  for (Part& part : st.parts) {
+    const ScoreRule rule = score_rule(part.spec, st.slopes.host.data());
+    const AttnParams part_params = attn_params(part.params);
+    if (independent && part.independent.empty())
+      part.independent =
+          standard_rows_float64(part_params, rule, part.rows, part.independent_lse);
+    if (!independent && part.ref.empty())
+      part.ref = reference_rows(part.params, part.rows, &part.ref_lse);
+    if (case_.dtype != DType::f32 && part.standard.empty())
+      part.standard = standard_rows_in_dtype(part_params, rule, part.rows);
+    const std::vector<double>& oracle = independent ? part.independent : part.ref;
+    const std::vector<double>& oracle_lse = independent ? part.independent_lse : part.ref_lse;
+    const int64_t n = int64_t(part.rows.size());
+    acc.checked_rows += int(n);
+    for (int64_t b = 0; b < part.spec.shape.batch; ++b)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t h = 0; h < s.heads_q; ++h) {
+          const int64_t row = part.q_row0 + part.rows[r];
+          const int64_t base = offset(st.out, b, row, h, 0);
+          const double* ref = &oracle[((b * n + r) * s.heads_q + h) * s.head_dim];
+          for (int64_t c = 0; c < s.head_dim; ++c) {
+            const double got = load_float(st.out.host.data(), case_.dtype, base + c);
+            const double diff = got - ref[c];
+            err2 += diff * diff;
+            ref2 += ref[c] * ref[c];
+            acc.max_abs = std::max(acc.max_abs, std::isnan(diff) ? INFINITY : std::fabs(diff));
+            if (!part.standard.empty()) {
+              const double sd = part.standard[&ref[c] - oracle.data()] - ref[c];
+              std_err2 += sd * sd;
+            }
           }
+          const double ref_lse = oracle_lse[(b * s.heads_q + h) * n + r];
+          const float got_lse = st.lse[(b * s.heads_q + h) * lse_rows + row];
+          const double lse_err = std::isinf(ref_lse) ? (got_lse == ref_lse ? 0.0 : INFINITY)
+                                                     : std::fabs(got_lse - ref_lse);
+          acc.lse_max_abs = std::max(acc.lse_max_abs, std::isnan(lse_err) ? INFINITY : lse_err);
         }
-        const double ref_lse = oracle_lse[(b * s.heads_q + h) * n + r];
-        const float got_lse = st.lse[(b * s.heads_q + h) * s.seqlen_q + st.ref_rows[r]];
-        const double lse_err = std::isinf(ref_lse) ? (got_lse == ref_lse ? 0.0 : INFINITY)
-                                                   : std::fabs(got_lse - ref_lse);
-        acc.lse_max_abs = std::max(acc.lse_max_abs, std::isnan(lse_err) ? INFINITY : lse_err);
-      }
+  }
   const double denom = std::sqrt(std::max(ref2, 1e-300));
   acc.rel_l2 = ref2 > 0 ? std::sqrt(err2) / denom : std::sqrt(err2);
   if (std::isnan(acc.rel_l2)) acc.rel_l2 = INFINITY;
   acc.standard_rel_l2 = ref2 > 0 ? std::sqrt(std_err2) / denom : std::sqrt(std_err2);
 
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t i = 0; i < s.seqlen_q; ++i)
+  for (int64_t b = 0; b < st.out.shape[0]; ++b)
+    for (int64_t i = 0; i < st.out.shape[1]; ++i)
       for (int64_t h = 0; h < s.heads_q; ++h)
         for (int64_t c = 0; c < s.head_dim; ++c)
           acc.unwritten += std::isnan(load_float(st.out.host.data(), case_.dtype,

@@ -35,7 +35,22 @@ struct Case {
   int window_left = -1, window_right = -1;
   float softcap = 0.0f;
   bool alibi = false;
+  // A variable-length batch (flashattn::Sequences): these sequences packed
+  // along seqlen in tensors of batch 1; shape.batch is their number and
+  // shape.seqlen_q/k the longest (packed_case() sets both). Empty: dense.
+  std::vector<SequenceLengths> sequences;
 };
+
+// c as a packed batch of `sequences`.
+Case packed_case(Case c, std::vector<SequenceLengths> sequences);
+bool is_packed(const Case& c);
+// The tensors' seqlen: every sequence's rows (keys) packed, or shape's.
+int64_t total_q(const Case& c);
+int64_t total_k(const Case& c);
+// Sequence b of a packed case as a dense case of batch 1.
+Case sequence_case(const Case& c, int b);
+// Prefix sums of the sequences' query (or key) lengths, batch + 1 entries.
+std::vector<int32_t> prefix_sums(const Case& c, bool queries);
 
 std::string describe(const Case& c);
 // 4·B·Hq·Nq·Nk·d, halved for causal; with a window, 4·B·Hq·d times the
@@ -57,6 +72,17 @@ struct SlopeBuffer {
   SlopeBuffer() = default;
   SlopeBuffer(const Case& c, Device where);
   const float* on(DeviceKind kind) const;  // the copy on the CPU or the GPU
+};
+
+// A packed case's prefix sums on the host and, for a problem on a GPU, on its
+// device too; as public Sequences (dense: none).
+struct SequenceBuffer {
+  std::vector<int32_t> cu_q, cu_k;
+  DeviceBuffer cu_q_device, cu_k_device;
+
+  SequenceBuffer() = default;
+  SequenceBuffer(const Case& c, Device where);
+  Sequences on(DeviceKind kind) const;
 };
 
 struct Accuracy {
@@ -90,7 +116,9 @@ class Problem {
 
  private:
   struct Storage;
+  struct Part;
   Params views(Backend backend, Device device) const;
+  std::vector<Part> parts(int max_rows) const;
   Case case_;
   Device device_;
   std::unique_ptr<Storage> storage_;

@@ -27,7 +27,7 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const ScoreRule&
   parallel_for(items, [&](int64_t item, int) {
     const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
     const int i = rows[r], hk = hq / s.group();
-    const int key_begin = row_mask(p, b).key_begin(i), key_end = row_mask(p, b).key_end(i);
+    const int key_begin = p.mask.key_begin(i), key_end = p.mask.key_end(i);
     std::vector<float> prob(s.seqlen_k, 0.0f);
     float m = -std::numeric_limits<float>::infinity();
     for (int j = key_begin; j < key_end; ++j) {
@@ -59,7 +59,7 @@ std::vector<double> standard_rows_float64(const AttnParams& p, const ScoreRule& 
   parallel_for(items, [&](int64_t item, int) {
     const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
     const int i = rows[r], hk = hq / s.group();
-    const RowMask& mask = row_mask(p, b);
+    const RowMask& mask = p.mask;  // dense problems only
     double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
     double& row_lse = lse[(int64_t(b) * s.heads_q + hq) * n + r];
     if (mask.empty(i)) {  // no key to see: 0 and −inf

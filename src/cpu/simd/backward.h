@@ -32,9 +32,10 @@ inline float lse_offset(const BwdParams& p, const RowMask& mask, int64_t at, int
   return mask.empty(row) ? INFINITY : p.grad.lse[at];
 }
 
-// D for every (batch, q head, row), laid out as lse.
+// D for every (batch, q head, row), laid out as lse: over the tensors' own
+// sizes, which a packed batch's lse layout follows (core/params.h).
 inline void row_dots(const BwdParams& p, float* dots) {
-  const Sizes& sz = p.sizes;
+  const Sizes sz = storage_sizes(p);
   const int d = sz.head_dim, dp = padded(d);
   parallel_for(int64_t(sz.batch) * sz.heads_q, [&](int64_t slice, int) {
     const int b = int(slice / sz.heads_q), hq = int(slice % sz.heads_q);
@@ -100,12 +101,14 @@ void score_gradients(const float* prob, float* dp, int lines, int width, const f
     }
 }
 
-// dk and dv of keys [n0, n0 + cols) of kv head hk.
+// dk and dv of keys [n0, n0 + cols) of kv head hk of sequence b.
 template <typename Variant>
-void key_item(const BwdParams& p, const float* dots, int b, int hk, int n0, int cols) {
+void key_item(const BwdParams& p, const float* dots, int b, const Sequence& seq, int hk, int n0,
+              int cols) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d);
-  const RowMask& mask = row_mask(p, b);
+  const RowMask mask = row_mask(p, seq);
+  const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
   thread_local AlignedBuffer buffer;
   const size_t tile = size_t(kBlockN) * dp, square = size_t(kBlockM) * kBlockN;
   float* k_t = buffer.reserve(6 * tile + 3 * square + 2 * kBlockM);
@@ -119,8 +122,8 @@ void key_item(const BwdParams& p, const float* dots, int b, int hk, int n0, int 
   float* derivative = ds + square;
   float* lse = derivative + square;
   float* row_dot = lse + kBlockM;
-  load_transposed(p.dtype, p.k, d, b, hk, n0, cols, k_t, kBlockN);
-  load_transposed(p.dtype, p.v, d, b, hk, n0, cols, v_t, kBlockN);
+  load_transposed(p.dtype, p.k, d, b, hk, k0 + n0, cols, k_t, kBlockN);
+  load_transposed(p.dtype, p.v, d, b, hk, k0 + n0, cols, v_t, kBlockN);
   std::fill(dk, dk + tile, 0.0f);
   std::fill(dv, dv + tile, 0.0f);
   const RowRange seeing = mask.rows_seeing(n0, cols);
@@ -130,9 +133,9 @@ void key_item(const BwdParams& p, const float* dots, int b, int hk, int n0, int 
     const ScoreVariants variants = score_variants(p, hq, mask);
     for (int m0 = seeing.begin; m0 < seeing.end; m0 += kBlockM) {
       const int rows = std::min(kBlockM, seeing.end - m0);
-      const MatB q = rows_of(p, p.q, b, hq, m0, rows, q_tile);
-      const MatB dout = rows_of(p, p.grad.dout, b, hq, m0, rows, dout_tile);
-      const int64_t at = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
+      const MatB q = rows_of(p, p.q, b, hq, q0 + m0, rows, q_tile);
+      const MatB dout = rows_of(p, p.grad.dout, b, hq, q0 + m0, rows, dout_tile);
+      const int64_t at = stats_row0(p, b, hq, seq) + m0;
       for (int r = 0; r < rows; ++r) {
         lse[r] = lse_offset(p, mask, at + r, m0 + r);
         row_dot[r] = dots[at + r];
@@ -163,16 +166,18 @@ void key_item(const BwdParams& p, const float* dots, int b, int hk, int n0, int 
     }
   }
   const float scale = p.softmax.scale;
-  store_tile(p.dtype, p.grad.dk, d, b, hk, n0, cols, dk, dp, nullptr, scale);
-  store_tile(p.dtype, p.grad.dv, d, b, hk, n0, cols, dv, dp);
+  store_tile(p.dtype, p.grad.dk, d, b, hk, k0 + n0, cols, dk, dp, nullptr, scale);
+  store_tile(p.dtype, p.grad.dv, d, b, hk, k0 + n0, cols, dv, dp);
 }
 
-// dq of rows [m0, m0 + rows) of query head hq.
+// dq of rows [m0, m0 + rows) of query head hq of sequence b.
 template <typename Variant>
-void query_item(const BwdParams& p, const float* dots, int b, int hq, int m0, int rows) {
+void query_item(const BwdParams& p, const float* dots, int b, const Sequence& seq, int hq, int m0,
+                int rows) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
-  const RowMask& mask = row_mask(p, b);
+  const RowMask mask = row_mask(p, seq);
+  const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
   thread_local AlignedBuffer buffer;
   const size_t tile = size_t(kBlockM) * dp, square = size_t(kBlockM) * kBlockN;
   float* q_t = buffer.reserve(5 * tile + 3 * square + 4 * kBlockM);
@@ -187,9 +192,9 @@ void query_item(const BwdParams& p, const float* dots, int b, int hq, int m0, in
   float* row_dot = lse + kBlockM;
   int32_t* key_end = reinterpret_cast<int32_t*>(row_dot + kBlockM);
   int32_t* key_begin = key_end + kBlockM;
-  load_transposed(p.dtype, p.q, d, b, hq, m0, rows, q_t, lanes);
-  load_transposed(p.dtype, p.grad.dout, d, b, hq, m0, rows, dout_t, lanes);
-  const int64_t at = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
+  load_transposed(p.dtype, p.q, d, b, hq, q0 + m0, rows, q_t, lanes);
+  load_transposed(p.dtype, p.grad.dout, d, b, hq, q0 + m0, rows, dout_t, lanes);
+  const int64_t at = stats_row0(p, b, hq, seq) + m0;
   for (int r = 0; r < lanes; ++r) {
     const bool real = r < rows;
     lse[r] = real ? lse_offset(p, mask, at + r, m0 + r) : INFINITY;
@@ -204,8 +209,8 @@ void query_item(const BwdParams& p, const float* dots, int b, int hq, int m0, in
   const Vec minus_inf = splat(-INFINITY);
   for (int n0 = blocks.first<Variant::kLowerEnds>() * kBlockN; n0 < hi; n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
-    const MatB k = rows_of(p, p.k, b, hk, n0, cols, k_tile);
-    const MatB v = rows_of(p, p.v, b, hk, n0, cols, v_tile);
+    const MatB k = rows_of(p, p.k, b, hk, k0 + n0, cols, k_tile);
+    const MatB v = rows_of(p, p.v, b, hk, k0 + n0, cols, v_tile);
     // Sᵀ = K·Qᵀ (keys × rows); keys outside a row's range hidden.
     gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {q_t, lanes}, {s, lanes});
     const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
@@ -234,26 +239,32 @@ void query_item(const BwdParams& p, const float* dots, int b, int hq, int m0, in
   }
   for (int r = 0; r < rows; ++r)
     if (mask.empty(m0 + r)) std::fill(dq + int64_t(r) * dp, dq + int64_t(r + 1) * dp, 0.0f);
-  store_tile(p.dtype, p.grad.dq, d, b, hq, m0, rows, dq, dp, nullptr, p.softmax.scale);
+  store_tile(p.dtype, p.grad.dq, d, b, hq, q0 + m0, rows, dq, dp, nullptr, p.softmax.scale);
 }
 
 template <typename Variant>
 void run_with(const BwdParams& p) {
   const Sizes& sz = p.sizes;
   thread_local AlignedBuffer dots_buffer;
-  float* dots = dots_buffer.reserve(size_t(sz.batch) * sz.heads_q * sz.seqlen_q);
+  const Sizes stored = storage_sizes(p);
+  float* dots = dots_buffer.reserve(size_t(stored.batch) * sz.heads_q * stored.seqlen_q);
   row_dots(p, dots);
+  // Tiles past a shorter sequence's end (a packed batch) have nothing to do.
   const int n_blocks = (sz.seqlen_k + kBlockN - 1) / kBlockN;
   const int m_blocks = (sz.seqlen_q + kBlockM - 1) / kBlockM;
   parallel_for(int64_t(sz.batch) * sz.heads_kv * n_blocks, [&](int64_t item, int) {
     const int n_block = int(item % n_blocks), hk = int(item / n_blocks % sz.heads_kv);
     const int b = int(item / n_blocks / sz.heads_kv), n0 = n_block * kBlockN;
-    key_item<Variant>(p, dots, b, hk, n0, std::min(kBlockN, sz.seqlen_k - n0));
+    const Sequence seq = sequence(p, b);
+    if (n0 < seq.seqlen_k)
+      key_item<Variant>(p, dots, b, seq, hk, n0, std::min(kBlockN, seq.seqlen_k - n0));
   });
   parallel_for(int64_t(sz.batch) * sz.heads_q * m_blocks, [&](int64_t item, int) {
     const int m_block = int(item % m_blocks), hq = int(item / m_blocks % sz.heads_q);
     const int b = int(item / m_blocks / sz.heads_q), m0 = m_block * kBlockM;
-    query_item<Variant>(p, dots, b, hq, m0, std::min(kBlockM, sz.seqlen_q - m0));
+    const Sequence seq = sequence(p, b);
+    if (m0 < seq.seqlen_q)
+      query_item<Variant>(p, dots, b, seq, hq, m0, std::min(kBlockM, seq.seqlen_q - m0));
   });
 }
 

@@ -212,18 +212,20 @@ inline void prefetch_rows(const AttnParams& p, int b, int h, int row0, int rows)
 }
 
 // Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for query rows
-// [m0, m0 + rows) of (b, hq); leaves O unnormalised, m and l in the tiles.
+// [m0, m0 + rows) of (sequence b, hq); leaves O unnormalised, m and l in the
+// tiles. Rows and keys count from the sequence's first (seq.q_row0, k_row0).
 template <typename Variant>
-void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0, int rows, int key_lo,
-               int key_hi) {
+void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int hq, int m0,
+               int rows, int key_lo, int key_hi) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
-  const RowMask& mask = row_mask(p, b);
+  const RowMask mask = row_mask(p, seq);
+  const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
   // Q's rows, scaled: as they are for dot products, else transposed (lanes of
   // Qᵀ are rows).
   const bool dots = few_rows(rows);
-  if (dots) load_tile(p.dtype, p.q, d, b, hq, m0, rows, t.q_t, dp, p.softmax.scale);
-  else load_transposed(p.dtype, p.q, d, b, hq, m0, rows, t.q_t, lanes, p.softmax.scale);
+  if (dots) load_tile(p.dtype, p.q, d, b, hq, q0 + m0, rows, t.q_t, dp, p.softmax.scale);
+  else load_transposed(p.dtype, p.q, d, b, hq, q0 + m0, rows, t.q_t, lanes, p.softmax.scale);
   for (int r = 0; r < lanes; ++r) {
     const bool real = r < rows;
     t.m[r] = -INFINITY;
@@ -246,13 +248,15 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, int hq, int m0, int r
     // Few rows spend little arithmetic per key, so the next tile's K and V
     // rows are requested now: rows of one head lie a row stride apart, each
     // often in its own page, where the hardware prefetchers do not follow.
-    if (dots) prefetch_rows(p, b, hk, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
+    if (dots) prefetch_rows(p, b, hk, k0 + n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
     MatB k{t.k, k_ld};
-    if (k_in_place) k = {static_cast<const float*>(p.k.data) + row_index(p.k, b, hk, n0), p.k.row_stride};
-    else load_tile(p.dtype, p.k, d, b, hk, n0, cols, t.k, k_ld);
+    if (k_in_place)
+      k = {static_cast<const float*>(p.k.data) + row_index(p.k, b, hk, k0 + n0), p.k.row_stride};
+    else load_tile(p.dtype, p.k, d, b, hk, k0 + n0, cols, t.k, k_ld);
     MatB v{t.v, dp};
-    if (v_in_place) v = {static_cast<const float*>(p.v.data) + row_index(p.v, b, hk, n0), p.v.row_stride};
-    else load_tile(p.dtype, p.v, d, b, hk, n0, cols, t.v, dp);
+    if (v_in_place)
+      v = {static_cast<const float*>(p.v.data) + row_index(p.v, b, hk, k0 + n0), p.v.row_stride};
+    else load_tile(p.dtype, p.v, d, b, hk, k0 + n0, cols, t.v, dp);
     if (dots) scores_by_dots(t.q_t, rows, lanes, dp, k, cols, t.s);
     else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
     if constexpr (!Variant::Score::kIdentity)
@@ -302,43 +306,45 @@ void run_with(const AttnParams& p) {
     parallel_for(query_tiles, [&](int64_t item, int) {
       const int m_block = int(item % m_blocks), hq = int(item / m_blocks % sz.heads_q);
       const int b = int(item / m_blocks / sz.heads_q);
-      const int m0 = m_block * bm, rows = std::min(bm, sz.seqlen_q - m0);
+      const Sequence seq = sequence(p, b);
+      const int m0 = m_block * bm, rows = std::min(bm, seq.seqlen_q - m0);
+      if (rows <= 0) return;  // a shorter sequence of a packed batch
       const Tiles t = tiles(d, bm);
-      walk_keys<Variant>(p, t, b, hq, m0, rows, 0, sz.seqlen_k);
-      const RowMask& mask = row_mask(p, b);
+      walk_keys<Variant>(p, t, b, seq, hq, m0, rows, 0, seq.seqlen_k);
+      const RowMask mask = row_mask(p, seq);
       finish_rows(t, rows, d, [&](int r) { return mask.empty(m0 + r); },
-                  lse ? lse + (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0 : nullptr, 1);
-      store_tile(p.dtype, p.o, d, b, hq, m0, rows, t.o, padded(d), t.alpha);
+                  lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1);
+      store_tile(p.dtype, p.o, d, b, hq, int(seq.q_row0) + m0, rows, t.o, padded(d), t.alpha);
     });
     return;
   }
 
   // Split: each (query tile, split) writes its rows' normalised partial output
-  // and lse; a second pass merges them per row by their lse.
-  const int64_t all_rows = int64_t(sz.batch) * sz.heads_q * sz.seqlen_q;
+  // and lse; a second pass merges them per row by their lse. Partial rows are
+  // laid out as lse (stats_row0), over the tensors' own sizes.
+  const Sizes stored = storage_sizes(p);
+  const int64_t all_rows = int64_t(stored.batch) * sz.heads_q * stored.seqlen_q;
   thread_local AlignedBuffer partial_buffer;
   float* partial_out = partial_buffer.reserve(size_t(splits) * all_rows * (d + 1));
   float* partial_lse = partial_out + size_t(splits) * all_rows * d;
-  // Partial (split, row): out at partial_out[(split·all_rows + row)·d], lse at
-  // partial_lse[split·all_rows + row], row = (b·heads_q + hq)·seqlen_q + i.
-  const TensorRef partial_ref{partial_out, int64_t(sz.heads_q) * sz.seqlen_q * d, d,
-                              int64_t(sz.seqlen_q) * d};
   parallel_for(query_tiles * splits, [&](int64_t item, int) {
     const int split = int(item % splits);
     const int64_t tile = item / splits;
     const int m_block = int(tile % m_blocks), hq = int(tile / m_blocks % sz.heads_q);
     const int b = int(tile / m_blocks / sz.heads_q);
-    const int m0 = m_block * bm, rows = std::min(bm, sz.seqlen_q - m0);
-    const int key_lo = split * split_keys, key_hi = std::min(sz.seqlen_k, key_lo + split_keys);
+    const Sequence seq = sequence(p, b);
+    const int m0 = m_block * bm, rows = std::min(bm, seq.seqlen_q - m0);
+    if (rows <= 0) return;
+    const int key_lo = split * split_keys, key_hi = std::min(seq.seqlen_k, key_lo + split_keys);
     const Tiles t = tiles(d, bm);
-    walk_keys<Variant>(p, t, b, hq, m0, rows, key_lo, key_hi);
-    const RowMask& mask = row_mask(p, b);
-    const int64_t row0 = (int64_t(b) * sz.heads_q + hq) * sz.seqlen_q + m0;
+    walk_keys<Variant>(p, t, b, seq, hq, m0, rows, key_lo, std::max(key_lo, key_hi));
+    const RowMask mask = row_mask(p, seq);
+    const int64_t row0 = stats_row0(p, b, hq, seq) + m0;
     finish_rows(t, rows, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
                 partial_lse + split * all_rows + row0, 1);
-    TensorRef out = partial_ref;
-    out.data = partial_out + split * all_rows * d;
-    store_tile(DType::f32, out, d, b, hq, m0, rows, t.o, padded(d), t.alpha);
+    // Partial (split, row): out at partial_out[(split·all_rows + row)·d].
+    const TensorRef out{partial_out + (split * all_rows + row0) * d, 0, d, 0};
+    store_tile(DType::f32, out, d, 0, 0, 0, rows, t.o, padded(d), t.alpha);
   });
   parallel_for((all_rows + 63) / 64, [&](int64_t chunk, int) {
     std::vector<float> merged(d);
@@ -354,8 +360,8 @@ void run_with(const AttnParams& p) {
         for (int c = 0; c < d; ++c) merged[c] += w * part[c];
       }
       const FinishedRow<float> fin = finish_row(lse_top, sum, lse_top == -INFINITY);
-      const int i = int(row % sz.seqlen_q), hq = int(row / sz.seqlen_q % sz.heads_q);
-      const int b = int(row / sz.seqlen_q / sz.heads_q);
+      const int i = int(row % stored.seqlen_q), hq = int(row / stored.seqlen_q % sz.heads_q);
+      const int b = int(row / stored.seqlen_q / sz.heads_q);
       const int64_t base = row_index(p.o, b, hq, i);
       for (int c = 0; c < d; ++c) store_float(p.o.data, p.dtype, base + c, fin.out(merged[c]));
       if (lse) lse[row] = fin.lse;

@@ -51,7 +51,7 @@ struct QueryTile {
   }
 };
 
-// The block's key tile n and (batch, kv head). The grid cuts each head's key
+// The block's key tile n and (sequence, kv head). The grid cuts each head's key
 // tiles into runs of `chunk` (the last one shorter) and goes through run 0 of
 // every head, then run 1, and so on; inside a run n is the fastest index. So
 // the key tiles of a run are neighbours in the grid and share the head's Q and
@@ -87,8 +87,9 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   w.b = slice / s.heads_kv;
   w.hk = slice % s.heads_kv;
   w.key0 = w.n * kBlockN;
-  w.keys = min(kBlockN, s.seqlen_k - w.key0);
-  const RowRange rows = row_mask(p, w.b).rows_seeing(w.key0, w.keys);
+  const Sequence seq = sequence(p, w.b);  // packed: a tile past its keys has keys <= 0, no steps
+  w.keys = min(kBlockN, seq.seqlen_k - w.key0);
+  const RowRange rows = row_mask(p, seq).rows_seeing(w.key0, w.keys);
   w.m_first = rows.begin / kBlockM;
   w.m_end = rows.end > rows.begin
                 ? min(query_tiles, (rows.end + kBlockM - 1) / kBlockM)

@@ -23,4 +23,21 @@ __host__ __device__ __forceinline__ int dq_in_tile_offset(int rr, int cc) {
   return 4 * (4 * (rr % 8) + cc / 2) + 2 * (rr / 8) + cc % 2;
 }
 
+// Where the sums of (sequence b, query head hq) start, in floats; rows of
+// `cols` floats. Dense: (batch, heads_q) blocks of head_rows (the query tiles'
+// rows). Packed (a variable-length batch): per query head, head_rows rows in
+// which sequence b's start at its first row rounded down to 16 plus
+// b·(block_m + 16), so that each sequence's query tiles (its rows rounded up to
+// block_m) end before the next sequence's begin, and the sums take O(total
+// rows), not the batch times the longest sequence.
+struct DqLayout {
+  int64_t head_rows;
+  int block_m, cols, heads_q;
+  bool packed;
+  __host__ __device__ __forceinline__ int64_t base(int b, int hq, int64_t q_row0) const {
+    if (!packed) return (int64_t(b) * heads_q + hq) * head_rows * cols;
+    return (hq * head_rows + q_row0 / 16 * 16 + int64_t(b) * (block_m + 16)) * cols;
+  }
+};
+
 }  // namespace flashattn::cuda

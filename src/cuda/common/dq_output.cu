@@ -18,10 +18,22 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The sequence holding row r of a packed batch: the last b with cu[b] <= r.
+__device__ __forceinline__ int sequence_of(const int32_t* cu, int batch, int64_t r) {
+  int lo = 0, hi = batch;  // cu[lo] <= r < cu[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (cu[mid] <= r) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Over the tensors' own sizes s (packed: batch 1 of every sequence's rows).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    dq_kernel(TensorRef dq, Sizes s, const float* accum, int rows_padded, int cols, float scale,
-              bool vec16) {
+    dq_kernel(TensorRef dq, Sizes s, const float* accum, DqLayout layout, const int32_t* cu_q,
+              int sequences, float scale, bool vec16) {
   const int chunks = (s.head_dim + 7) / 8;
   const int64_t total = int64_t(s.batch) * s.seqlen_q * s.heads_q * chunks;
   for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < total;
@@ -29,9 +41,12 @@ __global__ void __launch_bounds__(kThreads)
     const int c0 = 8 * int(e % chunks);
     const int64_t h = e / chunks % s.heads_q, r = e / chunks / s.heads_q % s.seqlen_q;
     const int64_t b = e / chunks / s.heads_q / s.seqlen_q;
-    // Columns c0 + 2j and c0 + 2j + 1 of row r sit side by side, pairs 4 floats apart.
-    const float* from = accum + (b * s.heads_q + h) * rows_padded * cols +
-                        dq_tile_offset(r, c0, cols) + dq_in_tile_offset(int(r % 16), 0);
+    // The row's sequence and its row in it: packed, found in the prefix sums.
+    const int seq = layout.packed ? sequence_of(cu_q, sequences, r) : int(b);
+    const int64_t q_row0 = layout.packed ? cu_q[seq] : 0, i = r - q_row0;
+    // Columns c0 + 2j and c0 + 2j + 1 of row i sit side by side, pairs 4 floats apart.
+    const float* from = accum + layout.base(seq, int(h), q_row0) +
+                        dq_tile_offset(i, c0, layout.cols) + dq_in_tile_offset(int(i % 16), 0);
     alignas(16) T out[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -51,23 +66,38 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+namespace {
+
+DqLayout dq_layout(const BwdParams& p, int query_tiles, int block_m, int cols) {
+  const Sizes& s = p.sizes;
+  if (!p.seqs.packed()) return {int64_t(query_tiles) * block_m, block_m, cols, s.heads_q, false};
+  return {p.seqs.total_q + int64_t(s.batch) * (block_m + 16) + block_m, block_m, cols, s.heads_q,
+          true};
+}
+
+size_t accum_bytes(const BwdParams& p, const DqLayout& layout) {
+  const int64_t heads = int64_t(layout.packed ? 1 : p.sizes.batch) * p.sizes.heads_q;
+  return size_t(heads * layout.head_rows * layout.cols) * sizeof(float);
+}
+
+}  // namespace
+
 DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols)
-    : accum_bytes_(size_t(p.sizes.batch) * p.sizes.heads_q * query_tiles * block_m * cols *
-                   sizeof(float)),
+    : layout_(dq_layout(p, query_tiles, block_m, cols)),
+      accum_bytes_(accum_bytes(p, layout_)),
       turn_bytes_(p.grad.deterministic
                       ? size_t(p.sizes.batch) * p.sizes.heads_q * query_tiles * sizeof(int)
                       : 0),
       scratch_(accum_bytes_ + turn_bytes_, p.device_index, p.stream),
       turns_(p.grad.deterministic
                  ? reinterpret_cast<int*>(static_cast<char*>(scratch_.data()) + accum_bytes_)
-                 : nullptr),
-      rows_padded_(query_tiles * block_m) {
+                 : nullptr) {
   FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch_.data(), 0, accum_bytes_ + turn_bytes_,
                                        static_cast<cudaStream_t>(p.stream)));
 }
 
-void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols) {
-  const Sizes& s = p.sizes;
+void write_dq(const BwdParams& p, const float* accum, const DqLayout& layout) {
+  const Sizes s = storage_sizes(p);
   const int64_t total = int64_t(s.batch) * s.seqlen_q * s.heads_q * ((s.head_dim + 7) / 8);
   const unsigned blocks = unsigned(std::min<int64_t>((total + kThreads - 1) / kThreads, 1 << 20));
   const bool vec16 = rows_16b_aligned(p.grad.dq, 2);
@@ -75,7 +105,7 @@ void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols)
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2)
       dq_kernel<T><<<blocks, kThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
-          p.grad.dq, s, accum, rows_padded, cols, p.softmax.scale, vec16);
+          p.grad.dq, s, accum, layout, p.seqs.cu_seqlens_q, p.sizes.batch, p.softmax.scale, vec16);
   });
   check_launch("dq_kernel");
 }

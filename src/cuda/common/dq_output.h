@@ -6,29 +6,32 @@
 #include <cstddef>
 
 #include "core/params.h"
+#include "cuda/common/dq_accum.cuh"
 #include "cuda/common/scratch.h"
 
 namespace flashattn::cuda {
 
-// One call's sums, zeroed on p's stream: per (batch, q head), rows_padded() =
-// query_tiles · block_m rows of cols floats in dq_accum.cuh's layout; in
-// deterministic mode also a turn counter per query tile, else turns() is null.
+// One call's sums, zeroed on p's stream, in dq_accum.cuh's layout (layout()):
+// dense, per (batch, q head), rows_padded() = query_tiles · block_m rows of
+// cols floats; in deterministic mode also a turn counter per (sequence, q head,
+// query tile), else turns() is null.
 class DqSums {
  public:
   DqSums(const BwdParams& p, int query_tiles, int block_m, int cols);
   float* accum() const { return static_cast<float*>(scratch_.data()); }
   int* turns() const { return turns_; }
-  int rows_padded() const { return rows_padded_; }
+  int rows_padded() const { return int(layout_.head_rows); }
+  const DqLayout& layout() const { return layout_; }
 
  private:
+  DqLayout layout_;
   size_t accum_bytes_, turn_bytes_;
   Scratch scratch_;
   int* turns_;
-  int rows_padded_;
 };
 
-// dq = scale·accum for every row and head: accum holds (batch, heads_q) blocks
-// of rows_padded × cols fp32 sums (cols >= head_dim) in dq_accum.cuh's layout.
-void write_dq(const BwdParams& p, const float* accum, int rows_padded, int cols);
+// dq = scale·accum for every row and head: accum holds the fp32 sums of every
+// (sequence, q head) as `layout` places them (cols >= head_dim).
+void write_dq(const BwdParams& p, const float* accum, const DqLayout& layout);
 
 }  // namespace flashattn::cuda

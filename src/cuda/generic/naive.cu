@@ -38,13 +38,16 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   const int hq = int(row / s.seqlen_q % s.heads_q);
   const int b = int(row / s.seqlen_q / s.heads_q);
   const int hk = hq / s.group();
-  const T* q = static_cast<const T*>(p.q.data) + b * p.q.batch_stride + i * p.q.row_stride +
+  const Sequence seq = sequence(p, b);
+  if (i >= seq.seqlen_q) return;  // a shorter sequence of a packed batch
+  const T* q = static_cast<const T*>(p.q.data) + row_offset(p.q, b, seq.q_row0 + i) +
                hq * p.q.head_stride;
-  const T* k = static_cast<const T*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
-  const T* v = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
-  T* o = static_cast<T*>(p.o.data) + b * p.o.batch_stride + i * p.o.row_stride +
-         hq * p.o.head_stride;
-  const RowMask& mask = row_mask(p, b);
+  const T* k = static_cast<const T*>(p.k.data) + row_offset(p.k, b, seq.k_row0) +
+               hk * p.k.head_stride;
+  const T* v = static_cast<const T*>(p.v.data) + row_offset(p.v, b, seq.k_row0) +
+               hk * p.v.head_stride;
+  T* o = static_cast<T*>(p.o.data) + row_offset(p.o, b, seq.q_row0 + i) + hq * p.o.head_stride;
+  const RowMask mask = row_mask(p, seq);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   const float c = p.softmax.scale_log2;
   const SoftcapAlibi<float> variant = softcap_alibi(p.scores, p.softmax.scale, hq, mask.alignment);
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
     for (int e = 0; e < kOutChunk; ++e)
       if (c0 + e < s.head_dim) o[c0 + e] = from_float<T>(finished.out(acc[e]));
   }
-  if (p.softmax.lse) p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + i] = finished.lse;
+  if (p.softmax.lse) p.softmax.lse[stats_row0(p, b, hq, seq) + i] = finished.lse;
 }
 
 }  // namespace

@@ -65,14 +65,18 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
   const int tx = threadIdx.x, ty = threadIdx.y;
   const auto [m_block, b, hq, hk] = tile_coord(s, m_blocks);
   const int m0 = m_block * kBlockM, col0 = blockIdx.y * kOutCols;
-  const int rows = min(kBlockM, s.seqlen_q - m0);
+  const Sequence seq = sequence(p, b);
+  const int rows = min(kBlockM, seq.seqlen_q - m0);
+  if (rows <= 0) return;  // past a shorter sequence of a packed batch
 
-  const T* gQ = static_cast<const T*>(p.q.data) + b * p.q.batch_stride + int64_t(m0) * p.q.row_stride +
+  const T* gQ = static_cast<const T*>(p.q.data) + row_offset(p.q, b, seq.q_row0 + m0) +
                 hq * p.q.head_stride;
-  const T* gK = static_cast<const T*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
-  const T* gV = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride + col0;
+  const T* gK = static_cast<const T*>(p.k.data) + row_offset(p.k, b, seq.k_row0) +
+                hk * p.k.head_stride;
+  const T* gV = static_cast<const T*>(p.v.data) + row_offset(p.v, b, seq.k_row0) +
+                hk * p.v.head_stride + col0;
   const float c = p.softmax.scale_log2;
-  const RowMask& mask = row_mask(p, b);
+  const RowMask mask = row_mask(p, seq);
   const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
 
   OnlineRow row[kPerThread];  // l: this thread's partial, summed over the row at the end
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
     __syncthreads();  // sm.p and sm.v are rewritten by the next tile
   }
 
-  T* gO = static_cast<T*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride + col0;
+  T* gO = static_cast<T*>(p.o.data) + row_offset(p.o, b, seq.q_row0) + hq * p.o.head_stride + col0;
 #pragma unroll
   for (int a = 0; a < kPerThread; ++a) {
     const int r = ty + kSide * a;
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
         gO[int64_t(m0 + r) * p.o.row_stride + col] = from_float<T>(finished.out(acc[a][e]));
     }
     if (p.softmax.lse && blockIdx.y == 0 && tx == 0)
-      p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + m0 + r] = finished.lse;
+      p.softmax.lse[stats_row0(p, b, hq, seq) + m0 + r] = finished.lse;
   }
 }
 

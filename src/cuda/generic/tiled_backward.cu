@@ -58,24 +58,25 @@ __device__ void load_tile(float (*dst)[kBlock + 1], const T* base, int64_t row_s
   }
 }
 
+// Row row0 (along the tensor's seqlen) of batch index b, head h.
 template <typename T>
-__device__ const T* head_ptr(const TensorRef& t, int b, int h, int row0) {
-  return static_cast<const T*>(t.data) + b * t.batch_stride + int64_t(row0) * t.row_stride +
-         h * t.head_stride;
+__device__ const T* head_ptr(const TensorRef& t, int b, int h, int64_t row0) {
+  return static_cast<const T*>(t.data) + row_offset(t, b, row0) + h * t.head_stride;
 }
 
-// One (query tile, key tile) pair: p and ds of this thread's rows ty + 16a and
-// keys tx + 16e.
+// One (query tile, key tile) pair of sequence b: p and ds of this thread's
+// rows ty + 16a and keys tx + 16e (rows and keys counted in the sequence).
 template <class Variant, typename T>
-__device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, int hq, int hk, int m0,
-                          int n0, float (&prob)[kPer][kPer], float (&ds)[kPer][kPer]) {
+__device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, const Sequence& seq, int hq,
+                          int hk, int m0, int n0, float (&prob)[kPer][kPer],
+                          float (&ds)[kPer][kPer]) {
   const Sizes s = p.sizes;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int rows = min(kBlock, s.seqlen_q - m0), keys = min(kBlock, s.seqlen_k - n0);
-  const T* gQ = head_ptr<T>(p.q, b, hq, m0);
-  const T* gdO = head_ptr<T>(p.grad.dout, b, hq, m0);
-  const T* gK = head_ptr<T>(p.k, b, hk, n0);
-  const T* gV = head_ptr<T>(p.v, b, hk, n0);
+  const int rows = min(kBlock, seq.seqlen_q - m0), keys = min(kBlock, seq.seqlen_k - n0);
+  const T* gQ = head_ptr<T>(p.q, b, hq, seq.q_row0 + m0);
+  const T* gdO = head_ptr<T>(p.grad.dout, b, hq, seq.q_row0 + m0);
+  const T* gK = head_ptr<T>(p.k, b, hk, seq.k_row0 + n0);
+  const T* gV = head_ptr<T>(p.v, b, hk, seq.k_row0 + n0);
   float s_ij[kPer][kPer] = {}, dp[kPer][kPer] = {};
   for (int d0 = 0; d0 < s.head_dim; d0 += kDimChunk) {
     __syncthreads();  // the previous readers of the chunks are done
@@ -95,14 +96,14 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, int hq, in
           dp[a][e] += sm.da[kk][ty + kSide * a] * sm.db[kk][tx + kSide * e];
         }
   }
-  const RowMask& mask = row_mask(p, b);
+  const RowMask mask = row_mask(p, seq);
   const float c = p.softmax.scale_log2;
   const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
 #pragma unroll
   for (int a = 0; a < kPer; ++a) {
     const int row = m0 + ty + kSide * a;
-    const bool real = row < s.seqlen_q;
-    const int64_t at = (int64_t(b) * s.heads_q + hq) * s.seqlen_q + (real ? row : 0);
+    const bool real = row < seq.seqlen_q;
+    const int64_t at = stats_row0(p, b, hq, seq) + (real ? row : 0);
     const float neg_lse_log2 = -p.grad.lse[at] * kLog2e, row_dot = p.grad.row_dot[at];
     // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
     const int key_begin = Variant::kLowerEnds ? mask.key_begin(row) : 0;
@@ -152,12 +153,12 @@ __device__ void store_tile(SharedTiles& sm, const float (&x)[kPer][kPer]) {
     for (int e = 0; e < kPer; ++e) sm.tile[threadIdx.y + kSide * a][threadIdx.x + kSide * e] = x[a][e];
 }
 
-// Stores acc·factor (rows ty + 16a, columns tx + 16e of the slice) to t.
+// Stores acc·factor (rows ty + 16a, columns tx + 16e of the slice) to t, from
+// row row0 along the tensor's seqlen.
 template <typename T>
-__device__ void store_slice(const TensorRef& t, int b, int h, int row0, int rows, int col0,
+__device__ void store_slice(const TensorRef& t, int b, int h, int64_t row0, int rows, int col0,
                             int head_dim, float factor, const float (&acc)[kPer][kPer]) {
-  T* base = static_cast<T*>(t.data) + b * t.batch_stride + int64_t(row0) * t.row_stride +
-            h * t.head_stride + col0;
+  T* base = static_cast<T*>(t.data) + row_offset(t, b, row0) + h * t.head_stride + col0;
 #pragma unroll
   for (int a = 0; a < kPer; ++a) {
     const int r = threadIdx.y + kSide * a;
@@ -177,25 +178,28 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdParams p, int n
   const int n_block = int(blockIdx.x % n_blocks), hk = int(blockIdx.x / n_blocks % s.heads_kv);
   const int b = int(blockIdx.x / n_blocks / s.heads_kv);
   const int n0 = n_block * kBlock, col0 = blockIdx.y * kBlock;
-  const int keys = min(kBlock, s.seqlen_k - n0);
+  const Sequence seq = sequence(p, b);
+  const int keys = min(kBlock, seq.seqlen_k - n0);
+  if (keys <= 0) return;  // past a shorter sequence of a packed batch
   float dk[kPer][kPer] = {}, dv[kPer][kPer] = {};
-  const RowRange rows_seeing = row_mask(p, b).rows_seeing(n0, keys);
+  const RowRange rows_seeing = row_mask(p, seq).rows_seeing(n0, keys);
   for (int g = 0; g < s.group(); ++g) {
     const int hq = hk * s.group() + g;
     for (int m0 = rows_seeing.begin / kBlock * kBlock; m0 < rows_seeing.end; m0 += kBlock) {
-      const int rows = min(kBlock, s.seqlen_q - m0);
+      const int rows = min(kBlock, seq.seqlen_q - m0);
       float prob[kPer][kPer], ds[kPer][kPer];
-      tile_step<Variant, T>(p, sm, b, hq, hk, m0, n0, prob, ds);
+      tile_step<Variant, T>(p, sm, b, seq, hq, hk, m0, n0, prob, ds);
       store_tile(sm, prob);
-      tile_times_panels<true, T>(sm, head_ptr<T>(p.grad.dout, b, hq, m0) + col0,
+      tile_times_panels<true, T>(sm, head_ptr<T>(p.grad.dout, b, hq, seq.q_row0 + m0) + col0,
                                  p.grad.dout.row_stride, rows, s.head_dim - col0, dv);
       store_tile(sm, ds);
-      tile_times_panels<true, T>(sm, head_ptr<T>(p.q, b, hq, m0) + col0, p.q.row_stride, rows,
-                                 s.head_dim - col0, dk);
+      tile_times_panels<true, T>(sm, head_ptr<T>(p.q, b, hq, seq.q_row0 + m0) + col0,
+                                 p.q.row_stride, rows, s.head_dim - col0, dk);
     }
   }
-  store_slice<T>(p.grad.dk, b, hk, n0, keys, col0, s.head_dim, p.softmax.scale, dk);
-  store_slice<T>(p.grad.dv, b, hk, n0, keys, col0, s.head_dim, 1.0f, dv);
+  const int64_t k_row = seq.k_row0 + n0;
+  store_slice<T>(p.grad.dk, b, hk, k_row, keys, col0, s.head_dim, p.softmax.scale, dk);
+  store_slice<T>(p.grad.dv, b, hk, k_row, keys, col0, s.head_dim, 1.0f, dv);
 }
 
 template <class Variant, typename T>
@@ -205,20 +209,22 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BwdParams p, int m_b
   const int m_block = int(blockIdx.x % m_blocks), hq = int(blockIdx.x / m_blocks % s.heads_q);
   const int b = int(blockIdx.x / m_blocks / s.heads_q), hk = hq / s.group();
   const int m0 = m_block * kBlock, col0 = blockIdx.y * kBlock;
-  const int rows = min(kBlock, s.seqlen_q - m0);
-  const RowMask& mask = row_mask(p, b);
+  const Sequence seq = sequence(p, b);
+  const int rows = min(kBlock, seq.seqlen_q - m0);
+  if (rows <= 0) return;  // past a shorter sequence of a packed batch
+  const RowMask mask = row_mask(p, seq);
   const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlock);
   float dq[kPer][kPer] = {};
   for (int n_block = blocks.first<Variant::kLowerEnds>(); n_block < blocks.end; ++n_block) {
-    const int n0 = n_block * kBlock, keys = min(kBlock, s.seqlen_k - n0);
+    const int n0 = n_block * kBlock, keys = min(kBlock, seq.seqlen_k - n0);
     float prob[kPer][kPer], ds[kPer][kPer];
-    tile_step<Variant, T>(p, sm, b, hq, hk, m0, n0, prob, ds);
+    tile_step<Variant, T>(p, sm, b, seq, hq, hk, m0, n0, prob, ds);
     store_tile(sm, ds);
     // dq[row][col] += Σ_key dS[row][key]·K[key][col], K in 16-key panels.
-    tile_times_panels<false, T>(sm, head_ptr<T>(p.k, b, hk, n0) + col0, p.k.row_stride, keys,
-                                s.head_dim - col0, dq);
+    tile_times_panels<false, T>(sm, head_ptr<T>(p.k, b, hk, seq.k_row0 + n0) + col0,
+                                p.k.row_stride, keys, s.head_dim - col0, dq);
   }
-  store_slice<T>(p.grad.dq, b, hq, m0, rows, col0, s.head_dim, p.softmax.scale, dq);
+  store_slice<T>(p.grad.dq, b, hq, seq.q_row0 + m0, rows, col0, s.head_dim, p.softmax.scale, dq);
 }
 
 // Blocks of one kernel: tiles × (batch, heads) in x, column slices in y.

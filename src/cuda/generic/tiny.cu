@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (w >= rows) return;
   const int row = row0 + w;
-  const RowMask& mask = row_mask(p, b);
+  const RowMask& mask = dense_mask(p);  // dense batches only (tiny_fits)
   // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
   const int key_begin = Variant::kLowerEnds ? mask.key_begin(row) : 0;
   const int key_end = mask.key_end(row);

@@ -212,7 +212,7 @@ void tiny_warp_forward(const AttnParams& p) {
   w.lse = p.softmax.lse;
   w.heads_q = s.heads_q, w.group = s.group();
   w.head_dim = s.head_dim;
-  w.mask = row_mask(p, 0);
+  w.mask = dense_mask(p);  // dense batches only (tiny_fits)
   w.scale_log2 = p.softmax.scale_log2;
   w.scores = p.scores;
   w.scale = p.softmax.scale;

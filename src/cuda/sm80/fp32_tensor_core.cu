@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   const float* gK = static_cast<const float*>(p.k.data) + b * p.k.batch_stride + hk * p.k.head_stride;
   const float* gV = static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
   const float c = p.softmax.scale_log2;
-  const RowMask& mask = row_mask(p, b);
+  const RowMask& mask = dense_mask(p);
   const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
 
   // This thread's rows: r = 0 is row g of the warp's 16, r = 1 is row g + 8.

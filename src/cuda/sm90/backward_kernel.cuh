@@ -160,7 +160,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   using Score = typename Variant::Score;
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
-  const RowMask& mask = row_mask(p, w.b);
+  const RowMask& mask = dense_mask(p);
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const float c = p.softmax.scale_log2;

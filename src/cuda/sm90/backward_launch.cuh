@@ -48,7 +48,7 @@ void launch_backward(const BwdParams& p) {
                                             Tr::kSmemBytes));
   kernel<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
   check_launch("cuda_wgmma backward_kernel");
-  write_dq(p, sums.accum(), sums.rows_padded(), kHeadDim);
+  write_dq(p, sums.accum(), sums.layout());
 }
 
 // The plain kernel, or the one that takes every variant where p asks for one.

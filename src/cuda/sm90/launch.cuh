@@ -148,7 +148,7 @@ void launch(const AttnParams& p) {
   kp.v = make_tensor_map(p.v, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBoxRows);
   kp.o = make_tensor_map(p.o, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, 64);
   kp.sizes = s;
-  kp.mask = row_mask(p, 0);  // dense: every sequence has the same lengths
+  kp.mask = dense_mask(p);
   kp.scores = p.scores;
   kp.lse = p.softmax.lse;
   kp.scale = p.softmax.scale;

@@ -220,10 +220,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   const TileCoord tc = tile_coord(s, m_blocks);
   if (threadIdx.x == 0) sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;  // read after a barrier
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
-  const KeyBlocks blocks = row_mask(p, tc.b).key_blocks(row0, rows, kBlockN);
+  const KeyBlocks blocks = dense_mask(p).key_blocks(row0, rows, kBlockN);
   const auto [first_block, end_block] = split_key_blocks<Variant::kLowerEnds>(blocks, split.count);
   if (threadIdx.x == 0) sm.blocks = blocks;
-  const auto& score = tile_score<Variant>(p, tc.hq, row_mask(p, tc.b).alignment);
+  const auto& score = tile_score<Variant>(p, tc.hq, dense_mask(p).alignment);
 
   float q_unscale[2] = {1.0f, 1.0f};  // rows g and g + 8 of the warp
   if (end_block > first_block) {
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     // A score variant changes every score; else only blocks that some row's key
     // range begins or ends inside take the step.
     if (!Variant::Score::kIdentity || sm.blocks.needs_mask<Variant::kLowerEnds>(n))
-      sm80::score_step<Variant>(row_mask(p, tc.b), sm.blocks, n, row0 + warp_row0, key0, sc,
+      sm80::score_step<Variant>(dense_mask(p), sm.blocks, n, row0 + warp_row0, key0, sc,
                                 score);
 
     cp_async_wait<1>();  // of V_n and K_{n−1}
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
 
   // One split writes p's output itself; several write their parts for the merge.
   const OutputRows out(p, split, tc);
-  const RowMask& mask = row_mask(p, tc.b);
+  const RowMask& mask = dense_mask(p);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l = sm80::quad_sum(row_sum.l[0][h]);

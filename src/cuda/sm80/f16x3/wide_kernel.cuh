@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   const TileCoord tc = tile_coord(s, m_blocks);
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
-  const KeyBlocks blocks = row_mask(p, tc.b).key_blocks(row0, rows, kChunk);
+  const KeyBlocks blocks = dense_mask(p).key_blocks(row0, rows, kChunk);
   const auto [first, end] = split_key_blocks<Variant::kLowerEnds>(blocks, split.count);
 
   if (threadIdx.x == 0) {
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
   float row_sum[2][2] = {};  // over this warp's keys
   const float c = p.softmax.scale_log2;
-  const auto score = Variant::score(p.scores, p.softmax.scale, tc.hq, row_mask(p, tc.b).alignment);
+  const auto score = Variant::score(p.scores, p.softmax.scale, tc.hq, dense_mask(p).alignment);
 
   for (int n = end - 1; n >= first; --n) {
     // S for keys [key0, key0 + 16) over all kD columns, in chains of 4 steps.
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
           sc[mt][nt][e] *= sm.q_unscale[16 * mt + g + 8 * (e / 2)] *
                            (e % 2 ? k_unscale[nt].y : k_unscale[nt].x);
     if (!Variant::Score::kIdentity || blocks.needs_mask<Variant::kLowerEnds>(n))
-      sm80::score_step<Variant>(row_mask(p, tc.b), blocks, n, row0, key0, sc, score);
+      sm80::score_step<Variant>(dense_mask(p), blocks, n, row0, key0, sc, score);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   // One split writes p's output itself; several write their parts for the merge.
   const OutputRows out(p, split, tc);
-  const RowMask& mask = row_mask(p, tc.b);
+  const RowMask& mask = dense_mask(p);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll

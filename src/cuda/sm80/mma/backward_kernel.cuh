@@ -54,26 +54,26 @@ namespace flashattn::cuda::mma {
 
 // Starts loading query tile `tile`'s Q rows into `stage` (no commit).
 template <typename Shape>
-__device__ __forceinline__ void load_q_rows(const BwdParams& p, const BackwardWalk& w, char* smem,
-                                            QueryTile tile, int stage, bool vec16) {
+__device__ __forceinline__ void load_q_rows(const BwdParams& p, const BackwardWalk& w,
+                                            const Sequence& seq, char* smem, QueryTile tile,
+                                            int stage, bool vec16) {
   using QTile = typename Shape::QTile;
   const int row0 = tile.m * Shape::kBlockM;
-  const auto* q = static_cast<const uint16_t*>(p.q.data) + w.b * p.q.batch_stride +
-                  tile.hq * p.q.head_stride + row0 * p.q.row_stride;
+  const auto* q = static_cast<const uint16_t*>(p.q.data) + row_offset(p.q, w.b, seq.q_row0 + row0) +
+                  tile.hq * p.q.head_stride;
   load_tile<QTile, Shape::kThreads>(smem + Shape::kQOffset + stage * QTile::kBytes, q,
-                                    p.q.row_stride, p.sizes.seqlen_q - row0, p.sizes.head_dim,
-                                    vec16);
+                                    p.q.row_stride, seq.seqlen_q - row0, p.sizes.head_dim, vec16);
 }
 
 // Starts loading query tile `tile`'s lse and D into `stage` (no commit).
 template <typename Shape>
 __device__ __forceinline__ void load_row_stats(const BwdParams& p, const BackwardWalk& w,
-                                               char* smem, QueryTile tile, int stage) {
-  const Sizes& s = p.sizes;
+                                               const Sequence& seq, char* smem, QueryTile tile,
+                                               int stage) {
   const int row0 = tile.m * Shape::kBlockM, tid = thread_index();
   if (tid < Shape::kBlockM) {
-    const int64_t row = (int64_t(w.b) * s.heads_q + tile.hq) * s.seqlen_q + row0 + tid;
-    const bool exists = row0 + tid < s.seqlen_q;
+    const int64_t row = stats_row0(p, w.b, tile.hq, seq) + row0 + tid;
+    const bool exists = row0 + tid < seq.seqlen_q;
     auto* lse = reinterpret_cast<float*>(smem + Shape::kLseOffset) + stage * Shape::kBlockM;
     auto* dot = reinterpret_cast<float*>(smem + Shape::kRowDotOffset) + stage * Shape::kBlockM;
     cp_async_4(lse + tid, exists ? p.grad.lse + row : p.grad.lse, exists);
@@ -84,20 +84,22 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Backwar
 // Starts loading query tile `tile`'s dO rows into `stage` (no commit).
 template <typename Shape>
 __device__ __forceinline__ void load_dout_rows(const BwdParams& p, const BackwardWalk& w,
-                                               char* smem, QueryTile tile, int stage, bool vec16) {
+                                               const Sequence& seq, char* smem, QueryTile tile,
+                                               int stage, bool vec16) {
   using QTile = typename Shape::QTile;
   const int row0 = tile.m * Shape::kBlockM;
   const auto* dout = static_cast<const uint16_t*>(p.grad.dout.data) +
-                     w.b * p.grad.dout.batch_stride + tile.hq * p.grad.dout.head_stride +
-                     row0 * p.grad.dout.row_stride;
+                     row_offset(p.grad.dout, w.b, seq.q_row0 + row0) +
+                     tile.hq * p.grad.dout.head_stride;
   load_tile<QTile, Shape::kThreads>(smem + Shape::kDOutOffset + stage * QTile::kBytes, dout,
-                                    p.grad.dout.row_stride, p.sizes.seqlen_q - row0,
+                                    p.grad.dout.row_stride, seq.seqlen_q - row0,
                                     p.sizes.head_dim, vec16);
 }
 
 template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
-    backward_kernel(const BwdParams p, int query_tiles, float* dq_accum, int* turns, bool vec16) {
+    backward_kernel(const BwdParams p, int query_tiles, float* dq_accum, DqLayout dq_layout,
+                    int* turns, bool vec16) {
   using QTile = typename Shape::QTile;
   using KTile = typename Shape::KTile;
   using PTile = typename Shape::PTile;
@@ -116,7 +118,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   char* const v_tile = smem + Shape::kVOffset;
   const Sizes& s = p.sizes;
   const BackwardWalk w = backward_walk<Shape::kBlockM, Shape::kBlockN>(p, query_tiles, turns != nullptr);
-  const RowMask& mask = row_mask(p, w.b);
+  // The block's sequence and its mask, kept in shared memory: the loop re-reads
+  // them at the cost of a shared load, not registers.
+  __shared__ Sequence seq;
+  __shared__ RowMask mask;
+  if (thread_index() == 0) {
+    seq = sequence(p, w.b);
+    mask = row_mask(p, seq);
+  }
+  __syncthreads();
 
   const int warp = thread_index() / 32, lane = thread_index() % 32, g = lane / 4, t = lane % 4;
   const int s_row0 = warp / Shape::kSWarpsN * Shape::kSRows;
@@ -138,21 +148,21 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // that dP can start before Q has landed.
   constexpr bool kOneStage = Shape::kQStages == 1;
   if (w.steps > 0) {
-    const auto* k = static_cast<const uint16_t*>(p.k.data) + w.b * p.k.batch_stride +
-                    w.hk * p.k.head_stride + w.key0 * p.k.row_stride;
-    const auto* v = static_cast<const uint16_t*>(p.v.data) + w.b * p.v.batch_stride +
-                    w.hk * p.v.head_stride + w.key0 * p.v.row_stride;
+    const auto* k = static_cast<const uint16_t*>(p.k.data) +
+                    row_offset(p.k, w.b, seq.k_row0 + w.key0) + w.hk * p.k.head_stride;
+    const auto* v = static_cast<const uint16_t*>(p.v.data) +
+                    row_offset(p.v, w.b, seq.k_row0 + w.key0) + w.hk * p.v.head_stride;
     load_tile<KTile, Shape::kThreads>(k_tile, k, p.k.row_stride, w.keys, s.head_dim, vec16);
     load_tile<KTile, Shape::kThreads>(v_tile, v, p.v.row_stride, w.keys, s.head_dim, vec16);
     if constexpr (kOneStage) {
-      load_dout_rows<Shape>(p, w, smem, tile, 0, vec16);
+      load_dout_rows<Shape>(p, w, seq, smem, tile, 0, vec16);
       cp_async_commit();
-      load_q_rows<Shape>(p, w, smem, tile, 0, vec16);
-      load_row_stats<Shape>(p, w, smem, tile, 0);
+      load_q_rows<Shape>(p, w, seq, smem, tile, 0, vec16);
+      load_row_stats<Shape>(p, w, seq, smem, tile, 0);
     } else {
-      load_q_rows<Shape>(p, w, smem, tile, 0, vec16);
-      load_dout_rows<Shape>(p, w, smem, tile, 0, vec16);
-      load_row_stats<Shape>(p, w, smem, tile, 0);
+      load_q_rows<Shape>(p, w, seq, smem, tile, 0, vec16);
+      load_dout_rows<Shape>(p, w, seq, smem, tile, 0, vec16);
+      load_row_stats<Shape>(p, w, seq, smem, tile, 0);
     }
     cp_async_commit();
   }
@@ -166,9 +176,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     __syncthreads();  // this step's tiles have landed; every warp is done with the last step's
     if (turns && step > 0 && thread_index() == 0) pass_turn(last);
     if (!kOneStage && step + 1 < w.steps) {
-      load_q_rows<Shape>(p, w, smem, tile.next(w), (step + 1) % 2, vec16);
-      load_dout_rows<Shape>(p, w, smem, tile.next(w), (step + 1) % 2, vec16);
-      load_row_stats<Shape>(p, w, smem, tile.next(w), (step + 1) % 2);
+      load_q_rows<Shape>(p, w, seq, smem, tile.next(w), (step + 1) % 2, vec16);
+      load_dout_rows<Shape>(p, w, seq, smem, tile.next(w), (step + 1) % 2, vec16);
+      load_row_stats<Shape>(p, w, seq, smem, tile.next(w), (step + 1) % 2);
       cp_async_commit();
     }
 
@@ -192,7 +202,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                            BStoredNK<KTile>(smem_address(k_tile), s_col0, lane));
     }
     // P and dS in place of S and dP. `whole`: every row exists and sees every key.
-    const bool whole = row0 + kBlockM <= s.seqlen_q && mask.key_end(row0) >= w.key0 + kBlockN &&
+    const bool whole = row0 + kBlockM <= seq.seqlen_q && mask.key_end(row0) >= w.key0 + kBlockN &&
                        (!Variant::kLowerEnds || mask.key_begin(row0 + kBlockM - 1) <= w.key0);
     const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
     const float* lse = reinterpret_cast<const float*>(smem + Shape::kLseOffset) + stage * kBlockM;
@@ -206,7 +216,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         const float neg_lse2 = -lse[r] * kLog2e, d = row_dot[r];
         // Keys of the tile this row sees: columns [unseen, seen), counted from this thread's first.
         const int col0 = w.key0 + s_col0 + 2 * t;
-        const int seen = row0 + r < s.seqlen_q ? mask.key_end(row0 + r) - col0 : 0;
+        const int seen = row0 + r < seq.seqlen_q ? mask.key_end(row0 + r) - col0 : 0;
         const int unseen = Variant::kLowerEnds ? mask.key_begin(row0 + r) - col0 : 0;
         float distance0 = 0.0f;  // ALiBi's, of column 0, stepped by constants
         if constexpr (!decltype(score)::kIdentity) distance0 = score.distance(row0 + r, col0);
@@ -239,7 +249,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
     // dQ = dS·K, added into the fp32 sums.
     const auto add_dq = [&] {
-      float* dq_head = dq_accum + (int64_t(w.b) * s.heads_q + hq) * query_tiles * kBlockM * kD;
+      float* dq_head = dq_accum + dq_layout.base(w.b, hq, seq.q_row0);
 #pragma unroll
       for (int pass = 0; pass < Shape::kQPasses; ++pass) {
         const int col0 = q_col0 + pass * Shape::kQCols;
@@ -276,7 +286,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                                   BStoredKN<QTile>(dout_tile, kv_col0, lane));
       __syncthreads();  // every warp is done with dO
       if (step + 1 < w.steps) {
-        load_dout_rows<Shape>(p, w, smem, tile.next(w), 0, vec16);
+        load_dout_rows<Shape>(p, w, seq, smem, tile.next(w), 0, vec16);
         cp_async_commit();
       }
       if (!Shape::kSkipsPadding || kv_col0 < s.head_dim)
@@ -284,8 +294,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                                   BStoredKN<QTile>(q_tile, kv_col0, lane));
       __syncthreads();  // every warp is done with Q, lse and D
       if (step + 1 < w.steps) {
-        load_q_rows<Shape>(p, w, smem, tile.next(w), 0, vec16);
-        load_row_stats<Shape>(p, w, smem, tile.next(w), 0);
+        load_q_rows<Shape>(p, w, seq, smem, tile.next(w), 0, vec16);
+        load_row_stats<Shape>(p, w, seq, smem, tile.next(w), 0);
         cp_async_commit();
       }
       add_dq();
@@ -321,13 +331,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const GradParams& grad = p.grad;
   store_tile<KTile, Shape::kThreads>(
       k_tile,
-      static_cast<uint16_t*>(grad.dk.data) + w.b * grad.dk.batch_stride +
-          w.hk * grad.dk.head_stride + w.key0 * grad.dk.row_stride,
+      static_cast<uint16_t*>(grad.dk.data) + row_offset(grad.dk, w.b, seq.k_row0 + w.key0) +
+          w.hk * grad.dk.head_stride,
       grad.dk.row_stride, w.keys, s.head_dim, vec16);
   store_tile<KTile, Shape::kThreads>(
       v_tile,
-      static_cast<uint16_t*>(grad.dv.data) + w.b * grad.dv.batch_stride +
-          w.hk * grad.dv.head_stride + w.key0 * grad.dv.row_stride,
+      static_cast<uint16_t*>(grad.dv.data) + row_offset(grad.dv, w.b, seq.k_row0 + w.key0) +
+          w.hk * grad.dv.head_stride,
       grad.dv.row_stride, w.keys, s.head_dim, vec16);
 }
 

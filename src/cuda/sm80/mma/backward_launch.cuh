@@ -55,9 +55,9 @@ void launch_backward(const BwdParams& p) {
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   kernel<<<unsigned(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(
-      p, query_tiles, sums.accum(), sums.turns(), vec16);
+      p, query_tiles, sums.accum(), sums.layout(), sums.turns(), vec16);
   check_launch("cuda_mma backward_kernel");
-  write_dq(p, sums.accum(), sums.rows_padded(), Shape::kD);
+  write_dq(p, sums.accum(), sums.layout());
 }
 
 // The plain kernel, or the one that takes every variant where p asks for one.

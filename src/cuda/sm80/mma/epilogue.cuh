@@ -16,7 +16,7 @@
 
 namespace flashattn::cuda::mma {
 
-// info: the block's BlockInfo (b, hq, row0, rows, col0, vec16).
+// info: the block's BlockInfo (b, hq, the sequence's rows and mask, col0, vec16).
 template <typename T, typename Shape, typename Info>
 __device__ __forceinline__ void store_output(
     const AttnParams& p, const Info& info, char* q_tile,
@@ -35,7 +35,7 @@ __device__ __forceinline__ void store_output(
       const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
       finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale,
                                    sm80::quad_sum(row_sum.l[mt][h]),
-                                   row_mask(p, info.b).empty(info.row0 + r));
+                                   info.mask.empty(info.row0 + r));
     }
   const auto staged = [&](int r, int ot) {
     return reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t);
@@ -51,15 +51,14 @@ __device__ __forceinline__ void store_output(
         *staged(r, ot) =
             pack_pair<T>(acc[mt][ot][2 * h] * row.inv_l, acc[mt][ot][2 * h + 1] * row.inv_l);
       if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
-        p.softmax.lse[(int64_t(info.b) * s.heads_q + info.hq) * s.seqlen_q + info.row0 + r] =
-            row.lse;
+        p.softmax.lse[info.stats_row0 + info.row0 + r] = row.lse;
     }
   // A row that sees no key outputs 0 whatever acc holds (a masked key's 0·v can
   // leave a NaN there), as FinishedRow::out gives. Such rows are a sequence's
   // first (key_end grows with the row), so only a warp whose first row is one
   // writes zeros over them, where every element taking a select cost each tile
   // an instruction per output element (docs/perf/cuda_mma.md, v3.10).
-  if (row_mask(p, info.b).empty(info.row0 + tc.warp_row0)) {
+  if (info.mask.empty(info.row0 + tc.warp_row0)) {
 #pragma unroll
     for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
@@ -70,8 +69,8 @@ __device__ __forceinline__ void store_output(
       }
   }
   __syncwarp();
-  auto* o = static_cast<uint16_t*>(p.o.data) + info.b * p.o.batch_stride +
-            info.hq * p.o.head_stride + info.row0 * p.o.row_stride + info.col0;
+  auto* o = static_cast<uint16_t*>(p.o.data) + row_offset(p.o, info.b, info.q_row0 + info.row0) +
+            info.hq * p.o.head_stride + info.col0;
   const int cols = min(Shape::kDV, s.head_dim - info.col0);
   if (info.vec16 && info.rows == Shape::kBlockM && cols == Shape::kDV) {
     // The whole tile exists: 16-byte stores without per-chunk bounds. The loop

@@ -90,29 +90,39 @@ __device__ __forceinline__ void values_mma(
 // at the cost of a shared load, instead of holding it in registers that the
 // accumulators and scores need.
 struct BlockInfo {
-  const uint16_t* k;  // K of this (batch, kv head)
-  const uint16_t* v;  // V of this (batch, kv head), from the block's first output column
+  const uint16_t* k;  // K of this (sequence, kv head)
+  const uint16_t* v;  // V of this (sequence, kv head), from the block's first output column
+  int64_t q_row0;     // the sequence's first row along q's and out's seqlen (0 dense)
+  int64_t stats_row0; // its first row in lse (core/params.h)
   int b, hq;
-  int row0, rows;     // first query row, and how many of the tile's rows exist
+  int row0, rows;     // first query row in the sequence, and how many of the tile's rows exist
+  int seqlen_k;       // the sequence's keys
   int col0;           // first output column of this block's slice
+  RowMask mask;       // the sequence's (core/params.h: row_mask)
   KeyBlocks blocks;   // the key blocks the tile visits, and those it sees whole
   bool vec16;         // all of q, k, v, out 16-byte aligned rows: cp.async and vector stores
 };
 
+// rows <= 0: the tile lies past a shorter sequence of a packed batch.
 template <typename Shape>
 __device__ __forceinline__ BlockInfo block_info(const AttnParams& p, int m_blocks, bool vec16) {
-  const Sizes& s = p.sizes;
-  const TileCoord tc = tile_coord(s, m_blocks);
+  const TileCoord tc = tile_coord(p.sizes, m_blocks);
+  const Sequence seq = sequence(p, tc.b);
   BlockInfo info;
+  info.q_row0 = seq.q_row0;
+  info.stats_row0 = stats_row0(p, tc.b, tc.hq, seq);
   info.row0 = tc.m_block * Shape::kBlockM;
-  info.rows = min(Shape::kBlockM, s.seqlen_q - info.row0);
+  info.rows = min(Shape::kBlockM, seq.seqlen_q - info.row0);
+  info.seqlen_k = seq.seqlen_k;
   info.col0 = int(blockIdx.y) * Shape::kDV;
   info.b = tc.b;
   info.hq = tc.hq;
-  info.blocks = row_mask(p, tc.b).key_blocks(info.row0, info.rows, Shape::kBlockN);
+  info.mask = row_mask(p, seq);
+  info.blocks = info.mask.key_blocks(info.row0, max(info.rows, 1), Shape::kBlockN);
   info.vec16 = vec16;
-  info.k = static_cast<const uint16_t*>(p.k.data) + tc.b * p.k.batch_stride + tc.hk * p.k.head_stride;
-  info.v = static_cast<const uint16_t*>(p.v.data) + tc.b * p.v.batch_stride +
+  info.k = static_cast<const uint16_t*>(p.k.data) + row_offset(p.k, tc.b, seq.k_row0) +
+           tc.hk * p.k.head_stride;
+  info.v = static_cast<const uint16_t*>(p.v.data) + row_offset(p.v, tc.b, seq.k_row0) +
            tc.hk * p.v.head_stride + info.col0;
   return info;
 }
@@ -122,7 +132,7 @@ template <typename Shape, TileExtent kExtent>
 __device__ __forceinline__ void load_keys(const AttnParams& p, const BlockInfo& info,
                                           char* k_tile, int key0) {
   load_tile<typename Shape::KTile, Shape::kThreads, kExtent>(
-      k_tile, info.k + key0 * p.k.row_stride, p.k.row_stride, p.sizes.seqlen_k - key0,
+      k_tile, info.k + key0 * p.k.row_stride, p.k.row_stride, info.seqlen_k - key0,
       p.sizes.head_dim, info.vec16);
   cp_async_commit();
 }
@@ -142,7 +152,7 @@ __device__ __forceinline__ void load_values(const AttnParams& p, const BlockInfo
                                             char* v_tile, int key0) {
   constexpr TileExtent kValues = kWholeValuesWithoutBounds ? kExtent : TileExtent::kBounded;
   load_tile<typename Shape::VTile, Shape::kThreads, kValues>(
-      v_tile, info.v + key0 * p.v.row_stride, p.v.row_stride, p.sizes.seqlen_k - key0,
+      v_tile, info.v + key0 * p.v.row_stride, p.v.row_stride, info.seqlen_k - key0,
       p.sizes.head_dim - info.col0, info.vec16);
   cp_async_commit();
 }
@@ -166,14 +176,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __shared__ Score score;  // the head's score functor, read per block from shared memory
   if (threadIdx.x == 0) {
     info = block_info<Shape>(p, m_blocks, vec16);
-    score = Variant::score(p.scores, p.softmax.scale, info.hq, row_mask(p, info.b).alignment);
+    score = Variant::score(p.scores, p.softmax.scale, info.hq, info.mask.alignment);
   }
   __syncthreads();
+  if (info.rows <= 0) return;
 
   const KeyBlocks& blocks = info.blocks;
   if (blocks.end > blocks.first<kLowerEnds>()) {
-    const T* q = static_cast<const T*>(p.q.data) + info.b * p.q.batch_stride +
-                 info.hq * p.q.head_stride + info.row0 * p.q.row_stride;
+    const T* q = static_cast<const T*>(p.q.data) + row_offset(p.q, info.b, info.q_row0 + info.row0) +
+                 info.hq * p.q.head_stride;
     load_tile<QTile, Shape::kThreads>(q_tile, q, p.q.row_stride, info.rows, s.head_dim, vec16);
     load_keys<Shape, TileExtent::kChecked>(p, info, k_tile, (blocks.end - 1) * kBlockN);
   }
@@ -205,7 +216,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // Some row's key range ends in the block, or a score variant changes every
     // score (a window alone only the cut blocks').
     if ((!Score::kIdentity && p.scores.any()) || (!kInner && info.blocks.needs_mask<kLowerEnds>(n)))
-      sm80::score_step<Variant>(row_mask(p, info.b), info.blocks, n,
+      sm80::score_step<Variant>(info.mask, info.blocks, n,
                                 info.row0 + thread_coord<Shape>().warp_row0, key0, sc, score);
 
     cp_async_wait<0>();

@@ -1,0 +1,264 @@
+// Variable-length batches (flashattn::Sequences): sequences packed along seqlen,
+// each its own attention problem, on every backend whose table row says it
+// takes them, forward and backward, against float64 oracles computed on each
+// sequence alone as a dense batch of one (tools/harness: Problem and
+// GradProblem split a packed case into its sequences). Lengths include 0 and 1
+// on either side, seqlen_q ≠ seqlen_k within a sequence, rows without keys
+// (bottom-right), every mask, windows and score variants. Backends that do not
+// take packed batches must refuse them with an error naming `sequences`; the
+// checks on the prefix sums must name the entry and write nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cases.h"
+#include "dense.h"
+#include "grad_problem.h"
+#include "seed.h"
+
+namespace flashattn::test {
+namespace {
+
+constexpr Mask kMasks[] = {Mask::none, Mask::causal_top_left, Mask::causal_bottom_right};
+constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+
+harness::Case packed(harness::Shape heads, DType dtype, Mask mask,
+                     std::vector<SequenceLengths> sequences, bool strided = false) {
+  return harness::packed_case(make_case(heads, dtype, mask, strided), std::move(sequences));
+}
+
+// Every sequence length the kernels must handle at the CPU's sizes: empty
+// sequences on either side, one row or one key, rows without keys
+// (bottom-right, seqlen_q > seqlen_k), and lengths across a tile.
+const std::vector<SequenceLengths> kAwkward = {{17, 30}, {0, 5}, {1, 1}, {40, 0},
+                                               {70, 33}, {3, 0},  {0, 0}, {65, 130}};
+
+std::vector<harness::Case> varlen_cases() {
+  std::vector<harness::Case> cases;
+  for (DType dtype : kDtypes)
+    for (Mask mask : kMasks) {
+      cases.push_back(packed({0, 0, 0, 4, 2, 64}, dtype, mask, kAwkward));
+      cases.push_back(packed({0, 0, 0, 2, 1, 80}, dtype, mask, {{130, 70}, {5, 200}}, true));
+    }
+  for (DType dtype : kDtypes) {
+    cases.push_back(packed({0, 0, 0, 1, 1, 1}, dtype, Mask::causal_bottom_right, {{1, 7}, {9, 2}}));
+    cases.push_back(packed({0, 0, 0, 3, 3, 200}, dtype, Mask::none, {{20, 31}, {1, 64}}));
+    harness::Case windowed = packed({0, 0, 0, 4, 1, 32}, dtype, Mask::causal_top_left, kAwkward);
+    windowed.window_left = 7;
+    cases.push_back(windowed);
+    harness::Case varied = packed({0, 0, 0, 4, 2, 48}, dtype, Mask::none, {{60, 90}, {90, 60}});
+    varied.window_left = 20;
+    varied.window_right = 5;
+    varied.softcap = 30.0f;
+    varied.input_std = 3.0f;
+    varied.alibi = true;
+    cases.push_back(varied);
+  }
+  return cases;
+}
+
+// The CUDA backends also get sequences that span several of their tiles
+// (head dims 64 and 128, the tensor-core kernels' buckets), many short
+// sequences beside one long one, and a few query rows over many keys.
+std::vector<harness::Case> gpu_varlen_cases() {
+  std::vector<harness::Case> cases = varlen_cases();
+  for (DType dtype : kDtypes)
+    for (Mask mask : kMasks) {
+      cases.push_back(packed({0, 0, 0, 4, 1, 128}, dtype, mask,
+                             {{1000, 1000}, {257, 300}, {0, 64}, {129, 1000}, {64, 64}}));
+      std::vector<SequenceLengths> many(24, SequenceLengths{37, 37});
+      many.push_back({1500, 1500});
+      cases.push_back(packed({0, 0, 0, 2, 2, 64}, dtype, mask, many, true));
+    }
+  for (DType dtype : kDtypes) {
+    harness::Case windowed =
+        packed({0, 0, 0, 2, 1, 128}, dtype, Mask::causal_bottom_right, {{700, 900}, {900, 700}});
+    windowed.window_left = 256;
+    windowed.alibi = true;
+    cases.push_back(windowed);
+    cases.push_back(packed({0, 0, 0, 8, 2, 128}, dtype, Mask::causal_bottom_right,
+                           {{2, 3000}, {1, 2000}, {4, 100}}));
+  }
+  return cases;
+}
+
+bool takes_sequences(Backend backend) {
+  for (const BackendInfo& info : backends())
+    if (info.backend == backend) return info.takes_sequences;
+  return false;
+}
+
+// The cases a backend's table takes (dtype, head_dim); cuda_wgmma's with its
+// strides kept on 16 bytes, as its other suites have them.
+std::vector<harness::Case> cases_for(Backend backend) {
+  std::vector<harness::Case> out;
+  const bool gpu = device_of(backend) == DeviceKind::cuda;
+  for (harness::Case c : gpu ? gpu_varlen_cases() : varlen_cases()) {
+    if (backend == Backend::cuda_wgmma) {
+      if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
+      c.strided_pad = 8;
+    }
+    if (backend_supports(backend, c.dtype, c.shape.head_dim)) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<BackendCase> forward_cases() {
+  std::vector<BackendCase> out;
+  for (const BackendInfo& info : backends())
+    if (info.takes_sequences)
+      for (const harness::Case& c : cases_for(info.backend)) out.push_back({info.backend, c});
+  return out;
+}
+
+std::vector<BackendCase> backward_cases() {
+  std::vector<BackendCase> out;
+  for (Backend backend : backward_backends())
+    if (takes_sequences(backend))
+      for (const harness::Case& c : cases_for(backend))
+        if (takes_backward(backend, c)) out.push_back({backend, c});
+  return out;
+}
+
+class VarlenCases : public testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override {
+    const std::string why = skip_reason(GetParam().backend);
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+  Device device() const { return {device_of(GetParam().backend), 0}; }
+};
+
+class VarlenForward : public VarlenCases {};
+
+TEST_P(VarlenForward, MatchesEachSequenceAlone) { expect_accurate(GetParam(), device()); }
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenForward, testing::ValuesIn(forward_cases()),
+                         [](const auto& info) { return backend_case_name(info.param); });
+
+class VarlenBackward : public VarlenCases {};
+
+TEST_P(VarlenBackward, GradientsMatchEachSequenceAlone) {
+  const BackendCase& bc = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(to_string(bc.backend)) + " on " + harness::describe(bc.c) + ", " +
+               replay_hint(seed));
+  harness::GradProblem problem(bc.c, device(), seed);
+  problem.run(bc.backend);
+  const harness::GradAccuracy acc = problem.evaluate(bc.backend);
+  EXPECT_TRUE(acc.passed()) << acc.summary();
+  // The deterministic mode holds for packed batches too: bit-identical twice.
+  problem.run(bc.backend, true);
+  const std::vector<uint8_t> first = problem.gradient_bytes();
+  problem.run(bc.backend, true);
+  EXPECT_TRUE(first == problem.gradient_bytes()) << "deterministic gradients differ between runs";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenBackward, testing::ValuesIn(backward_cases()),
+                         [](const auto& info) { return backend_case_name(info.param); });
+
+// A backend that does not take packed batches refuses them, naming the
+// argument, forward and backward.
+class VarlenRefused : public testing::TestWithParam<Backend> {};
+
+TEST_P(VarlenRefused, NamesSequences) {
+  const Backend backend = GetParam();
+  const std::string why = skip_reason(backend);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const DType dtype = backend_supports(backend, DType::f16, 64) ? DType::f16 : DType::f32;
+  harness::GradProblem problem(packed({0, 0, 0, 2, 1, 64}, dtype, Mask::none, {{10, 20}, {5, 5}}),
+                               {device_of(backend), 0}, fresh_seed());
+  try {
+    forward(problem.forward_params(backend));
+    FAIL() << "forward accepted a packed batch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("sequences:"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<Backend> refusing_backends() {
+  std::vector<Backend> out;
+  for (const BackendInfo& info : backends())
+    if (!info.takes_sequences) out.push_back(info.backend);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenRefused, testing::ValuesIn(refusing_backends()),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+// Bad prefix sums, on the CPU: each error names the argument and the rule,
+// and neither out nor lse is written.
+struct BadSequences {
+  std::string name;
+  std::vector<int32_t> cu_q, cu_k;
+  int batch;
+  std::string message;
+};
+
+class VarlenValidation : public testing::TestWithParam<BadSequences> {};
+
+TEST_P(VarlenValidation, RejectsAndWritesNothing) {
+  const BadSequences& bad = GetParam();
+  constexpr int kTotalQ = 10, kTotalK = 12, kHeads = 2, kDim = 8;
+  std::vector<float> q(kTotalQ * kHeads * kDim, 1.0f), k(kTotalK * kHeads * kDim, 1.0f);
+  std::vector<float> v = k, out(q.size(), -7.0f), lse(kHeads * kTotalQ, -7.0f);
+  Params p;
+  p.q = contiguous_view(q.data(), DType::f32, 1, kTotalQ, kHeads, kDim);
+  p.k = contiguous_view(k.data(), DType::f32, 1, kTotalK, kHeads, kDim);
+  p.v = contiguous_view(v.data(), DType::f32, 1, kTotalK, kHeads, kDim);
+  p.out = contiguous_view(out.data(), DType::f32, 1, kTotalQ, kHeads, kDim);
+  p.lse = lse.data();
+  p.sequences = {bad.cu_q.empty() ? nullptr : bad.cu_q.data(),
+                 bad.cu_k.empty() ? nullptr : bad.cu_k.data(), bad.batch};
+  try {
+    forward(p);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find(bad.message), std::string::npos) << e.what();
+  }
+  for (float x : out) ASSERT_EQ(x, -7.0f);
+  for (float x : lse) ASSERT_EQ(x, -7.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, VarlenValidation,
+    testing::Values(
+        BadSequences{"k_missing", {0, 4, 10}, {}, 2, "sequences.cu_seqlens_k: is null"},
+        BadSequences{"q_missing", {}, {0, 6, 12}, 2, "sequences.cu_seqlens_q: is null"},
+        BadSequences{"negative_batch", {0, 4, 10}, {0, 6, 12}, -1, "sequences.batch: is -1"},
+        BadSequences{"first_not_zero", {1, 4, 10}, {0, 6, 12}, 2,
+                     "sequences.cu_seqlens_q: entry 0 is 1, must be 0"},
+        BadSequences{"decreasing", {0, 4, 10}, {0, 7, 6}, 2,
+                     "sequences.cu_seqlens_k: entry 2 (6) is less than entry 1 (7)"},
+        BadSequences{"short_of_total", {0, 4, 9}, {0, 6, 12}, 2,
+                     "sequences.cu_seqlens_q: last entry is 9, must equal q's seqlen (10)"},
+        BadSequences{"past_total", {0, 4, 10}, {0, 6, 13}, 2,
+                     "sequences.cu_seqlens_k: last entry is 13, must equal k's seqlen (12)"}),
+    [](const auto& info) { return info.param.name; });
+
+// The tensors of a packed batch have batch 1.
+TEST(VarlenValidation, TensorsOfOneBatchIndex) {
+  std::vector<float> data(2 * 5 * 8, 0.0f), out(data.size(), -7.0f);
+  std::vector<int32_t> cu = {0, 5};
+  Params p;
+  p.q = contiguous_view(data.data(), DType::f32, 2, 5, 1, 8);
+  p.k = p.q;
+  p.v = p.q;
+  p.out = contiguous_view(out.data(), DType::f32, 2, 5, 1, 8);
+  p.sequences = {cu.data(), cu.data(), 1};
+  try {
+    forward(p);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q: batch is 2"), std::string::npos) << e.what();
+  }
+  for (float x : out) ASSERT_EQ(x, -7.0f);
+}
+
+}  // namespace
+}  // namespace flashattn::test

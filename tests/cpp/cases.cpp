@@ -1,10 +1,13 @@
 #include "cases.h"
 
+#include "grad_problem.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <sstream>
 
+#include "grad_problem.h"
 #include "seed.h"
 
 namespace flashattn::test {
@@ -160,6 +163,16 @@ void expect_accurate(const BackendCase& bc, Device device) {
   const harness::Accuracy accuracy = problem.evaluate(bc.backend);
   EXPECT_EQ(accuracy.unwritten, 0) << "output or lse elements left unwritten (still NaN)";
   EXPECT_TRUE(accuracy.passed) << accuracy.summary();
+}
+
+void expect_gradients_accurate(const BackendCase& bc, Device device) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(std::string(to_string(bc.backend)) + " on " + harness::describe(bc.c) + ", " +
+               replay_hint(seed));
+  harness::GradProblem problem(bc.c, device, seed);
+  problem.run(bc.backend);
+  const harness::GradAccuracy acc = problem.evaluate(bc.backend);
+  EXPECT_TRUE(acc.passed()) << acc.summary();
 }
 
 }  // namespace flashattn::test

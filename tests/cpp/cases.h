@@ -50,4 +50,8 @@ void PrintTo(const BackendCase& bc, std::ostream* out);
 // every element written, lse within 1e-3.
 void expect_accurate(const BackendCase& bc, Device device);
 
+// The same for bc.backend's forward then backward: dq, dk and dv each pass
+// harness::GradAccuracy against the float64 reference backward.
+void expect_gradients_accurate(const BackendCase& bc, Device device);
+
 }  // namespace flashattn::test

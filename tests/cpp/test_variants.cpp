@@ -169,16 +169,7 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, VariantForward, testing::ValuesIn(forward_
 
 class VariantBackward : public VariantCases {};
 
-TEST_P(VariantBackward, GradientsMatchTheReference) {
-  const BackendCase& bc = GetParam();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(std::string(to_string(bc.backend)) + " on " + harness::describe(bc.c) + ", " +
-               replay_hint(seed));
-  harness::GradProblem problem(bc.c, device(), seed);
-  problem.run(bc.backend);
-  const harness::GradAccuracy acc = problem.evaluate(bc.backend);
-  EXPECT_TRUE(acc.passed()) << acc.summary();
-}
+TEST_P(VariantBackward, GradientsMatchTheReference) { expect_gradients_accurate(GetParam(), device()); }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, VariantBackward, testing::ValuesIn(backward_cases()),
                          [](const auto& info) { return backend_case_name(info.param); });

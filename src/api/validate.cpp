@@ -241,8 +241,8 @@ void read_sequences(AttnParams& a, const Sequences& s, DeviceKind device) {
   std::vector<int32_t> cu_q(size_t(s.batch) + 1), cu_k(size_t(s.batch) + 1);
   const unsigned long bytes = cu_q.size() * sizeof(int32_t);
   if (device == DeviceKind::cuda) {
-    cuda::copy_to_host(cu_q.data(), s.cu_seqlens_q, bytes, a.device_index, a.stream);
-    cuda::copy_to_host(cu_k.data(), s.cu_seqlens_k, bytes, a.device_index, a.stream);
+    cuda::copy_to_host({{cu_q.data(), s.cu_seqlens_q, bytes}, {cu_k.data(), s.cu_seqlens_k, bytes}},
+                       a.device_index, a.stream);
   } else {
     std::copy(s.cu_seqlens_q, s.cu_seqlens_q + cu_q.size(), cu_q.begin());
     std::copy(s.cu_seqlens_k, s.cu_seqlens_k + cu_k.size(), cu_k.begin());

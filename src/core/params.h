@@ -106,32 +106,28 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
   return a;
 }
 
-// p packed as `seqs` says: batch becomes the number of sequences and the
-// lengths the longest (the maxima, from the host's copy of the prefix sums),
-// the tensors' batch strides 0, and the mask resolved for those lengths.
-inline void pack(AttnParams& p, const Sequences& seqs, SequenceLengths longest,
-                 std::initializer_list<TensorRef*> tensors) {
+// p packed as `seqs` says: batch becomes the number of sequences, the
+// tensors' lengths their totals and their batch strides 0. The longest
+// lengths (sizes.seqlen_q/k) and the mask resolved for them need the prefix
+// sums' values: validate.cpp's read_sequences sets them.
+inline void pack(AttnParams& p, const Sequences& seqs, std::initializer_list<TensorRef*> tensors) {
   p.seqs = {seqs.cu_seqlens_q, seqs.cu_seqlens_k, p.sizes.seqlen_q, p.sizes.seqlen_k};
   p.sizes.batch = seqs.batch;
-  p.sizes.seqlen_q = longest.seqlen_q;
-  p.sizes.seqlen_k = longest.seqlen_k;
   for (TensorRef* t : tensors) t->batch_stride = 0;
-  p.mask = resolve(p.rule, longest);
 }
 
 // The AttnParams of public Params, unchecked: validate.cpp checks first, tools
-// that hold params the library already accepted call it directly. longest:
-// a packed batch's longest sequence (validate.cpp reads the prefix sums).
-inline AttnParams attn_params(const Params& p, SequenceLengths longest = {}) {
+// that hold params the library already accepted call it directly.
+inline AttnParams attn_params(const Params& p) {
   AttnParams a = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask, p.variants);
-  if (p.sequences.cu_seqlens_q) pack(a, p.sequences, longest, {&a.q, &a.k, &a.v, &a.o});
+  if (p.sequences.cu_seqlens_q) pack(a, p.sequences, {&a.q, &a.k, &a.v, &a.o});
   a.softmax.lse = p.lse;
   a.stream = p.stream;
   return a;
 }
 
 // The BwdParams of public BackwardParams, unchecked (validate.cpp checks first).
-inline BwdParams bwd_params(const BackwardParams& p, SequenceLengths longest = {}) {
+inline BwdParams bwd_params(const BackwardParams& p) {
   BwdParams a;
   static_cast<AttnParams&>(a) = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask, p.variants);
   a.stream = p.stream;
@@ -140,8 +136,7 @@ inline BwdParams bwd_params(const BackwardParams& p, SequenceLengths longest = {
   a.grad.dk = tensor_ref(p.dk);
   a.grad.dv = tensor_ref(p.dv);
   if (p.sequences.cu_seqlens_q)
-    pack(a, p.sequences, longest,
-         {&a.q, &a.k, &a.v, &a.o, &a.grad.dout, &a.grad.dq, &a.grad.dk, &a.grad.dv});
+    pack(a, p.sequences, {&a.q, &a.k, &a.v, &a.o, &a.grad.dout, &a.grad.dq, &a.grad.dk, &a.grad.dv});
   a.grad.lse = p.lse;
   a.grad.deterministic = p.deterministic;
   return a;

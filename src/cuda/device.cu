@@ -60,11 +60,11 @@ int shared_memory_per_block(int device_index) {
   return properties(device_index).shared_memory_per_block;
 }
 
-void copy_to_host(void* dst, const void* src, unsigned long bytes, int device_index,
-                  void* stream) {
+void copy_to_host(std::initializer_list<HostCopy> copies, int device_index, void* stream) {
   DeviceGuard device(device_index);
   const auto s = static_cast<cudaStream_t>(stream);
-  FLASHATTN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  for (const HostCopy& c : copies)
+    FLASHATTN_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToHost, s));
   FLASHATTN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

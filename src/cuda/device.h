@@ -2,6 +2,8 @@
 // from device.cu with CUDA, else from unavailable.cpp (no devices).
 #pragma once
 
+#include <initializer_list>
+
 namespace flashattn::cuda {
 
 // Number of visible CUDA devices; 0 when there is no driver or no GPU.
@@ -16,9 +18,15 @@ int multiprocessors(int device_index);
 // Most shared memory one block may use, in bytes (with the kernel's opt-in).
 int shared_memory_per_block(int device_index);
 
-// Copies `bytes` of device memory at src to the host, in order on `stream`
-// (a cudaStream_t), and waits for it.
-void copy_to_host(void* dst, const void* src, unsigned long bytes, int device_index, void* stream);
+// Device memory to copy to the host: `bytes` at src into dst.
+struct HostCopy {
+  void* dst;
+  const void* src;
+  unsigned long bytes;
+};
+
+// Makes every copy, in order on `stream` (a cudaStream_t), and waits for them once.
+void copy_to_host(std::initializer_list<HostCopy> copies, int device_index, void* stream);
 
 // Throws Error(invalid_argument) naming `name` unless ptr is device memory that
 // device `device_index` can read (device, managed or mapped host memory).

@@ -18,7 +18,7 @@ int compute_capability(int) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 
-void copy_to_host(void*, const void*, unsigned long, int, void*) {
+void copy_to_host(std::initializer_list<HostCopy>, int, void*) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 

@@ -13,7 +13,8 @@
  * built with), and the library reads or writes only the fields that size covers,
  * so such structs grow at the end without breaking older binaries.
  * flashattn_backend_info, flashattn_backward_params, flashattn_variants,
- * flashattn_sequences and flashattn_forward_options are such structs. Enum
+ * flashattn_sequences, flashattn_kv_cache and flashattn_forward_options are
+ * such structs. Enum
  * values are never reused. */
 #ifndef FLASHATTN_H_
 #define FLASHATTN_H_
@@ -88,6 +89,8 @@ typedef struct {
   const char* summary;        /* how it computes, in one line: static storage */
   int32_t backward_max_head_dim; /* -1: no backward on this backend; 0: any head_dim; else the limit */
   int32_t takes_sequences;    /* nonzero: runs variable-length batches (flashattn_sequences) */
+  int32_t takes_kv_cache;     /* nonzero: runs KV-cache calls (flashattn_kv_cache) */
+  int32_t takes_paged_kv;     /* nonzero: runs paged KV caches */
 } flashattn_backend_info;
 
 /* Number of backends (FLASHATTN_BACKEND_AUTO excluded); index them 0 .. count-1. */
@@ -150,6 +153,29 @@ static inline flashattn_sequences flashattn_sequences_defaults(void) {
   return s;
 }
 
+/* A KV cache (flashattn::KVCache in flashattn.hpp says the layouts and the
+ * math): params' k and v are the cache; seqlens (batch) and block_table
+ * (batch, pages_per_sequence) are int32 on the tensors' device. A sized struct:
+ * start from flashattn_kv_cache_defaults() (no cache, checked lengths). */
+typedef struct {
+  uint32_t struct_size;          /* sizeof(flashattn_kv_cache) as the caller was built */
+  const int32_t* seqlens;        /* keys cached per sequence before the call; NULL: no cache */
+  flashattn_tensor k_new;        /* keys to append (data NULL: none) */
+  flashattn_tensor v_new;        /* values to append */
+  const int32_t* block_table;    /* NULL: a contiguous cache */
+  int32_t pages_per_sequence;
+  int32_t checked;               /* nonzero: lengths and pages checked on the host (waits) */
+  int32_t key_splits;            /* 0: automatic; 1: none; at most 128 */
+} flashattn_kv_cache;
+
+static inline flashattn_kv_cache flashattn_kv_cache_defaults(void) {
+  flashattn_kv_cache c;
+  memset(&c, 0, sizeof c);
+  c.struct_size = (uint32_t)sizeof c;
+  c.checked = 1;
+  return c;
+}
+
 /* What a forward call takes beyond flashattn_params, each part optional (NULL:
  * its defaults). A sized struct: start from flashattn_forward_options_defaults();
  * a capability that a later header adds comes as a field at the end. */
@@ -157,6 +183,7 @@ typedef struct {
   uint32_t struct_size;                 /* sizeof(flashattn_forward_options) as the caller was built */
   const flashattn_variants* variants;   /* NULL: none */
   const flashattn_sequences* sequences; /* NULL: a dense batch */
+  const flashattn_kv_cache* kv_cache;   /* NULL: k and v are no cache */
 } flashattn_forward_options;
 
 static inline flashattn_forward_options flashattn_forward_options_defaults(void) {

@@ -85,6 +85,38 @@ struct Sequences {
   int batch = 0;
 };
 
+// A KV cache (forward only): the keys and values of Params are the cache, and
+// each sequence b of q's batch attends to the first length(b) = seqlens[b] +
+// (k_new's seqlen) keys of its own part of it. Two layouts:
+//   - contiguous: k and v (batch, capacity, heads_kv, head_dim), sequence b's
+//     keys are rows [0, length(b)) of batch b;
+//   - paged (block_table set): k and v (pages, page_size, heads_kv, head_dim),
+//     sequence b's key j is row j % page_size of page
+//     block_table[b · pages_per_sequence + j / page_size]; capacity is
+//     pages_per_sequence · page_size.
+// With k_new and v_new ((batch, seqlen_new, heads_kv, head_dim)), the call first
+// writes them into each sequence's cache at rows [seqlens[b], seqlens[b] +
+// seqlen_new), then attends over length(b) keys; seqlens itself is left as it
+// is (the caller advances it). The mask's alignment follows each sequence's
+// lengths: causal_bottom_right makes q's last row see the sequence's last key.
+// seqlens and block_table are int32 on the tensors' device. With checked, the
+// library reads them to the host and rejects lengths past the capacity and page
+// indices out of range (for CUDA tensors the call then waits for the stream);
+// unchecked, nothing waits, so a decode step can be captured in a CUDA graph,
+// and the kernel checks on the device instead: a sequence whose length or
+// pages are out of range gets NaN output rows and lse, and nothing outside the
+// tensors is read or written (cuda_mma; other backends take checked calls only).
+struct KVCache {
+  const int32_t* seqlens = nullptr;  // (batch,): keys cached before this call; null: no cache
+  TensorView k_new, v_new;           // optional keys and values to append (data null: none)
+  const int32_t* block_table = nullptr;  // paged: (batch, pages_per_sequence), row-major
+  int pages_per_sequence = 0;
+  bool checked = true;
+  // Splits of each sequence's keys over blocks, merged by their lse (split-KV):
+  // 0 chooses from the problem and the GPU, 1 runs none; at most 128.
+  int key_splits = 0;
+};
+
 // The backends; backends() describes each (device, dtypes, head_dim limit) from
 // the library's one table, which the C ABI, the CLI and Python also read.
 enum class Backend {
@@ -112,6 +144,9 @@ struct BackendInfo {
   int backward_max_head_dim = -1;
   // Whether it runs variable-length batches (Sequences), forward and backward.
   bool takes_sequences = false;
+  // Whether it runs KV-cache calls (KVCache), and paged caches among them.
+  bool takes_kv_cache = false;
+  bool takes_paged_kv = false;
   bool takes(DType dtype) const { return (dtypes >> int(dtype)) & 1u; }
   bool takes_head_dim(int head_dim) const { return max_head_dim == 0 || head_dim <= max_head_dim; }
   bool has_backward() const { return backward_max_head_dim >= 0; }
@@ -134,6 +169,7 @@ struct Params {
   Mask mask = Mask::none;
   Variants variants;
   Sequences sequences;  // a variable-length batch; default: dense
+  KVCache kv_cache;     // k and v are a KV cache; default: none
   void* stream = nullptr;  // cudaStream_t for CUDA tensors; nullptr is the default stream
   Backend backend = Backend::automatic;
 };

@@ -76,6 +76,29 @@ flashattn::Sequences to_sequences(const flashattn_sequences* caller) {
   return {c.cu_seqlens_q, c.cu_seqlens_k, c.batch};
 }
 
+// The first generation of flashattn_kv_cache ends at key_splits.
+constexpr size_t kKVCacheV1 = offsetof(flashattn_kv_cache, key_splits) + sizeof(int32_t);
+
+flashattn::KVCache to_kv_cache(const flashattn_kv_cache* caller) {
+  using flashattn::require;
+  if (caller == nullptr) return {};
+  require(caller->struct_size >= kKVCacheV1, "kv_cache: struct_size is ", caller->struct_size,
+          ", must be at least ", kKVCacheV1, " (start from flashattn_kv_cache_defaults())");
+  flashattn_kv_cache c = flashattn_kv_cache_defaults();
+  std::memcpy(&c, caller, std::min<size_t>(caller->struct_size, sizeof c));
+  flashattn::KVCache k;
+  k.seqlens = c.seqlens;
+  if (c.k_new.data != nullptr || c.v_new.data != nullptr) {
+    k.k_new = to_view(c.k_new, "kv_cache.k_new");
+    k.v_new = to_view(c.v_new, "kv_cache.v_new");
+  }
+  k.block_table = c.block_table;
+  k.pages_per_sequence = c.pages_per_sequence;
+  k.checked = c.checked != 0;
+  k.key_splits = c.key_splits;
+  return k;
+}
+
 // The first generation of flashattn_forward_options ends at sequences.
 constexpr size_t kForwardOptionsV1 =
     offsetof(flashattn_forward_options, sequences) + sizeof(const flashattn_sequences*);
@@ -208,6 +231,7 @@ flashattn_status flashattn_forward_with(const flashattn_params* params,
       std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
       p.variants = to_variants(o.variants);
       p.sequences = to_sequences(o.sequences);
+      p.kv_cache = to_kv_cache(o.kv_cache);
     }
     flashattn::forward(p);
   });
@@ -243,6 +267,8 @@ flashattn_status flashattn_get_backend_info(int32_t index, flashattn_backend_inf
     full.summary = b.summary.data();
     full.backward_max_head_dim = b.backward_max_head_dim;
     full.takes_sequences = b.takes_sequences ? 1 : 0;
+    full.takes_kv_cache = b.takes_kv_cache ? 1 : 0;
+    full.takes_paged_kv = b.takes_paged_kv ? 1 : 0;
     std::memcpy(info, &full, std::min<size_t>(info->struct_size, sizeof full));
   });
 }

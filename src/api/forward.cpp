@@ -33,8 +33,17 @@ Plan plan(const Params& p) {
                                          {"sequences.cu_seqlens_q", p.sequences.cu_seqlens_q,
                                           attn.seqs.packed()},
                                          {"sequences.cu_seqlens_k", p.sequences.cu_seqlens_k,
-                                          attn.seqs.packed()}});
+                                          attn.seqs.packed()},
+                                         {"kv_cache.seqlens", p.kv_cache.seqlens,
+                                          attn.seqs.cache.present() && p.q.shape[0] > 0},
+                                         {"kv_cache.block_table", p.kv_cache.block_table,
+                                          attn.seqs.cache.paged() && p.q.shape[0] > 0},
+                                         {"kv_cache.k_new", p.kv_cache.k_new.data,
+                                          attn.new_keys.rows > 0 && has_elements(p.kv_cache.k_new)},
+                                         {"kv_cache.v_new", p.kv_cache.v_new.data,
+                                          attn.new_keys.rows > 0 && has_elements(p.kv_cache.v_new)}});
   read_sequences(attn, p.sequences, device);
+  read_kv_cache(attn, device);
   const Backend backend =
       p.backend == Backend::automatic ? automatic_backend(attn, device) : p.backend;
   const std::string why = unsupported(backend, attn, device);
@@ -114,6 +123,11 @@ Backend select_backend(const Params& p) { return plan(p).backend->info.backend; 
 void forward(const Params& params) {
   const Plan pl = plan(params);
   const Sizes& s = pl.attn.sizes;
+  // A KV cache's new keys go into it first, whether or not any row attends.
+  if (pl.attn.new_keys.rows > 0 && s.batch > 0) {
+    if (pl.device == DeviceKind::cuda) cuda::append_to_cache(pl.attn);
+    else cpu::append_to_cache(pl.attn);
+  }
   if (s.batch == 0 || s.seqlen_q == 0) return;  // no row to write: nothing runs
   if (pl.device == DeviceKind::cuda) cuda::run_forward(pl.backend->forward, pl.attn);
   else pl.backend->forward(pl.attn);
@@ -124,7 +138,7 @@ std::vector<double> reference_rows(const Params& params, const std::vector<int>&
   const AttnParams attn = make_attn_params(params);
   require(params.q.device.kind == DeviceKind::cpu,
           "q: reference_rows reads host tensors, but q is on cuda");
-  require(!attn.seqs.packed(), "sequences: reference_rows takes dense batches only");
+  require(!attn.seqs.ragged(), "sequences: reference_rows takes dense batches without a KV cache only");
   for (int r : rows)
     require(r >= 0 && r < attn.sizes.seqlen_q, "rows: row ", r, " is outside [0, ",
             attn.sizes.seqlen_q, ")");

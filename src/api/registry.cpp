@@ -18,24 +18,26 @@ constexpr uint32_t kHalf = bit(DType::f16) | bit(DType::bf16);
 const std::vector<BackendEntry>& table() {
   static const std::vector<BackendEntry> entries = {
       {{Backend::reference, "reference", DeviceKind::cpu, kAll, 0, 0,
-        "float64 with each score row materialised: the oracle the tests compare with", 0, true},
+        "float64 with each score row materialised: the oracle the tests compare with", 0, true,
+        true, true},
        cpu::reference_forward, cpu::reference_backward},
       {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
-        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true},
+        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true, true},
        cpu::flash_forward, cpu::flash_backward},
       {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
         "one thread per query row, scores recomputed: simple enough to be obviously right", -1,
-        true},
+        true, true, true},
        cuda::naive_forward},
       {{Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, kAll, 0, 0,
         "FlashAttention-1 style shared-memory tiles in fp32, any head_dim; tiny fp32 "
-        "problems in one round of loads", 0, true},
+        "problems in one round of loads", 0, true, true},
        cuda::tiled_forward, cuda::tiled_backward},
       {{Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, kF32, 0, 0,
         "tensor cores at fp32 accuracy through a 3xTF32 split (mma.sync)"},
        cuda::tf32x3_forward},
       {{Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, kHalf, cuda::kMmaMaxHeadDim, 0,
-        "FlashAttention-2 style tensor-core kernel on mma.sync", cuda::kMmaBackwardMaxHeadDim, true},
+        "FlashAttention-2 style tensor-core kernel on mma.sync; KV-cache decode with split-KV and "
+        "a GQA group's query heads in one tile", cuda::kMmaBackwardMaxHeadDim, true, true, true},
        cuda::mma_forward, cuda::mma_backward},
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
@@ -74,6 +76,17 @@ Backend packed_backend(DType dtype, int head_dim, bool backward) {
   return dtype != DType::f32 && fits ? Backend::cuda_mma : Backend::cuda_tiled;
 }
 
+// A KV cache: on the GPU, 16-bit on cuda_mma (its decode kernel) up to its
+// head_dim limit; otherwise contiguous on cuda_tiled, paged on cuda_naive. On
+// the host: contiguous on cpu, paged on reference.
+Backend cache_backend(const AttnParams& p, DeviceKind device) {
+  const bool paged = p.seqs.cache.paged();
+  if (device == DeviceKind::cpu) return paged ? Backend::reference : Backend::cpu;
+  if (p.dtype != DType::f32 && find_backend(Backend::cuda_mma)->info.takes_head_dim(p.sizes.head_dim))
+    return Backend::cuda_mma;
+  return paged ? Backend::cuda_naive : Backend::cuda_tiled;
+}
+
 }  // namespace
 
 const std::vector<BackendInfo>& backends() {
@@ -107,6 +120,7 @@ std::string dtype_list(const BackendInfo& info) {
 // 3×TF32 split. 16-bit: wgmma on Hopper where its head_dim and stride rules
 // hold, else mma.sync up to its head_dim limit, cuda_tiled beyond it.
 Backend automatic_backend(const AttnParams& p, DeviceKind device) {
+  if (p.seqs.cache.present()) return cache_backend(p, device);
   if (device == DeviceKind::cpu) return Backend::cpu;
   if (p.seqs.packed()) return packed_backend(p.dtype, p.sizes.head_dim, false);
   if (p.dtype == DType::f32)
@@ -141,6 +155,20 @@ namespace {
 
 std::string no_sequences(const BackendInfo& info) {
   return "sequences: " + std::string(info.name) + " does not take variable-length batches";
+}
+
+// Why `info` cannot run p's KV cache; empty where it can.
+std::string cache_unsupported(const BackendInfo& info, const AttnParams& p) {
+  const KeyCache& c = p.seqs.cache;
+  if (!c.present()) return {};
+  if (!info.takes_kv_cache)
+    return "kv_cache: " + std::string(info.name) + " does not take KV-cache calls";
+  if (c.paged() && !info.takes_paged_kv)
+    return "kv_cache.block_table: " + std::string(info.name) + " does not take paged caches";
+  if (!c.checked && info.backend != Backend::cuda_mma)
+    return "kv_cache.checked: false (device-side checks) is taken by cuda_mma only, not " +
+           std::string(info.name);
+  return {};
 }
 
 }  // namespace
@@ -191,6 +219,7 @@ std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device)
     return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds " +
            std::string(info.name) + "'s limit of " + std::to_string(info.max_head_dim) + instead();
   if (p.seqs.packed() && !info.takes_sequences) return no_sequences(info) + instead();
+  if (const std::string why = cache_unsupported(info, p); !why.empty()) return why + instead();
   // cuda_wgmma's layout rules (TMA-describable strides) concern its kernel; a
   // problem without work runs no kernel of it.
   const Sizes& s = p.sizes;

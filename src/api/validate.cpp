@@ -103,7 +103,9 @@ namespace {
 
 // The forward's problem: q, k, v and an output of q's shape (out), each view
 // valid, their dtypes, devices and shapes agreeing, and the mask a known rule.
-void check_problem(const Named& q, const Named& k, const Named& v, const Named& out, Mask mask) {
+// A paged cache's k and v hold pages, not sequences: their batch is free.
+void check_problem(const Named& q, const Named& k, const Named& v, const Named& out, Mask mask,
+                   bool k_batch_is_q_batch = true) {
   for (const Named& t : {q, k, v, out}) check_view(t);
   for (const Named& t : {k, v, out}) {
     require(t.t.dtype == q.t.dtype, t.name, ": dtype ", to_string(t.t.dtype),
@@ -112,7 +114,7 @@ void check_problem(const Named& q, const Named& k, const Named& v, const Named& 
                 (t.t.device.kind == DeviceKind::cpu || t.t.device.index == q.t.device.index),
             t.name, ": device differs from q's device");
   }
-  require_dim(k, 0, q, 0);
+  if (k_batch_is_q_batch) require_dim(k, 0, q, 0);
   require_dim(k, 3, q, 3);
   for (int d = 0; d < 4; ++d) require_dim(v, d, k, d);
   for (int d = 0; d < 4; ++d) require_dim(out, d, q, d);
@@ -147,6 +149,59 @@ void check_packing(const Sequences& s, const Named& q) {
           ", must be >= 0 and < ", INT_MAX);
   require(q.t.shape[0] == 1, "q: batch is ", q.t.shape[0],
           "; a variable-length batch packs its sequences along seqlen, in batch 1");
+}
+
+// A KV cache's arguments that need no read of its arrays: the layout (a dense
+// batch of queries; paged: pages per sequence), the keys and values to append
+// (k's heads and head_dim, q's batch, within the capacity, in memory of their
+// own), and the split count. Appending writes the cache, so the cache must
+// then be distinct memory that q does not share.
+void check_kv_cache(const KVCache& c, const Sequences& seqs, const Named& q, const Named& k,
+                    const Named& v) {
+  if (c.seqlens == nullptr) {
+    require(c.block_table == nullptr, "kv_cache.block_table: is set, but kv_cache.seqlens is null");
+    require(c.k_new.data == nullptr && c.v_new.data == nullptr,
+            "kv_cache.k_new: is set, but kv_cache.seqlens is null");
+    return;
+  }
+  require(seqs.cu_seqlens_q == nullptr && seqs.cu_seqlens_k == nullptr,
+          "sequences: a KV-cache call takes a dense batch of queries, not a variable-length one");
+  int64_t capacity = k.t.shape[1];
+  if (c.block_table != nullptr) {
+    require(c.pages_per_sequence >= 1, "kv_cache.pages_per_sequence: is ", c.pages_per_sequence,
+            ", must be >= 1 with a block table");
+    capacity *= c.pages_per_sequence;
+    require(capacity <= INT_MAX, "kv_cache.pages_per_sequence: ", c.pages_per_sequence,
+            " pages of ", k.t.shape[1], " keys exceed ", INT_MAX, " keys per sequence");
+  }
+  require(c.key_splits >= 0 && c.key_splits <= 128, "kv_cache.key_splits: is ", c.key_splits,
+          ", must be in [0, 128] (0: automatic)");
+  require((c.k_new.data == nullptr) == (c.v_new.data == nullptr),
+          c.k_new.data ? "kv_cache.v_new: is null, but k_new is set (appending needs both)"
+                       : "kv_cache.k_new: is null, but v_new is set (appending needs both)");
+  if (c.k_new.data == nullptr) return;
+  const Named k_new{"kv_cache.k_new", c.k_new}, v_new{"kv_cache.v_new", c.v_new};
+  check_view(k_new);
+  require(k_new.t.dtype == q.t.dtype, k_new.name, ": dtype ", to_string(k_new.t.dtype),
+          " differs from q's dtype ", to_string(q.t.dtype));
+  require(k_new.t.device.kind == q.t.device.kind &&
+              (q.t.device.kind == DeviceKind::cpu || k_new.t.device.index == q.t.device.index),
+          k_new.name, ": device differs from q's device");
+  require_dim(k_new, 0, q, 0);
+  require_dim(k_new, 2, k, 2);
+  require_dim(k_new, 3, k, 3);
+  for (int d = 0; d < 4; ++d) require_dim(v_new, d, k_new, d);
+  require(v_new.t.dtype == q.t.dtype && v_new.t.device.kind == k_new.t.device.kind &&
+              v_new.t.device.index == k_new.t.device.index,
+          v_new.name, ": dtype or device differs from k_new's");
+  require(k_new.t.shape[1] <= capacity, k_new.name, ": seqlen is ", k_new.t.shape[1],
+          ", more than the cache holds per sequence (", capacity, ")");
+  for (const Named& cache : {k, v}) require_no_self_overlap(cache);
+  require(!overlaps(byte_range(k), byte_range(v)), "v: memory overlaps k (the call writes both)");
+  for (const Named& cache : {k, v})
+    for (const Named& t : {q, k_new, v_new})
+      require(!overlaps(byte_range(cache), byte_range(t)), cache.name, ": memory overlaps ",
+              t.name, " (the call writes the cache)");
 }
 
 // A tensor of like's shape, dtype and device.
@@ -188,7 +243,8 @@ int check_prefix_sums(const char* name, const std::vector<int32_t>& cu, int64_t 
 
 AttnParams make_attn_params(const Params& p) {
   const Named q{"q", p.q}, k{"k", p.k}, v{"v", p.v}, out{"out", p.out};
-  check_problem(q, k, v, out, p.mask);
+  check_problem(q, k, v, out, p.mask, p.kv_cache.block_table == nullptr);
+  check_kv_cache(p.kv_cache, p.sequences, q, k, v);
 
   require_no_self_overlap(out);
   const ByteRange out_bytes = byte_range(out);
@@ -234,6 +290,41 @@ BwdParams make_bwd_params(const BackwardParams& p) {
   require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
   check_variants(p.variants, a);
   return a;
+}
+
+void read_kv_cache(AttnParams& a, DeviceKind device) {
+  KeyCache& c = a.seqs.cache;
+  if (!c.present() || !c.checked) return;
+  const Sizes& s = a.sizes;
+  std::vector<int32_t> seqlens(size_t(s.batch));
+  std::vector<int32_t> table(c.paged() ? size_t(s.batch) * c.pages_per_sequence : 0);
+  if (device == DeviceKind::cuda) {
+    const cuda::HostCopy lengths{seqlens.data(), c.seqlens, seqlens.size() * sizeof(int32_t)};
+    if (c.paged())
+      cuda::copy_to_host({lengths, {table.data(), c.block_table, table.size() * sizeof(int32_t)}},
+                         a.device_index, a.stream);
+    else
+      cuda::copy_to_host({lengths}, a.device_index, a.stream);
+  } else {
+    std::copy(c.seqlens, c.seqlens + seqlens.size(), seqlens.begin());
+    if (c.paged()) std::copy(c.block_table, c.block_table + table.size(), table.begin());
+  }
+  int longest = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    require(seqlens[b] >= 0 && int64_t(seqlens[b]) + c.appended <= c.capacity,
+            "kv_cache.seqlens: entry ", b, " is ", seqlens[b], ", must be >= 0 and, with the ",
+            c.appended, " keys appended, at most the capacity (", c.capacity, ")");
+    const int length = seqlens[b] + c.appended;
+    longest = std::max(longest, length);
+    if (!c.paged()) continue;
+    for (int page = 0; page < (length + c.page_size - 1) / c.page_size; ++page) {
+      const int32_t index = table[size_t(b) * c.pages_per_sequence + page];
+      require(index >= 0 && index < c.pages, "kv_cache.block_table: entry (", b, ", ", page,
+              ") is ", index, ", must name a page of k and v, in [0, ", c.pages, ")");
+    }
+  }
+  a.sizes.seqlen_k = longest;
+  a.mask = resolve(a.rule, {s.seqlen_q, longest});
 }
 
 void read_sequences(AttnParams& a, const Sequences& s, DeviceKind device) {

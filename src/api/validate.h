@@ -17,6 +17,13 @@ BwdParams make_bwd_params(const BackwardParams& params);
 // after the device checks; nothing for a dense batch.
 void read_sequences(AttnParams& a, const Sequences& sequences, DeviceKind device);
 
+// A KV cache checked on the host (a.seqs.cache, checked): reads seqlens and
+// the block table (from the device for CUDA tensors, waiting on a's stream),
+// checks the lengths against the capacity and the pages in use against k's
+// pages, and sets a's longest length and the mask resolved for it. Unchecked
+// (or no cache): nothing; the longest length stays the capacity.
+void read_kv_cache(AttnParams& a, DeviceKind device);
+
 // Whether a view holds any element (batch and seqlen may be 0): one without is
 // never read or written, and its data pointer may be anything.
 bool has_elements(const TensorView& t);

@@ -46,6 +46,13 @@ struct SoftmaxParams {
   float* lse = nullptr;        // optional, contiguous (batch, heads_q, seqlen_q), natural log
 };
 
+// Keys and values a KV-cache call appends: (batch, rows, heads_kv, head_dim),
+// written into each sequence's cache at its length before the attention runs.
+struct NewKeys {
+  TensorRef k, v;
+  int rows = 0;
+};
+
 struct AttnParams {
   TensorRef q, k, v, o;
   Sizes sizes;
@@ -59,6 +66,7 @@ struct AttnParams {
   RowMask mask{};
   ScoreParams scores;  // softcap and ALiBi (core/variant.h); the window is in mask
   SoftmaxParams softmax;
+  NewKeys new_keys;    // a KV cache's appended keys and values (written before the kernels run)
   DType dtype = DType::f32;  // q, k, v and out share it
   int device_index = 0;
   void* stream = nullptr;
@@ -111,9 +119,28 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
 // lengths (sizes.seqlen_q/k) and the mask resolved for them need the prefix
 // sums' values: validate.cpp's read_sequences sets them.
 inline void pack(AttnParams& p, const Sequences& seqs, std::initializer_list<TensorRef*> tensors) {
-  p.seqs = {seqs.cu_seqlens_q, seqs.cu_seqlens_k, p.sizes.seqlen_q, p.sizes.seqlen_k};
+  p.seqs = {seqs.cu_seqlens_q, seqs.cu_seqlens_k, p.sizes.seqlen_q, p.sizes.seqlen_k, {}};
   p.sizes.batch = seqs.batch;
   for (TensorRef* t : tensors) t->batch_stride = 0;
+}
+
+// p with k and v as the KV cache `c` describes: sequence b's length is read
+// from c.seqlens (core/seqlen.h), and until validate.cpp's read_kv_cache reads
+// the lengths, the longest one is taken to be the capacity.
+inline void attach_cache(AttnParams& p, const KVCache& c, const TensorView& k) {
+  KeyCache& kc = p.seqs.cache;
+  kc.seqlens = c.seqlens;
+  kc.appended = c.k_new.data ? int(c.k_new.shape[1]) : 0;
+  kc.block_table = c.block_table;
+  kc.pages_per_sequence = c.block_table ? c.pages_per_sequence : 0;
+  kc.page_size = c.block_table ? int(k.shape[1]) : 0;
+  kc.pages = c.block_table ? k.shape[0] : 0;
+  kc.capacity = int(c.block_table ? k.shape[1] * c.pages_per_sequence : k.shape[1]);
+  kc.checked = c.checked;
+  kc.key_splits = c.key_splits;
+  p.sizes.seqlen_k = kc.capacity;
+  p.mask = resolve(p.rule, {p.sizes.seqlen_q, kc.capacity});
+  if (kc.appended > 0) p.new_keys = {tensor_ref(c.k_new), tensor_ref(c.v_new), kc.appended};
 }
 
 // The AttnParams of public Params, unchecked: validate.cpp checks first, tools
@@ -121,6 +148,7 @@ inline void pack(AttnParams& p, const Sequences& seqs, std::initializer_list<Ten
 inline AttnParams attn_params(const Params& p) {
   AttnParams a = problem_params(p.q, p.k, p.v, p.out, p.scale, p.mask, p.variants);
   if (p.sequences.cu_seqlens_q) pack(a, p.sequences, {&a.q, &a.k, &a.v, &a.o});
+  if (p.kv_cache.seqlens) attach_cache(a, p.kv_cache, p.k);
   a.softmax.lse = p.lse;
   a.stream = p.stream;
   return a;
@@ -145,20 +173,23 @@ inline BwdParams bwd_params(const BackwardParams& p) {
 // Whether p needs the kernels' AnyVariant instantiation (core/variant.h): a
 // score variant, or a window's lower end (packed: in any sequence).
 FLASHATTN_HOST_DEVICE bool needs_any_variant(const AttnParams& p) {
-  return p.scores.any() || p.mask.bounded_below || (p.seqs.packed() && p.rule.window_left >= 0);
+  return p.scores.any() || p.mask.bounded_below || (p.seqs.ragged() && p.rule.window_left >= 0);
 }
 
 // Where sequence b lies and its lengths (core/seqlen.h).
 FLASHATTN_HOST_DEVICE Sequence sequence(const AttnParams& p, int b) {
+  if (p.seqs.cache.present())
+    return {0, 0, p.sizes.seqlen_q, p.seqs.cache.seqlens[b] + p.seqs.cache.appended};
   if (!p.seqs.packed()) return {0, 0, p.sizes.seqlen_q, p.sizes.seqlen_k};
   const int q0 = p.seqs.cu_seqlens_q[b], k0 = p.seqs.cu_seqlens_k[b];
   return {q0, k0, p.seqs.cu_seqlens_q[b + 1] - q0, p.seqs.cu_seqlens_k[b + 1] - k0};
 }
 
 // The key range the rows of sequence seq see. Dense: every sequence has the
-// batch's mask, resolved once; packed: the rule resolved for seq's lengths.
+// batch's mask, resolved once; packed or a cache: the rule resolved for seq's
+// lengths.
 FLASHATTN_HOST_DEVICE RowMask row_mask(const AttnParams& p, const Sequence& seq) {
-  return p.seqs.packed() ? resolve(p.rule, seq.lengths()) : p.mask;
+  return p.seqs.ragged() ? resolve(p.rule, seq.lengths()) : p.mask;
 }
 
 // The mask of every sequence of a dense batch, for the kernels that take dense
@@ -169,6 +200,17 @@ FLASHATTN_HOST_DEVICE const RowMask& dense_mask(const AttnParams& p) { return p.
 // The element offset of row0 of sequence b (batch index b dense) in t, head 0.
 FLASHATTN_HOST_DEVICE int64_t row_offset(const TensorRef& t, int b, int64_t row0) {
   return b * t.batch_stride + row0 * t.row_stride;
+}
+
+// The element offset of key j of sequence b in t (k or v), head 0: row
+// k_row0 + j of batch b, or in a paged cache row j % page_size of the page the
+// block table names for it.
+FLASHATTN_HOST_DEVICE int64_t key_offset(const AttnParams& p, const TensorRef& t, int b,
+                                         const Sequence& seq, int64_t j) {
+  const KeyCache& c = p.seqs.cache;
+  if (!c.paged()) return row_offset(t, b, seq.k_row0 + j);
+  const int64_t page = c.block_table[int64_t(b) * c.pages_per_sequence + j / c.page_size];
+  return page * t.batch_stride + (j % c.page_size) * t.row_stride;
 }
 
 // The index in lse (and D) of head hq's first row of sequence b:

@@ -7,6 +7,10 @@
 
 namespace flashattn::cpu {
 
+// A KV cache's new keys and values written into it (AttnParams::new_keys),
+// before a backend attends.
+void append_to_cache(const AttnParams& p);
+
 // Standard attention in float64 with each score row materialised: the oracle.
 void reference_forward(const AttnParams& p);
 

@@ -29,7 +29,7 @@ std::vector<double> load_kv(const AttnParams& p, const TensorRef& t, int b, cons
   const Sizes& s = p.sizes;
   std::vector<double> out(size_t(seq.seqlen_k) * s.head_dim);
   for (int j = 0; j < seq.seqlen_k; ++j) {
-    const int64_t base = row_offset(t, b, seq.k_row0 + j) + h * t.head_stride;
+    const int64_t base = key_offset(p, t, b, seq, j) + h * t.head_stride;
     for (int c = 0; c < s.head_dim; ++c)
       out[size_t(j) * s.head_dim + c] = load_float(t.data, p.dtype, base + c);
   }

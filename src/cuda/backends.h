@@ -24,7 +24,7 @@ void tiled_forward(const AttnParams& p);
 inline constexpr int kTinyMaxRows = 64, kTinyMaxKeys = 64, kTinyMaxHeadDim = 64;
 inline bool tiny_fits(const AttnParams& p) {
   const Sizes& s = p.sizes;
-  return p.dtype == DType::f32 && !p.seqs.packed() && s.seqlen_q <= kTinyMaxRows &&
+  return p.dtype == DType::f32 && !p.seqs.ragged() && s.seqlen_q <= kTinyMaxRows &&
          s.seqlen_k <= kTinyMaxKeys && s.head_dim <= kTinyMaxHeadDim;
 }
 void tiny_forward(const AttnParams& p);
@@ -69,6 +69,12 @@ void mma_backward(const BwdParams& p);
 inline constexpr int kWgmmaBackwardMaxHeadDim = 128;
 std::string wgmma_backward_unsupported(const BwdParams& p);
 void wgmma_backward(const BwdParams& p);
+
+// A KV cache's new keys and values written into it (AttnParams::new_keys) on
+// p's stream, before a backend attends. Unchecked lengths are checked here on
+// the device: a sequence whose length would pass the capacity, or a page index
+// out of range, writes nothing (the attention gives that sequence NaN).
+void append_to_cache(const AttnParams& p);
 
 // Runs `backward` on p with p's device current: D = rowsum(dO∘O) into scratch
 // first; a problem without query rows or without keys by writing zeros (dk and

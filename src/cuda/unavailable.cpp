@@ -26,6 +26,10 @@ void require_device_pointer(const void*, int, const char*) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 
+void append_to_cache(const AttnParams&) {
+  fail(Status::unsupported, "device: this flashattn build has no CUDA support");
+}
+
 void naive_forward(const AttnParams&) { not_built("cuda_naive"); }
 void tiled_forward(const AttnParams&) { not_built("cuda_tiled"); }
 void tf32x3_forward(const AttnParams&) { not_built("cuda_tf32x3"); }

@@ -114,6 +114,13 @@ std::string case_name(const harness::Case& c) {
     out << "_packed";
     for (const SequenceLengths& s : c.sequences) out << "_" << s.seqlen_q << "x" << s.seqlen_k;
   }
+  if (harness::is_cache(c)) {
+    const harness::Case::Cache& kv = *c.cache;
+    out << "_cache" << kv.capacity << (kv.page_size ? "_paged" + std::to_string(kv.page_size) : "")
+        << "_add" << kv.appended << (kv.checked ? "" : "_unchecked");
+    if (kv.key_splits) out << "_splits" << kv.key_splits;
+    for (int n : kv.cached) out << "_" << n;
+  }
   return out.str();
 }
 

@@ -69,6 +69,14 @@ inline TensorView view_of(const Buffer& buf, DType dtype, Device device) {
   return t;
 }
 
+// A host view of batch index b of buf, as a batch of one.
+inline TensorView batch_view(const Buffer& buf, DType dtype, int64_t b) {
+  TensorView t = view_of(buf, dtype, Device{});
+  t.data = static_cast<uint8_t*>(t.data) + offset(buf, b, 0, 0, 0) * int64_t(dtype_size(dtype));
+  t.shape[0] = 1;
+  return t;
+}
+
 // A host view of rows [row0, row0 + rows) of batch index 0 of buf: one
 // sequence of a packed batch, as a dense batch of one.
 inline TensorView rows_view(const Buffer& buf, DType dtype, int64_t row0, int64_t rows) {

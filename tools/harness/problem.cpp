@@ -21,14 +21,29 @@ namespace flashattn::harness {
 struct Problem::Part {
   Params params;  // dense host views, reference backend
   Case spec;      // the part as a dense case (score_rule's alignment)
+  int64_t batch0 = 0;  // its batch index in out and lse (a KV cache's sequence)
   int64_t q_row0 = 0;
   std::vector<int> rows;
   std::vector<double> ref, ref_lse, standard;
   std::vector<double> independent, independent_lse;  // standard_rows_float64
 };
 
+// A KV-cache call's buffers: the cache is k and v themselves (contiguous, or
+// pages in a random order with NaN in every row no sequence holds, so that a
+// kernel reading past a length shows), the keys to append, the lengths and the
+// block table, and each sequence's keys as a dense batch of one as they must
+// be after the call (the oracle's k and v).
+struct CacheBuffers {
+  Buffer k_new, v_new;
+  std::vector<int32_t> seqlens, block_table;
+  DeviceBuffer seqlens_device, block_table_device;
+  int pages_per_sequence = 0;
+  std::vector<Buffer> keys, values;
+};
+
 struct Problem::Storage {
   Buffer q, k, v, out;
+  CacheBuffers cache;
   std::vector<float> lse;
   DeviceBuffer lse_device;
   SlopeBuffer slopes;
@@ -49,6 +64,16 @@ Case packed_case(Case c, std::vector<SequenceLengths> sequences) {
 
 bool is_packed(const Case& c) { return !c.sequences.empty(); }
 
+Case cache_case(Case c, Case::Cache cache) {
+  c.shape.batch = int(cache.cached.size());
+  c.shape.seqlen_k = 0;
+  for (int n : cache.cached) c.shape.seqlen_k = std::max(c.shape.seqlen_k, n + cache.appended);
+  c.cache = std::move(cache);
+  return c;
+}
+
+bool is_cache(const Case& c) { return c.cache.has_value(); }
+
 int64_t total_q(const Case& c) {
   if (!is_packed(c)) return c.shape.seqlen_q;
   int64_t n = 0;
@@ -67,6 +92,11 @@ Case sequence_case(const Case& c, int b) {
   Case one = c;
   one.sequences.clear();
   one.shape.batch = 1;
+  if (is_cache(c)) {
+    one.shape.seqlen_k = c.cache->cached[b] + c.cache->appended;
+    one.cache.reset();
+    return one;
+  }
   one.shape.seqlen_q = c.sequences[b].seqlen_q;
   one.shape.seqlen_k = c.sequences[b].seqlen_k;
   return one;
@@ -112,6 +142,13 @@ std::string describe(const Case& c) {
     for (size_t b = 0; b < c.sequences.size(); ++b)
       out << (b ? " " : "") << c.sequences[b].seqlen_q << "x" << c.sequences[b].seqlen_k;
     out << ")";
+  }
+  if (is_cache(c)) {
+    out << " cache(" << (c.cache->page_size ? "paged " + std::to_string(c.cache->page_size) + ", "
+                                             : std::string())
+        << "capacity " << c.cache->capacity << ", +" << c.cache->appended << ":";
+    for (int n : c.cache->cached) out << " " << n;
+    out << (c.cache->checked ? "" : ", unchecked") << ")";
   }
   if (c.window_left >= 0 || c.window_right >= 0)
     out << " window(" << c.window_left << "," << c.window_right << ")";
@@ -184,14 +221,81 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
   std::normal_distribution<float> normal(0.0f, c.input_std);
   fill({&st.q, &st.k, &st.v}, c.dtype, [&] { return normal(rng); });
   st.slopes = SlopeBuffer(c, device);
+  if (is_cache(c)) make_cache(rng, normal);
   if (device.kind == DeviceKind::cuda) {
-    for (Buffer* buf : {&st.q, &st.k, &st.v, &st.out}) {
+    std::vector<Buffer*> buffers = {&st.q, &st.k, &st.v, &st.out};
+    if (is_cache(c)) buffers.insert(buffers.end(), {&st.cache.k_new, &st.cache.v_new});
+    for (Buffer* buf : buffers) {
       buf->device = DeviceBuffer(buf->host.size(), device.index);
       buf->device.upload(buf->host.data());
     }
     st.lse_device = DeviceBuffer(st.lse.size() * sizeof(float), device.index);
+    for (auto [host, dev] : {std::pair{&st.cache.seqlens, &st.cache.seqlens_device},
+                             std::pair{&st.cache.block_table, &st.cache.block_table_device}}) {
+      if (host->empty()) continue;
+      *dev = DeviceBuffer(host->size() * sizeof(int32_t), device.index);
+      dev->upload(host->data());
+    }
   }
   poison_output();
+}
+
+// The cache of a KV-cache case (CacheBuffers): k and v re-laid as the cache,
+// random keys in every sequence's first cached rows and NaN elsewhere; the
+// block table a random permutation of the pages (two spare ones never used).
+void Problem::make_cache(std::mt19937_64& rng, std::normal_distribution<float>& normal) {
+  const Case& c = case_;
+  const Shape& s = c.shape;
+  const Case::Cache& spec = *c.cache;
+  Storage& st = *storage_;
+  CacheBuffers& cb = st.cache;
+  const bool paged = spec.page_size > 0;
+  cb.pages_per_sequence = paged ? (spec.capacity + spec.page_size - 1) / spec.page_size : 0;
+  const int pages = s.batch * cb.pages_per_sequence + 2;
+  const int rows = paged ? spec.page_size : spec.capacity;
+  for (Buffer* buf : {&st.k, &st.v})
+    layout(*buf, c.dtype, paged ? pages : s.batch, rows, s.heads_kv, s.head_dim, false,
+           c.strided_pad, c.strided);
+  fill({&st.k, &st.v}, c.dtype, [] { return std::numeric_limits<float>::quiet_NaN(); });
+  if (paged) {
+    std::vector<int32_t> order(pages);
+    for (int i = 0; i < pages; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    cb.block_table.assign(order.begin(), order.begin() + s.batch * cb.pages_per_sequence);
+  }
+  cb.seqlens.assign(spec.cached.begin(), spec.cached.end());
+  for (Buffer* buf : {&cb.k_new, &cb.v_new})
+    layout(*buf, c.dtype, s.batch, spec.appended, s.heads_kv, s.head_dim, c.strided, c.strided_pad,
+           false);
+  fill({&cb.k_new, &cb.v_new}, c.dtype, [&] { return normal(rng); });
+  // Where key j of sequence b lies in the cache (batch or page, row).
+  const auto place = [&](int b, int j) {
+    if (!paged) return std::pair<int64_t, int64_t>{b, j};
+    return std::pair<int64_t, int64_t>{
+        cb.block_table[size_t(b) * cb.pages_per_sequence + j / spec.page_size], j % spec.page_size};
+  };
+  cb.keys.resize(s.batch);
+  cb.values.resize(s.batch);
+  for (int b = 0; b < s.batch; ++b) {
+    const int length = spec.cached[b] + spec.appended;
+    for (auto [cache, fresh, dense] : {std::tuple{&st.k, &cb.k_new, &cb.keys[b]},
+                                       std::tuple{&st.v, &cb.v_new, &cb.values[b]}}) {
+      layout(*dense, c.dtype, 1, length, s.heads_kv, s.head_dim, false, 0, false);
+      for (int j = 0; j < length; ++j)
+        for (int h = 0; h < s.heads_kv; ++h)
+          for (int e = 0; e < s.head_dim; ++e) {
+            const bool old = j < spec.cached[b];
+            const float x = old ? normal(rng)
+                                : load_float(fresh->host.data(), c.dtype,
+                                             offset(*fresh, b, j - spec.cached[b], h, e));
+            store_float(dense->host.data(), c.dtype, offset(*dense, 0, j, h, e), x);
+            if (old) {
+              const auto [at, row] = place(b, j);
+              store_float(cache->host.data(), c.dtype, offset(*cache, at, row, h, e), x);
+            }
+          }
+    }
+  }
 }
 
 Problem::~Problem() = default;
@@ -213,6 +317,21 @@ Params Problem::views(Backend backend, Device device) const {
   p.mask = case_.mask;
   p.variants = variants_of(case_, st.slopes.on(device.kind));
   p.sequences = st.sequences.on(device.kind);
+  if (is_cache(case_)) {
+    const CacheBuffers& cb = st.cache;
+    KVCache& kv = p.kv_cache;
+    kv.seqlens = on_gpu ? static_cast<const int32_t*>(cb.seqlens_device.data()) : cb.seqlens.data();
+    if (case_.cache->appended > 0) {
+      kv.k_new = view(cb.k_new);
+      kv.v_new = view(cb.v_new);
+    }
+    if (!cb.block_table.empty())
+      kv.block_table = on_gpu ? static_cast<const int32_t*>(cb.block_table_device.data())
+                              : cb.block_table.data();
+    kv.pages_per_sequence = cb.pages_per_sequence;
+    kv.checked = case_.cache->checked;
+    kv.key_splits = case_.cache->key_splits;
+  }
   p.backend = backend;
   return p;
 }
@@ -229,6 +348,26 @@ std::vector<Problem::Part> Problem::parts(int max_rows) const {
     return out;
   };
   std::vector<Part> out;
+  if (is_cache(case_)) {
+    for (int b = 0; b < case_.shape.batch; ++b) {
+      Part one;
+      one.spec = sequence_case(case_, b);
+      const Shape& s = one.spec.shape;
+      if (s.seqlen_q == 0) continue;
+      one.batch0 = b;
+      one.params.q = batch_view(st.q, case_.dtype, b);
+      one.params.k = view_of(st.cache.keys[b], case_.dtype, Device{});
+      one.params.v = view_of(st.cache.values[b], case_.dtype, Device{});
+      one.params.out = batch_view(st.out, case_.dtype, b);
+      one.params.scale = case_.scale;
+      one.params.mask = case_.mask;
+      one.params.variants = variants_of(case_, st.slopes.host.data());
+      one.params.backend = Backend::reference;
+      one.rows = sample(s.seqlen_q);
+      out.push_back(std::move(one));
+    }
+    return out;
+  }
   if (!is_packed(case_)) {
     Part whole;
     whole.params = views(Backend::reference, Device{});
@@ -271,6 +410,23 @@ void Problem::poison_output() {
   }
 }
 
+std::vector<float> Problem::output() {
+  Storage& st = *storage_;
+  if (device_.kind == DeviceKind::cuda) {
+    device_synchronize(device_.index);
+    st.out.device.download(st.out.host.data());
+  }
+  std::vector<float> out;
+  for (int64_t b = 0; b < st.out.shape[0]; ++b)
+    for (int64_t i = 0; i < st.out.shape[1]; ++i)
+      for (int64_t h = 0; h < st.out.shape[2]; ++h)
+        for (int64_t c = 0; c < st.out.shape[3]; ++c)
+          out.push_back(load_float(st.out.host.data(), case_.dtype, offset(st.out, b, i, h, c)));
+  return out;
+}
+
+const std::vector<int32_t>& Problem::block_table() const { return storage_->cache.block_table; }
+
 double Problem::io_bytes() const {
   const Shape& s = case_.shape;
   const int batch = is_packed(case_) ? 1 : s.batch;
@@ -287,6 +443,7 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
     st.out.device.download(st.out.host.data());
     st.lse_device.download(st.lse.data());
   }
+  const int64_t cache_mismatches = check_appended();
   if (st.parts.empty()) st.parts = parts(max_rows);
   const bool independent = backend == Backend::reference;
   const int64_t lse_rows = total_q(case_);  // lse's row count per (batch index, head)
@@ -311,7 +468,7 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
       for (int64_t r = 0; r < n; ++r)
         for (int64_t h = 0; h < s.heads_q; ++h) {
           const int64_t row = part.q_row0 + part.rows[r];
-          const int64_t base = offset(st.out, b, row, h, 0);
+          const int64_t base = offset(st.out, part.batch0 + b, row, h, 0);
           const double* ref = &oracle[((b * n + r) * s.heads_q + h) * s.head_dim];
           for (int64_t c = 0; c < s.head_dim; ++c) {
             const double got = load_float(st.out.host.data(), case_.dtype, base + c);
@@ -325,7 +482,7 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
             }
           }
           const double ref_lse = oracle_lse[(b * s.heads_q + h) * n + r];
-          const float got_lse = st.lse[(b * s.heads_q + h) * lse_rows + row];
+          const float got_lse = st.lse[((part.batch0 + b) * s.heads_q + h) * lse_rows + row];
           const double lse_err = std::isinf(ref_lse) ? (got_lse == ref_lse ? 0.0 : INFINITY)
                                                      : std::fabs(got_lse - ref_lse);
           acc.lse_max_abs = std::max(acc.lse_max_abs, std::isnan(lse_err) ? INFINITY : lse_err);
@@ -349,8 +506,39 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
   // a quarter of the dtype's ulp at 1).
   const double out_rounding = case_.dtype == DType::bf16 ? 0x1p-9 : 0x1p-12;
   acc.tolerance = case_.dtype == DType::f32 ? 1e-5 : 2 * acc.standard_rel_l2 + out_rounding;
-  acc.passed = acc.unwritten == 0 && acc.rel_l2 <= acc.tolerance && acc.lse_max_abs <= 1e-3;
+  acc.cache_mismatches = cache_mismatches;
+  acc.passed = acc.unwritten == 0 && acc.cache_mismatches == 0 && acc.rel_l2 <= acc.tolerance &&
+               acc.lse_max_abs <= 1e-3;
   return acc;
+}
+
+// A KV-cache case's appended rows as the call left them in the cache: every
+// element equal to k_new's (v_new's), bit for bit. 0 without a cache.
+int64_t Problem::check_appended() {
+  if (!is_cache(case_) || case_.cache->appended == 0) return 0;
+  Storage& st = *storage_;
+  const Shape& s = case_.shape;
+  const Case::Cache& spec = *case_.cache;
+  const CacheBuffers& cb = st.cache;
+  int64_t mismatches = 0;
+  for (auto [cache, fresh] : {std::pair{&st.k, &cb.k_new}, std::pair{&st.v, &cb.v_new}}) {
+    std::vector<uint8_t> now = cache->host;
+    if (device_.kind == DeviceKind::cuda) cache->device.download(now.data());
+    for (int b = 0; b < s.batch; ++b)
+      for (int r = 0; r < spec.appended; ++r) {
+        const int j = spec.cached[b] + r;
+        const int64_t at = spec.page_size ? cb.block_table[size_t(b) * cb.pages_per_sequence +
+                                                          j / spec.page_size]
+                                          : b;
+        const int64_t row = spec.page_size ? j % spec.page_size : j;
+        const size_t bytes = dtype_size(case_.dtype);
+        for (int h = 0; h < s.heads_kv; ++h)
+          mismatches += std::memcmp(now.data() + offset(*cache, at, row, h, 0) * bytes,
+                                    fresh->host.data() + offset(*fresh, b, r, h, 0) * bytes,
+                                    bytes * s.head_dim) != 0;
+      }
+  }
+  return mismatches;
 }
 
 std::string Accuracy::summary() const {
@@ -358,6 +546,7 @@ std::string Accuracy::summary() const {
   out << "rel_l2 " << rel_l2 << " (tolerance " << tolerance << "), max_abs " << max_abs
       << ", lse_max_abs " << lse_max_abs << ", unwritten " << unwritten << ", rows checked "
       << checked_rows;
+  if (cache_mismatches > 0) out << ", appended cache rows wrong " << cache_mismatches;
   if (standard_rel_l2 > 0) out << ", standard-in-dtype rel_l2 " << standard_rel_l2;
   return out.str();
 }

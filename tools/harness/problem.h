@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,22 @@ struct Case {
   // along seqlen in tensors of batch 1; shape.batch is their number and
   // shape.seqlen_q/k the longest (packed_case() sets both). Empty: dense.
   std::vector<SequenceLengths> sequences;
+  // A KV-cache call (flashattn::KVCache), or none.
+  struct Cache {
+    std::vector<int> cached;  // keys per sequence in the cache before the call
+    int appended = 0;         // keys the call appends to every sequence
+    int capacity = 0;         // keys a sequence's cache holds
+    int page_size = 0;        // paged: keys per page; 0: contiguous
+    bool checked = true;
+    int key_splits = 0;
+  };
+  std::optional<Cache> cache;
 };
+
+// c as a KV-cache call: q of seqlen_q rows per sequence against a cache the
+// spec describes; shape.batch and shape.seqlen_k (the longest length) follow it.
+Case cache_case(Case c, Case::Cache cache);
+bool is_cache(const Case& c);
 
 // c as a packed batch of `sequences`.
 Case packed_case(Case c, std::vector<SequenceLengths> sequences);
@@ -92,6 +108,7 @@ struct Accuracy {
   double standard_rel_l2 = 0;  // standard attention computed in the dtype (16-bit only)
   double tolerance = 0;        // the bound rel_l2 must meet
   int64_t unwritten = 0;       // output elements still NaN (poison) anywhere
+  int64_t cache_mismatches = 0;  // a KV cache's appended elements not equal to k_new's and v_new's
   int checked_rows = 0;
   bool passed = false;
   std::string summary() const;
@@ -111,6 +128,11 @@ class Problem {
   // harness's own float64 standard attention (standard.h), so that no backend
   // is checked against its own code.
   Accuracy evaluate(Backend backend, int max_rows = 256);
+  // The output as the backend left it, as floats in (batch, seqlen_q, heads_q,
+  // head_dim) order (waits for the device).
+  std::vector<float> output();
+  // A paged KV-cache case's block table (host copy; empty otherwise).
+  const std::vector<int32_t>& block_table() const;
   // Bytes of q, k, v and out as the kernels see them (for bandwidth floors).
   double io_bytes() const;
 
@@ -119,6 +141,8 @@ class Problem {
   struct Part;
   Params views(Backend backend, Device device) const;
   std::vector<Part> parts(int max_rows) const;
+  void make_cache(std::mt19937_64& rng, std::normal_distribution<float>& normal);
+  int64_t check_appended();
   Case case_;
   Device device_;
   std::unique_ptr<Storage> storage_;

@@ -15,7 +15,9 @@
 
 namespace flashattn::cuda {
 
-inline constexpr int kMaxKeySplits = 8;
+inline constexpr int kMaxKeySplits = 128;  // the merge's limit
+// cuda_f16x3's own cap (its kernels were tuned with it; the decode kernel goes to kMaxKeySplits).
+inline constexpr int kF16x3MaxKeySplits = 8;
 
 struct KeySplit {
   int count = 1;          // 1: the kernel writes p.o and p.softmax.lse itself

@@ -42,10 +42,9 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   if (i >= seq.seqlen_q) return;  // a shorter sequence of a packed batch
   const T* q = static_cast<const T*>(p.q.data) + row_offset(p.q, b, seq.q_row0 + i) +
                hq * p.q.head_stride;
-  const T* k = static_cast<const T*>(p.k.data) + row_offset(p.k, b, seq.k_row0) +
-               hk * p.k.head_stride;
-  const T* v = static_cast<const T*>(p.v.data) + row_offset(p.v, b, seq.k_row0) +
-               hk * p.v.head_stride;
+  // Key j's row of this kv head (a paged cache's through its block table).
+  const T* k = static_cast<const T*>(p.k.data) + hk * p.k.head_stride;
+  const T* v = static_cast<const T*>(p.v.data) + hk * p.v.head_stride;
   T* o = static_cast<T*>(p.o.data) + row_offset(p.o, b, seq.q_row0 + i) + hq * p.o.head_stride;
   const RowMask mask = row_mask(p, seq);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
@@ -54,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
 
   // The raw score of key j after the variant (core/variant.h), computed in both passes.
   const auto score = [&](int j) {
-    return variant(dot(q, k + j * p.k.row_stride, s.head_dim), i, j);
+    return variant(dot(q, k + key_offset(p, p.k, b, seq, j), s.head_dim), i, j);
   };
 
   OnlineRow state;
@@ -69,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
     float acc[kOutChunk] = {};
     for (int j = key_begin; j < key_end; ++j) {
       const float pj = exp2f(fmaf(score(j), c, state.neg_max_c(c)));
-      const T* vj = v + j * p.v.row_stride + c0;
+      const T* vj = v + key_offset(p, p.v, b, seq, j) + c0;
 #pragma unroll
       for (int e = 0; e < kOutChunk; ++e)
         if (c0 + e < s.head_dim) acc[e] += pj * to_float(vj[e]);

@@ -31,7 +31,7 @@ void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV&
 }
 
 // A grid under two blocks per SM splits the keys over as many blocks per query
-// tile as keep it within two blocks per SM (one wave), at most kMaxKeySplits,
+// tile as keep it within two blocks per SM (one wave), at most kF16x3MaxKeySplits,
 // each taking at least two key blocks.
 template <int kD>
 void run(const AttnParams& p) {
@@ -58,7 +58,7 @@ void run(const AttnParams& p) {
   using Shape = ShapeFor<kD>;
   const TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
   const int64_t wanted = 2 * int64_t(multiprocessors(p.device_index)) / grid.dims.x;
-  const int splits = int(std::min<int64_t>({wanted, kMaxKeySplits, key_blocks / 2}));
+  const int splits = int(std::min<int64_t>({wanted, kF16x3MaxKeySplits, key_blocks / 2}));
   run_key_splits(p, splits, [&](const KeySplit& split) {
     if (needs_any_variant(p)) run_attention<AnyVariant, Shape>(p, grid, vec4, kv, split);
     else run_attention<NoVariant, Shape>(p, grid, vec4, kv, split);

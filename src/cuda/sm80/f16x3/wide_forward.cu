@@ -19,7 +19,7 @@ void allow_shared_memory(Kernel kernel, int bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-// The grid's blocks take up to kMaxKeySplits key splits each, as many as keep
+// The grid's blocks take up to kF16x3MaxKeySplits key splits each, as many as keep
 // it within one wave of resident blocks.
 template <class Variant, typename Shape>
 void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, bool vec4,
@@ -31,7 +31,7 @@ void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, boo
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Shape::kThreads, smem));
   const int64_t resident = int64_t(std::max(per_sm, 1)) * multiprocessors(p.device_index);
   const int64_t wanted = resident / grid.dims.x;
-  const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kMaxKeySplits, chunks})));
+  const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kF16x3MaxKeySplits, chunks})));
   grid.dims.y = unsigned(splits);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   run_key_splits(p, splits, [&](const KeySplit& split) {

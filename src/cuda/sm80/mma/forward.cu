@@ -5,6 +5,7 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/head_dim_bucket.h"
+#include "cuda/sm80/decode/decode.h"
 #include "cuda/sm80/mma/forward.h"
 
 namespace flashattn::cuda {
@@ -27,6 +28,7 @@ void run_bucket(const AttnParams& p) {
 }  // namespace
 
 void mma_forward(const AttnParams& p) {
+  if (decode::takes(p)) return decode::forward(p);
   if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);
   else if (p.dtype == DType::f16) run_bucket<__half>(p);
   else fail(Status::internal, "dtype: cuda_mma takes f16 or bf16");

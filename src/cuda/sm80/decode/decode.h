@@ -1,0 +1,18 @@
+// cuda_mma's decode kernel (decode_kernel.cuh): few query rows against many
+// keys, with split-KV and a GQA group's query heads in one tile.
+#pragma once
+
+#include "core/params.h"
+
+namespace flashattn::cuda::decode {
+
+inline constexpr int kMaxHeadDim = 256;
+
+// Whether p runs on the decode kernel: a KV cache, 16-bit, head_dim up to
+// kMaxHeadDim, and either paged, unchecked (only this kernel checks on the
+// device) or few rows per kv head (the GQA group times seqlen_q, at most 64).
+bool takes(const AttnParams& p);
+
+void forward(const AttnParams& p);
+
+}  // namespace flashattn::cuda::decode

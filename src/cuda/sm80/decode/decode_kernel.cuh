@@ -1,0 +1,324 @@
+// The decode kernel of cuda_mma: few query rows against many keys (a KV-cache
+// step, contiguous or paged), on mma.sync m16n8k16 with fp32 accumulation.
+//
+// Rows. A block takes 16 rows of one (sequence, kv head): the query heads of
+// the kv head's GQA group times the query rows, packed as r = i·group + j (query
+// row i, head hk·group + j), so a group's heads share every K and V load. More
+// rows than 16 take more blocks.
+//
+// Keys. Key blocks of kBlockN = 16·kWarps keys stream through a ring of kStages
+// shared-memory stages (cp.async, one barrier per block); warp w takes keys
+// [16w, 16w + 16) of each block, with its own running max, sum and output
+// accumulator over all 16 rows (the online softmax of sm80/softmax.cuh). At the
+// end the warps' partial rows merge through shared memory by their maxima. The
+// key blocks a block walks may be one split of the sequence's (split-KV, blockIdx.y):
+// each split then writes its rows normalised, with their lse, for the merge of
+// common/combine.h.
+//
+// Keys are addressed row by row through key_offset (core/params.h), so a paged
+// cache's pages need not be a multiple of the key block. An unchecked cache
+// (KeyCache::checked false) is checked here: a sequence whose length does not
+// fit or whose pages lie out of range gets NaN rows and lse, and nothing outside
+// the tensors is read.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/params.h"
+#include "core/softmax.h"
+#include "cuda/common/combine.h"
+#include "cuda/common/element.cuh"
+#include "cuda/common/mma_16bit.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/softmax.cuh"
+
+namespace flashattn::cuda::decode {
+
+inline constexpr int kRows = 16;  // packed rows per block: one m16 slice
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kWarpKeys = 16;
+inline constexpr int kBlockN = kWarpKeys * kWarps;
+
+template <int kD_>
+struct DecodeShape {
+  static constexpr int kD = kD_;
+  // Stages in flight: with 2 blocks per SM up to d = 128, 3 stages hold 64–96 KB
+  // of K and V per block in flight, which the copy bandwidth needs.
+  static constexpr int kStages = kD <= 64 ? 4 : 3;
+  static constexpr int kMinBlocks = kD <= 128 ? 2 : 1;
+  using QTile = SmemTile<kRows, kD>;
+  using KVTile = SmemTile<kBlockN, kD>;
+  static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K then V
+  // The warps' partial rows at the end (max, sum, kD accumulators each), in
+  // the stages' memory.
+  static constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
+  static constexpr int kSmemBytes =
+      QTile::kBytes + (kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes);
+  // What online_softmax and for_each_p_fragment (sm80/softmax.cuh) need of a
+  // warp's tile: one m16 slice, 16 keys (two n8 columns), kD output columns.
+  struct Warp {
+    static constexpr int kMTiles = 1, kNTiles = 2, kOTiles = kD / 8, kBlockN = kWarpKeys;
+    static constexpr bool kRowSumsShared = false;
+  };
+};
+
+// This block's rows and keys, computed once by thread 0 into shared memory.
+struct DecodeBlock {
+  int b, hk;
+  int row0;      // first packed row (i·group + j) of the block
+  int rows;      // packed rows that exist
+  int first_query, last_query;
+  int n_first, n_end;     // key blocks this block (this split) walks
+  int key_lo, key_hi;     // their keys, clipped to the sequence
+  int unmasked_begin, unmasked_end;  // blocks every row sees whole
+  bool valid;    // an unchecked cache's length and pages are in range
+  Sequence seq;
+  RowMask mask;
+};
+
+// Which of the sequence's key blocks split `split` of `splits` walks: an equal
+// share of [begin, end) in whole blocks.
+__device__ __forceinline__ void split_blocks(int begin, int end, int split, int splits, int& first,
+                                             int& last) {
+  const int per = (end - begin + splits - 1) / splits;
+  first = min(end, begin + split * per);
+  last = min(end, first + per);
+}
+
+__device__ __forceinline__ DecodeBlock decode_block(const AttnParams& p, int row_tiles,
+                                                    int splits) {
+  const Sizes& s = p.sizes;
+  const int tile = int(blockIdx.x % row_tiles);
+  const int bh = int(blockIdx.x / row_tiles);
+  DecodeBlock blk;
+  blk.b = bh / s.heads_kv;
+  blk.hk = bh % s.heads_kv;
+  const int group = s.group();
+  blk.row0 = tile * kRows;
+  blk.rows = min(kRows, group * s.seqlen_q - blk.row0);
+  const KeyCache& c = p.seqs.cache;
+  blk.valid = !c.present() || c.checked || c.fits(c.seqlens[blk.b]);
+  blk.seq = blk.valid ? sequence(p, blk.b) : Sequence{0, 0, s.seqlen_q, 0};
+  blk.mask = row_mask(p, blk.seq);
+  blk.first_query = blk.row0 / group;
+  blk.last_query = (blk.row0 + blk.rows - 1) / group;
+  const int begin = blk.mask.key_begin(blk.first_query) / kBlockN;
+  const int end = max(begin, (blk.mask.key_end(blk.last_query) + kBlockN - 1) / kBlockN);
+  split_blocks(begin, end, int(blockIdx.y), splits, blk.n_first, blk.n_end);
+  blk.key_lo = blk.n_first * kBlockN;
+  blk.key_hi = min(blk.seq.seqlen_k, blk.n_end * kBlockN);
+  blk.unmasked_begin = (blk.mask.key_begin(blk.last_query) + kBlockN - 1) / kBlockN;
+  blk.unmasked_end = blk.mask.key_end(blk.first_query) / kBlockN;
+  return blk;
+}
+
+// An unchecked paged cache: whether every page the block's keys lie in is one
+// of k's pages (the whole block together).
+__device__ __forceinline__ bool pages_in_range(const AttnParams& p, const DecodeBlock& blk) {
+  const KeyCache& c = p.seqs.cache;
+  bool ok = true;
+  if (c.paged() && !c.checked && blk.key_hi > blk.key_lo) {
+    const int first = blk.key_lo / c.page_size, last = (blk.key_hi - 1) / c.page_size;
+    for (int page = first + int(threadIdx.x); page <= last; page += kThreads)
+      ok = ok && c.page_in_range(c.block_table[int64_t(blk.b) * c.pages_per_sequence + page]);
+  }
+  return __syncthreads_and(ok);
+}
+
+// Starts loading `rows` rows of 16-bit elements (zeros past `valid_rows` and
+// past head_dim) into tile, row r from row_address(r); vec16: rows 16-byte
+// aligned (cp.async), else element loads that finish on return.
+template <typename Tile, typename RowAddress>
+__device__ __forceinline__ void load_rows(char* tile, int valid_rows, int head_dim, bool vec16,
+                                          RowAddress&& row_address) {
+  constexpr int kChunks = Tile::kChunks;
+  for (int e = int(threadIdx.x); e < Tile::kRowCount * kChunks; e += kThreads) {
+    const int r = e / kChunks, chunk = e % kChunks;
+    char* dst = tile + Tile::offset(r, chunk);
+    const int n = r < valid_rows ? min(8, max(0, head_dim - 8 * chunk)) : 0;
+    if (vec16) {
+      const uint16_t* src = n > 0 ? row_address(r) + 8 * chunk : row_address(0);
+      cp_async_16_partial(dst, src, 2 * n);
+    } else {
+      uint32_t words[4] = {0u, 0u, 0u, 0u};
+      if (n > 0) {
+        const uint16_t* src = row_address(r) + 8 * chunk;
+        for (int k = 0; k < n; ++k) words[k / 2] |= uint32_t(src[k]) << (16 * (k % 2));
+      }
+      *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+    }
+  }
+}
+
+template <typename T, typename Shape, class Variant>
+__global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
+    decode_kernel(const AttnParams p, const KeySplit split, int row_tiles, bool vec16) {
+  constexpr int kD = Shape::kD, kOT = kD / 8;
+  using QTile = typename Shape::QTile;
+  using KVTile = typename Shape::KVTile;
+  using Warp = typename Shape::Warp;
+  extern __shared__ __align__(128) char smem[];
+  char* const q_tile = smem;
+  char* const stages = smem + QTile::kBytes;
+  const Sizes& s = p.sizes;
+  const int group = s.group();
+
+  __shared__ DecodeBlock blk;
+  if (threadIdx.x == 0) blk = decode_block(p, row_tiles, split.count);
+  __syncthreads();
+  const bool valid = blk.valid && pages_in_range(p, blk);
+  const int n_count = valid ? blk.n_end - blk.n_first : 0;
+
+  // Q: packed row r is query row i = (row0 + r) / group of head hk·group + j.
+  const auto q_row = [&](int r) {
+    const int packed = blk.row0 + r, i = packed / group, hq = blk.hk * group + packed % group;
+    return static_cast<const uint16_t*>(p.q.data) + row_offset(p.q, blk.b, i) +
+           hq * p.q.head_stride;
+  };
+  load_rows<QTile>(q_tile, blk.rows, s.head_dim, vec16, q_row);
+  const auto load_stage = [&](int slot, int n) {
+    char* k_tile = stages + slot * Shape::kStageBytes;
+    const int key0 = n * kBlockN;
+    const int keys = min(kBlockN, blk.seq.seqlen_k - key0);
+    const auto* k = static_cast<const uint16_t*>(p.k.data) + blk.hk * p.k.head_stride;
+    const auto* v = static_cast<const uint16_t*>(p.v.data) + blk.hk * p.v.head_stride;
+    load_rows<KVTile>(k_tile, keys, s.head_dim, vec16,
+                      [&](int r) { return k + key_offset(p, p.k, blk.b, blk.seq, key0 + r); });
+    load_rows<KVTile>(k_tile + KVTile::kBytes, keys, s.head_dim, vec16,
+                      [&](int r) { return v + key_offset(p, p.v, blk.b, blk.seq, key0 + r); });
+  };
+#pragma unroll
+  for (int st = 0; st < Shape::kStages - 1; ++st) {
+    if (st < n_count) load_stage(st, blk.n_first + st);
+    cp_async_commit();
+  }
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  // This thread's two rows (g and g + 8): their query row and score functor.
+  int query[2];
+  typename Variant::Score score[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int packed = blk.row0 + g + 8 * h;
+    query[h] = packed / group;
+    score[h] = Variant::score(p.scores, p.softmax.scale, blk.hk * group + packed % group,
+                              blk.mask.alignment);
+  }
+
+  float acc[1][kOT][4] = {};
+  float row_max[1][2] = {{-INFINITY, -INFINITY}};
+  sm80::RowSums<1> row_sum{};
+  const float c = p.softmax.scale_log2;
+
+  for (int it = 0; it < n_count; ++it) {
+    cp_async_wait<Shape::kStages - 2>();
+    __syncthreads();  // block it has landed; every warp is done with block it − 1's slot
+    const int next = it + Shape::kStages - 1;
+    if (next < n_count) load_stage(next % Shape::kStages, blk.n_first + next);
+    cp_async_commit();
+
+    const int n = blk.n_first + it;
+    const uint32_t k_tile = smem_address(stages + (it % Shape::kStages) * Shape::kStageBytes);
+    const uint32_t v_tile = k_tile + KVTile::kBytes;
+    float sc[1][2][4] = {};
+    {
+      const auto q_lane = QTile::lane(smem_address(q_tile), lane % 16, lane / 16);
+      const auto k_lane = KVTile::lane(k_tile, 8 * (lane / 16) + lane % 8, (lane / 8) % 2);
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t a[4], b[4];
+        ldmatrix_x4(a, QTile::address(q_lane, 0, kk));
+        ldmatrix_x4(b, KVTile::address(k_lane, kWarpKeys * warp, kk));
+        mma_two_tiles<T>(sc[0][0], sc[0][1], a, b);
+      }
+    }
+    // The variant on every score; the mask where some row's range ends inside
+    // the block (or the block runs past the keys).
+    const bool cut = n < blk.unmasked_begin || n >= blk.unmasked_end;
+    if ((!Variant::Score::kIdentity && p.scores.any()) || cut) {
+      const int key0 = n * kBlockN + kWarpKeys * warp + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int begin = blk.mask.key_begin(query[h]), end = blk.mask.key_end(query[h]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key0 + 8 * nt + e;
+            float& x = sc[0][nt][2 * h + e];
+            if constexpr (!Variant::Score::kIdentity) x = score[h](x, query[h], key);
+            if (key >= end || key < begin) x = -INFINITY;
+          }
+      }
+    }
+    sm80::online_softmax<Warp>(c, 0.0f, sc, row_max, row_sum, acc);
+    uint32_t pa[1][1][4];
+    sm80::for_each_p_fragment<Warp>(sc, [&](int mt, int kk, int r, float x0, float x1) {
+      pa[mt][kk][r] = pack_pair<T>(x0, x1);
+    });
+    const auto v_lane = KVTile::lane(v_tile, lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+#pragma unroll
+    for (int dp = 0; dp < kOT / 2; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, KVTile::address(v_lane, kWarpKeys * warp, dp));
+      mma_two_tiles<T>(acc[0][2 * dp], acc[0][2 * dp + 1], pa[0][0], b);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the stages: they now hold the merge
+
+  // Each warp's rows: max and sum per row, then kD accumulators per row.
+  float* const warp_max = reinterpret_cast<float*>(stages);
+  float* const warp_sum = warp_max + kWarps * kRows;
+  float* const warp_acc = warp_sum + kWarps * kRows;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    const float l = sm80::quad_sum(row_sum.l[0][h]);
+    if (t == 0) {
+      warp_max[warp * kRows + r] = row_max[0][h];
+      warp_sum[warp * kRows + r] = l;
+    }
+#pragma unroll
+    for (int ot = 0; ot < kOT; ++ot)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        warp_acc[(warp * kRows + r) * kD + 8 * ot + 2 * t + e] = acc[0][ot][2 * h + e];
+  }
+  __syncthreads();
+
+  for (int e = int(threadIdx.x); e < kRows * kD; e += kThreads) {
+    const int r = e / kD, col = e % kD;
+    if (r >= blk.rows || col >= s.head_dim) continue;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_max[w * kRows + r]);
+    float l = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = fast_exp2((warp_max[w * kRows + r] - exponent_max(m)) * c);
+      l = fmaf(f, warp_sum[w * kRows + r], l);
+      o = fmaf(f, warp_acc[(w * kRows + r) * kD + col], o);
+    }
+    const int packed = blk.row0 + r, i = packed / group, hq = blk.hk * group + packed % group;
+    const bool empty = !blk.mask.sees_keys_in(i, blk.key_lo, blk.key_hi);
+    FinishedRow<float> row = finish_row(m * p.softmax.scale, l, empty);
+    if (!valid) row = {false, NAN, NAN};
+    const float out = row.out(o);
+    const int64_t stats = stats_row0(p, blk.b, hq, blk.seq) + i;
+    if (split.count > 1) {
+      const int64_t rows_all = int64_t(s.batch) * s.heads_q * s.seqlen_q;
+      const int64_t at = int64_t(blockIdx.y) * rows_all + stats;
+      split.out[at * s.head_dim + col] = out;
+      if (col == 0) split.lse[at] = row.lse;
+    } else {
+      static_cast<T*>(p.o.data)[row_offset(p.o, blk.b, i) + hq * p.o.head_stride + col] = from_float<T>(out);
+      if (col == 0 && p.softmax.lse) p.softmax.lse[stats] = row.lse;
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::decode

@@ -9,6 +9,8 @@ and PyTorch tensors, through libflashattn's C ABI.
     dq, dk, dv = flashattn.attention_backward(q, k, v, out, dout, lse)  # the raw backward
     out = flashattn.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=True)
                                                          # packed: (total, heads, head_dim)
+    out = flashattn.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens,
+                                           causal=True)  # decoding over a KV cache
 
 The library is loaded on first use from $FLASHATTN_LIBRARY, else from this package;
 flashattn.backends() lists its backends.
@@ -16,6 +18,7 @@ flashattn.backends() lists its backends.
 from ._attention import attention, attention_backward
 from ._backends import Backend, backends
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError
+from ._kvcache import attention_with_kvcache
 from ._sdpa import sdpa
 from ._varlen import varlen_attention, varlen_attention_backward
 
@@ -24,6 +27,7 @@ __all__ = [
     "attention_backward",
     "varlen_attention",
     "varlen_attention_backward",
+    "attention_with_kvcache",
     "sdpa",
     "backends",
     "Backend",

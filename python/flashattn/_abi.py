@@ -83,12 +83,21 @@ class BackendInfo(ctypes.Structure):
         ("compute_capability", ctypes.c_int32),
         ("summary", ctypes.c_char_p),
         ("backward_max_head_dim", ctypes.c_int32),
+        ("takes_sequences", ctypes.c_int32),
+        ("takes_kv_cache", ctypes.c_int32),
+        ("takes_paged_kv", ctypes.c_int32),
     ]
 
 
 # BackendInfo.backward_max_head_dim: the backend has no backward. Also what an older library,
 # which leaves the field as the caller set it, reports when the caller sets it first.
 NO_BACKWARD = -1
+
+# What the caller sets BackendInfo.takes_kv_cache to before the call: a library from before
+# KV caches leaves it so (it writes only the fields it knows), one that knows them writes 0
+# or 1. A library from before KV caches would also ignore flashattn_forward_options.kv_cache
+# (it reads only the options' fields it knows), so this is how the package tells them apart.
+UNKNOWN_FIELD = -1
 
 
 class BackwardParams(ctypes.Structure):
@@ -146,14 +155,33 @@ class Sequences(ctypes.Structure):
     ]
 
 
+class KVCache(ctypes.Structure):
+    """flashattn_kv_cache: a KV cache's int32 lengths and block table (addresses), the keys
+    and values to append (Tensor views; data 0: none), pages per sequence, whether the
+    library checks the lengths and pages on the host, and the split-KV count; a sized struct,
+    as Variants."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("seqlens", ctypes.c_void_p),
+        ("k_new", Tensor),
+        ("v_new", Tensor),
+        ("block_table", ctypes.c_void_p),
+        ("pages_per_sequence", ctypes.c_int32),
+        ("checked", ctypes.c_int32),
+        ("key_splits", ctypes.c_int32),
+    ]
+
+
 class ForwardOptions(ctypes.Structure):
-    """flashattn_forward_options: the addresses of a Variants and a Sequences (0: NULL, the
-    default); a sized struct, as Variants."""
+    """flashattn_forward_options: the addresses of a Variants, a Sequences and a KVCache (0:
+    NULL, the default); a sized struct, as Variants."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("variants", ctypes.c_void_p),
         ("sequences", ctypes.c_void_p),
+        ("kv_cache", ctypes.c_void_p),
     ]
 
 
@@ -190,6 +218,7 @@ PARAMS = packer(Params)
 BACKWARD_PARAMS = packer(BackwardParams)
 VARIANTS = packer(Variants)
 SEQUENCES = packer(Sequences)
+KV_CACHE = packer(KVCache)
 FORWARD_OPTIONS = packer(ForwardOptions)
 
 
@@ -221,10 +250,22 @@ def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch):
     return SEQUENCES.pack(SEQUENCES.size, cu_seqlens_q, cu_seqlens_k, batch)
 
 
-def pack_forward_options(variants, sequences):
-    """flashattn_forward_options as bytes, struct_size set to its size; variants and
-    sequences are addresses (0 for NULL)."""
-    return FORWARD_OPTIONS.pack(FORWARD_OPTIONS.size, variants, sequences)
+def pack_kv_cache(seqlens, k_new, v_new, block_table, pages_per_sequence, checked,
+                  key_splits):
+    """flashattn_kv_cache as bytes, struct_size set to its size; seqlens and block_table are
+    addresses (0 for NULL), k_new and v_new view() tuples (data 0: nothing to append)."""
+    return KV_CACHE.pack(KV_CACHE.size, seqlens, *k_new, *v_new, block_table,
+                         pages_per_sequence, checked, key_splits)
+
+
+# A view() of no tensor: kv_cache.k_new and v_new when nothing is appended.
+NO_TENSOR = (0, F32, 0, 0, 0, 0, 0, 0, 0, 0, CPU, 0)
+
+
+def pack_forward_options(variants, sequences, kv_cache=0):
+    """flashattn_forward_options as bytes, struct_size set to its size; variants, sequences
+    and kv_cache are addresses (0 for NULL)."""
+    return FORWARD_OPTIONS.pack(FORWARD_OPTIONS.size, variants, sequences, kv_cache)
 
 
 def pointed(packed):

@@ -87,8 +87,34 @@ def option_structs(lib, variants, sequences):
     return (variants_buffer, sequences_buffer), (variants_address, sequences_address)
 
 
+@functools.lru_cache(maxsize=None)
+def knows_kv_cache(lib):
+    """Whether lib takes KV-cache calls (flashattn_kv_cache through flashattn_forward_options):
+    a library from before them would ignore the options' kv_cache field, and leaves
+    BackendInfo.takes_kv_cache as the caller set it (_abi.UNKNOWN_FIELD)."""
+    if not (_abi.has_registry(lib) and _abi.has_forward_with(lib)):
+        return False
+    if lib.flashattn_backend_count() == 0:
+        return False
+    info = _abi.BackendInfo(struct_size=ctypes.sizeof(_abi.BackendInfo),
+                            takes_kv_cache=_abi.UNKNOWN_FIELD)
+    status = lib.flashattn_get_backend_info(0, ctypes.byref(info))
+    if status != _abi.OK:
+        raise _errors.from_status(status, lib.flashattn_last_error().decode())
+    return info.takes_kv_cache != _abi.UNKNOWN_FIELD
+
+
+def require_kv_cache(lib):
+    """Raises UnsupportedError naming the library for a build from before KV caches (which
+    would ignore the options' kv_cache and attend over k and v as they are)."""
+    if not knows_kv_cache(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no KV caches (flashattn_kv_cache); "
+            f"it predates them")
+
+
 def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUTO, stream=None,
-            variants=None, sequences=None, lib=None):
+            variants=None, sequences=None, kv_cache=None, lib=None):
     """flashattn_forward on _abi.view() tuples.
 
     lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None (or 0: an
@@ -96,8 +122,10 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
     (_options.backend_value); stream is a cudaStream_t address or None (the default stream);
     variants is None or (window_left, window_right, softcap, alibi_slopes address), as
     flashattn_variants holds them; sequences is None (a dense batch) or (cu_seqlens_q
-    address, cu_seqlens_k address, batch), as flashattn_sequences holds them; lib is a
-    load() result, by default library(). Calls flashattn_forward_with where lib has it;
+    address, cu_seqlens_k address, batch), as flashattn_sequences holds them; kv_cache is
+    None (k and v are no cache) or (seqlens address, k_new view, v_new view, block_table
+    address, pages_per_sequence, checked, key_splits), as flashattn_kv_cache holds them; lib
+    is a load() result, by default library(). Calls flashattn_forward_with where lib has it;
     an older build gets the call it has (flashattn_forward_variants, flashattn_forward), and
     UnsupportedError for what it predates. Raises the _errors exception for a non-zero
     status, with the library's message.
@@ -106,12 +134,16 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
                               0.0 if scale is None else scale, _abi.MASKS[mask], backend,
                               stream or 0)
     lib = lib or library()
+    if kv_cache is not None:
+        require_kv_cache(lib)
     if _abi.has_forward_with(lib):
         options = None  # NULL: every default, the plain call's cost
-        if has_any(variants) or sequences is not None:
+        if has_any(variants) or sequences is not None or kv_cache is not None:
             # The options hold the structs' addresses: kept lives until the call returns.
             kept, addresses = option_structs(lib, variants, sequences)
-            options = _abi.pack_forward_options(*addresses)
+            cache_buffer, cache_address = _abi.pointed(
+                None if kv_cache is None else _abi.pack_kv_cache(*kv_cache))
+            options = _abi.pack_forward_options(*addresses, cache_address)
         status = lib.flashattn_forward_with(params, options)
     elif sequences is not None:
         require_sequences(lib)

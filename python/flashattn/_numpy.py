@@ -1,7 +1,7 @@
 """attention() on NumPy arrays: the CPU backends, called on the arrays' own memory."""
 import numpy as np
 
-from . import _abi, _errors, _layout, _library, _options, _sequences
+from . import _abi, _cache, _errors, _layout, _library, _options, _sequences
 
 DTYPES = {np.dtype(np.float32): _abi.F32, np.dtype(np.float16): _abi.F16}
 
@@ -124,3 +124,82 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
                       variants=variant_values(window_left, window_right, softcap, slopes),
                       sequences=sequence_values)
     return dq, dk, dv
+
+
+def cache_array(name, a, written):
+    """A KV cache's k or v as the library reads (and, with written, writes) it: the array
+    itself, never copied; strides that are not whole elements and unaligned data, which no
+    view can describe, are refused here, other strides by the library."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: is a {_options.type_name(a)}; the inputs must all be NumPy "
+                        f"arrays or all torch tensors")
+    _layout.require_4d(name, a.shape)
+    if a.dtype not in DTYPES:
+        raise _errors.InvalidArgumentError(
+            f"{name}: dtype is {a.dtype}, must be float32 or float16 for NumPy arrays")
+    if written and not a.flags.writeable:
+        raise _errors.InvalidArgumentError(
+            f"{name}: is read-only, but k and v are appended to it (the cache is written in "
+            f"place)")
+    if a.size == 0:
+        return _abi.view(a.ctypes.data, DTYPES[a.dtype], a.shape,
+                         _layout.contiguous_strides(a.shape), _abi.CPU)
+    strides = _element_strides(a)
+    if strides is None or not a.flags.aligned:
+        raise _errors.InvalidArgumentError(
+            f"{name}: strides {a.strides} bytes (or its alignment) are not whole elements; "
+            f"the cache is read and written in place, never copied")
+    return _abi.view(a.ctypes.data, DTYPES[a.dtype], a.shape, strides, _abi.CPU)
+
+
+def int32_array(name, a, what):
+    """cache_seqlens or block_table, which must be a NumPy array (its dtype and shape the
+    caller checks); what: the other values it may be, for the message."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: is a {_options.type_name(a)}; with NumPy inputs it must be "
+                        f"a NumPy array (int32) or {what}")
+    return a
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, *, scale,
+                           causal, backend, return_lse, num_splits, checked, window_left,
+                           window_right, softcap, alibi_slopes):
+    """(out, lse or None) for NumPy arrays; see flashattn.attention_with_kvcache.
+    cache_seqlens: None (full caches), an int or an array; the options already checked
+    (flashattn._kvcache)."""
+    mask = "causal_bottom_right" if causal else "none"
+    backend = _options.backend_value(backend)
+    q, qv = kernel_array("q", q)
+    batch = q.shape[0]
+    appended = k is not None
+    k_cache_view, v_cache_view = (cache_array(n, a, appended)
+                                  for n, a in (("k_cache", k_cache), ("v_cache", v_cache)))
+    table, pages_per_sequence = None, 0
+    if block_table is not None:
+        table = int32_array("block_table", block_table, "None")
+        _cache.require_block_table(table.shape, table.dtype, table.dtype == np.int32, batch)
+        table = np.require(table, requirements=("C_CONTIGUOUS", "ALIGNED"))
+        pages_per_sequence = table.shape[1]
+    if cache_seqlens is None or isinstance(cache_seqlens, int):
+        full = k_cache.shape[1] * (pages_per_sequence if table is not None else 1)
+        lengths = np.full(batch, full if cache_seqlens is None else cache_seqlens, np.int32)
+    else:
+        lengths = int32_array("cache_seqlens", cache_seqlens, "an int")
+        _cache.require_lengths(lengths.shape, lengths.dtype, lengths.dtype == np.int32, batch)
+        lengths = np.require(lengths, requirements=("C_CONTIGUOUS", "ALIGNED"))
+    new_views = (_abi.NO_TENSOR, _abi.NO_TENSOR)
+    if appended:
+        (k, kv), (v, vv) = (kernel_array(n, a) for n, a in (("k", k), ("v", v)))
+        new_views = (kv, vv)
+    slopes = slopes_array(alibi_slopes, q.shape[2])
+    out, out_view = kernel_array("out", np.empty(q.shape, q.dtype))
+    lse = np.empty(_layout.lse_shape(q.shape), np.float32) if return_lse else None
+    # Every array stays referenced until the call returns: the views hold bare addresses.
+    _cache.forward(qv, k_cache_view, v_cache_view, out_view,
+                   lse=None if lse is None else lse.ctypes.data, scale=scale, mask=mask,
+                   backend=backend,
+                   variants=variant_values(window_left, window_right, softcap, slopes),
+                   kv_cache=(lengths.ctypes.data, *new_views,
+                             0 if table is None else table.ctypes.data, pages_per_sequence,
+                             int(checked), num_splits))
+    return out, lse

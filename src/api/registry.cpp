@@ -82,8 +82,9 @@ Backend packed_backend(DType dtype, int head_dim, bool backward) {
 Backend cache_backend(const AttnParams& p, DeviceKind device) {
   const bool paged = p.seqs.cache.paged();
   if (device == DeviceKind::cpu) return paged ? Backend::reference : Backend::cpu;
-  if (p.dtype != DType::f32 && find_backend(Backend::cuda_mma)->info.takes_head_dim(p.sizes.head_dim))
-    return Backend::cuda_mma;
+  const int decode_limit = paged || !p.seqs.cache.checked ? cuda::kMmaDecodeMaxHeadDim
+                                                          : cuda::kMmaMaxHeadDim;
+  if (p.dtype != DType::f32 && p.sizes.head_dim <= decode_limit) return Backend::cuda_mma;
   return paged ? Backend::cuda_naive : Backend::cuda_tiled;
 }
 
@@ -168,6 +169,11 @@ std::string cache_unsupported(const BackendInfo& info, const AttnParams& p) {
   if (!c.checked && info.backend != Backend::cuda_mma)
     return "kv_cache.checked: false (device-side checks) is taken by cuda_mma only, not " +
            std::string(info.name);
+  if (info.backend == Backend::cuda_mma && (c.paged() || !c.checked) &&
+      p.sizes.head_dim > cuda::kMmaDecodeMaxHeadDim)
+    return "q: head_dim " + std::to_string(p.sizes.head_dim) +
+           " exceeds the limit of cuda_mma's decode kernel, which paged and unchecked caches "
+           "take, " + std::to_string(cuda::kMmaDecodeMaxHeadDim);
   return {};
 }
 

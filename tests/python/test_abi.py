@@ -59,13 +59,26 @@ def test_packed_option_structs_read_back_through_the_ctypes_layout():
     packed = _abi.pack_forward_options(0x3000, 0)
     options = _abi.ForwardOptions.from_buffer_copy(packed)
     assert options.struct_size == ctypes.sizeof(_abi.ForwardOptions) == len(packed)
-    assert (options.variants, options.sequences) == (0x3000, None)
+    assert (options.variants, options.sequences, options.kv_cache) == (0x3000, None, None)
+    k_new = _abi.view(0x4000, _abi.BF16, (2, 1, 8, 64), (512, 512, 64, 1), _abi.CUDA, 1)
+    v_new = _abi.view(0x5000, _abi.BF16, (2, 1, 8, 64), (1024, 512, 64, 1), _abi.CUDA, 1)
+    packed = _abi.pack_kv_cache(0x6000, k_new, v_new, 0x7000, 9, 0, 7)
+    cache = _abi.KVCache.from_buffer_copy(packed)
+    assert cache.struct_size == ctypes.sizeof(_abi.KVCache) == len(packed)
+    for packed_view, tensor in ((k_new, cache.k_new), (v_new, cache.v_new)):
+        assert (tensor.data, tensor.dtype, *tensor.shape, *tensor.strides, tensor.device,
+                tensor.device_index) == packed_view
+    assert (cache.seqlens, cache.block_table, cache.pages_per_sequence, cache.checked,
+            cache.key_splits) == (0x6000, 0x7000, 9, 0, 7)
+    options = _abi.ForwardOptions.from_buffer_copy(_abi.pack_forward_options(0, 0, 0x8000))
+    assert (options.variants, options.sequences, options.kv_cache) == (None, None, 0x8000)
 
 
 LAYOUTS = {"flashattn_tensor": _abi.Tensor, "flashattn_params": _abi.Params,
            "flashattn_backend_info": _abi.BackendInfo,
            "flashattn_backward_params": _abi.BackwardParams,
            "flashattn_variants": _abi.Variants, "flashattn_sequences": _abi.Sequences,
+           "flashattn_kv_cache": _abi.KVCache,
            "flashattn_forward_options": _abi.ForwardOptions}
 
 
@@ -112,6 +125,24 @@ def test_no_variants_are_the_headers_defaults(tmp_path):
     assert (int(left), int(right), float(softcap), slopes in ("(nil)", "0")) == (
         *_abi.NO_VARIANTS[:3], True)
     assert _abi.NO_VARIANTS[3] == 0
+
+
+def test_kv_cache_defaults_are_the_headers(tmp_path):
+    """What the package sends for "nothing appended" (NO_TENSOR) and a checked call match
+    flashattn_kv_cache_defaults() apart from the fields every call sets."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None or not (HEADER_DIR / "flashattn" / "flashattn.h").is_file():
+        pytest.skip("needs a C compiler and the repository's include/")
+    source = tmp_path / "defaults.c"
+    source.write_text("\n".join([
+        '#include <stdio.h>', '#include "flashattn/flashattn.h"', 'int main(void) {',
+        'flashattn_kv_cache c = flashattn_kv_cache_defaults();',
+        'fwrite(&c, sizeof c, 1, stdout);', 'return 0;', '}']))
+    subprocess.run([compiler, f"-I{HEADER_DIR}", str(source), "-o", str(tmp_path / "defaults")],
+                   check=True)
+    printed = subprocess.run([str(tmp_path / "defaults")], check=True,
+                             capture_output=True).stdout
+    assert printed == _abi.pack_kv_cache(0, _abi.NO_TENSOR, _abi.NO_TENSOR, 0, 0, 1, 0)
 
 
 def test_backends_come_from_the_library():

@@ -3,11 +3,10 @@
 #pragma once
 
 #include "core/params.h"
-#include "cuda/backends.h"
 
 namespace flashattn::cuda::decode {
 
-inline constexpr int kMaxHeadDim = kMmaDecodeMaxHeadDim;
+inline constexpr int kMaxHeadDim = 256;
 
 // Whether p runs on the decode kernel: a KV cache, 16-bit, head_dim up to
 // kMaxHeadDim, and either paged, unchecked (only this kernel checks on the

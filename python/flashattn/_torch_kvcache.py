@@ -17,23 +17,8 @@ from typing import Optional
 import torch
 
 from . import _abi, _cache, _errors, _layout, _options
-from ._torch_op import DTYPES, check_slopes, current_stream, direct_call_is_safe, kernel_tensor
-
-
-def check_tensor(name, t):
-    """q, k_cache, v_cache, k or v: a 4-d torch tensor of a dtype flashattn takes, on the CPU
-    or a CUDA device. Their sizes, devices and strides are the library's to check."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: is a {_options.type_name(t)}; the inputs must all be torch "
-                        f"tensors or all NumPy arrays")
-    _layout.require_4d(name, t.shape)
-    if t.dtype not in DTYPES:
-        raise _errors.InvalidArgumentError(
-            f"{name}: dtype is {t.dtype}, must be torch.float32, torch.float16 or "
-            f"torch.bfloat16")
-    if not (t.is_cuda or t.is_cpu):
-        raise _errors.UnsupportedError(
-            f"{name}: device is {t.device}, flashattn runs on cpu and cuda tensors")
+from ._torch_op import (DTYPES, check_slopes, check_tensor, current_stream,
+                        direct_call_is_safe, kernel_tensor)
 
 
 def check_int32(name, t, q, what):

@@ -24,6 +24,22 @@ if not hasattr(torch.library, "custom_op"):
 
 DTYPES = {torch.float32: _abi.F32, torch.float16: _abi.F16, torch.bfloat16: _abi.BF16}
 
+def check_tensor(name, t):
+    """An input: a 4-d torch tensor of a dtype flashattn takes, on the CPU or a CUDA device.
+    Its sizes, device index and strides are the library's to check."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: is a {_options.type_name(t)}; the inputs must all be torch "
+                        f"tensors or all NumPy arrays")
+    _layout.require_4d(name, t.shape)
+    if t.dtype not in DTYPES:
+        raise _errors.InvalidArgumentError(
+            f"{name}: dtype is {t.dtype}, must be torch.float32, torch.float16 or "
+            f"torch.bfloat16")
+    if not (t.is_cuda or t.is_cpu):
+        raise _errors.UnsupportedError(
+            f"{name}: device is {t.device}, flashattn runs on cpu and cuda tensors")
+
+
 def check(q, k, v, causal, causal_alignment, backend, alibi_slopes=None, cu_seqlens_q=None,
           cu_seqlens_k=None):
     """Checks what the output shapes depend on, the options, ALiBi's slopes and the prefix
@@ -31,14 +47,7 @@ def check(q, k, v, causal, causal_alignment, backend, alibi_slopes=None, cu_seql
     backend value. The library checks everything else (sizes, devices, strides, the window
     and softcap, the prefix sums' values)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _layout.require_4d(name, t.shape)
-        if t.dtype not in DTYPES:
-            raise _errors.InvalidArgumentError(
-                f"{name}: dtype is {t.dtype}, must be torch.float32, torch.float16 or "
-                f"torch.bfloat16")
-        if not (t.is_cuda or t.is_cpu):
-            raise _errors.UnsupportedError(
-                f"{name}: device is {t.device}, flashattn runs on cpu and cuda tensors")
+        check_tensor(name, t)
     if alibi_slopes is not None:
         check_slopes(alibi_slopes, q)
     check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)

@@ -76,17 +76,13 @@ Backend packed_backend(DType dtype, int head_dim, bool backward) {
   return dtype != DType::f32 && fits ? Backend::cuda_mma : Backend::cuda_tiled;
 }
 
-// cuda_mma's decode kernel, which paged and unchecked caches take, instantiates
-// head dims up to 256 (cuda/sm80/decode/decode.h, kMaxHeadDim).
-constexpr int kMmaDecodeMaxHeadDim = 256;
-
 // A KV cache: on the GPU, 16-bit on cuda_mma (its decode kernel) up to its
 // head_dim limit; otherwise contiguous on cuda_tiled, paged on cuda_naive. On
 // the host: contiguous on cpu, paged on reference.
 Backend cache_backend(const AttnParams& p, DeviceKind device) {
   const bool paged = p.seqs.cache.paged();
   if (device == DeviceKind::cpu) return paged ? Backend::reference : Backend::cpu;
-  const int decode_limit = paged || !p.seqs.cache.checked ? kMmaDecodeMaxHeadDim
+  const int decode_limit = paged || !p.seqs.cache.checked ? cuda::kMmaDecodeMaxHeadDim
                                                           : cuda::kMmaMaxHeadDim;
   if (p.dtype != DType::f32 && p.sizes.head_dim <= decode_limit) return Backend::cuda_mma;
   return paged ? Backend::cuda_naive : Backend::cuda_tiled;
@@ -174,10 +170,10 @@ std::string cache_unsupported(const BackendInfo& info, const AttnParams& p) {
     return "kv_cache.checked: false (device-side checks) is taken by cuda_mma only, not " +
            std::string(info.name);
   if (info.backend == Backend::cuda_mma && (c.paged() || !c.checked) &&
-      p.sizes.head_dim > kMmaDecodeMaxHeadDim)
+      p.sizes.head_dim > cuda::kMmaDecodeMaxHeadDim)
     return "q: head_dim " + std::to_string(p.sizes.head_dim) +
            " exceeds the limit of cuda_mma's decode kernel, which paged and unchecked caches "
-           "take, " + std::to_string(kMmaDecodeMaxHeadDim);
+           "take, " + std::to_string(cuda::kMmaDecodeMaxHeadDim);
   return {};
 }
 

@@ -103,17 +103,20 @@ namespace {
 
 // The forward's problem: q, k, v and an output of q's shape (out), each view
 // valid, their dtypes, devices and shapes agreeing, and the mask a known rule.
+// t's dtype and device are like's.
+void require_dtype_and_device(const Named& t, const Named& like) {
+  require(t.t.dtype == like.t.dtype, t.name, ": dtype ", to_string(t.t.dtype), " differs from ",
+          like.name, "'s dtype ", to_string(like.t.dtype));
+  require(t.t.device.kind == like.t.device.kind &&
+              (t.t.device.kind == DeviceKind::cpu || t.t.device.index == like.t.device.index),
+          t.name, ": device differs from ", like.name, "'s device");
+}
+
 // A paged cache's k and v hold pages, not sequences: their batch is free.
 void check_problem(const Named& q, const Named& k, const Named& v, const Named& out, Mask mask,
                    bool k_batch_is_q_batch = true) {
   for (const Named& t : {q, k, v, out}) check_view(t);
-  for (const Named& t : {k, v, out}) {
-    require(t.t.dtype == q.t.dtype, t.name, ": dtype ", to_string(t.t.dtype),
-            " differs from q's dtype ", to_string(q.t.dtype));
-    require(t.t.device.kind == q.t.device.kind &&
-                (t.t.device.kind == DeviceKind::cpu || t.t.device.index == q.t.device.index),
-            t.name, ": device differs from q's device");
-  }
+  for (const Named& t : {k, v, out}) require_dtype_and_device(t, q);
   if (k_batch_is_q_batch) require_dim(k, 0, q, 0);
   require_dim(k, 3, q, 3);
   for (int d = 0; d < 4; ++d) require_dim(v, d, k, d);
@@ -151,6 +154,13 @@ void check_packing(const Sequences& s, const Named& q) {
           "; a variable-length batch packs its sequences along seqlen, in batch 1");
 }
 
+// A tensor of like's shape, dtype and device.
+void check_like(const Named& t, const Named& like) {
+  check_view(t);
+  require_dtype_and_device(t, like);
+  for (int d = 0; d < 4; ++d) require_dim(t, d, like, d);
+}
+
 // A KV cache's arguments that need no read of its arrays: the layout (a dense
 // batch of queries; paged: pages per sequence), the keys and values to append
 // (k's heads and head_dim, q's batch, within the capacity, in memory of their
@@ -182,18 +192,11 @@ void check_kv_cache(const KVCache& c, const Sequences& seqs, const Named& q, con
   if (c.k_new.data == nullptr) return;
   const Named k_new{"kv_cache.k_new", c.k_new}, v_new{"kv_cache.v_new", c.v_new};
   check_view(k_new);
-  require(k_new.t.dtype == q.t.dtype, k_new.name, ": dtype ", to_string(k_new.t.dtype),
-          " differs from q's dtype ", to_string(q.t.dtype));
-  require(k_new.t.device.kind == q.t.device.kind &&
-              (q.t.device.kind == DeviceKind::cpu || k_new.t.device.index == q.t.device.index),
-          k_new.name, ": device differs from q's device");
+  require_dtype_and_device(k_new, q);
   require_dim(k_new, 0, q, 0);
   require_dim(k_new, 2, k, 2);
   require_dim(k_new, 3, k, 3);
-  for (int d = 0; d < 4; ++d) require_dim(v_new, d, k_new, d);
-  require(v_new.t.dtype == q.t.dtype && v_new.t.device.kind == k_new.t.device.kind &&
-              v_new.t.device.index == k_new.t.device.index,
-          v_new.name, ": dtype or device differs from k_new's");
+  check_like(v_new, k_new);
   require(k_new.t.shape[1] <= capacity, k_new.name, ": seqlen is ", k_new.t.shape[1],
           ", more than the cache holds per sequence (", capacity, ")");
   for (const Named& cache : {k, v}) require_no_self_overlap(cache);
@@ -202,17 +205,6 @@ void check_kv_cache(const KVCache& c, const Sequences& seqs, const Named& q, con
     for (const Named& t : {q, k_new, v_new})
       require(!overlaps(byte_range(cache), byte_range(t)), cache.name, ": memory overlaps ",
               t.name, " (the call writes the cache)");
-}
-
-// A tensor of like's shape, dtype and device.
-void check_like(const Named& t, const Named& like) {
-  check_view(t);
-  require(t.t.dtype == like.t.dtype, t.name, ": dtype ", to_string(t.t.dtype), " differs from ",
-          like.name, "'s dtype ", to_string(like.t.dtype));
-  require(t.t.device.kind == like.t.device.kind &&
-              (t.t.device.kind == DeviceKind::cpu || t.t.device.index == like.t.device.index),
-          t.name, ": device differs from ", like.name, "'s device");
-  for (int d = 0; d < 4; ++d) require_dim(t, d, like, d);
 }
 
 // The bytes of an lse array of float32 at lse: (batch, heads_q, seqlen_q), or

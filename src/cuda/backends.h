@@ -44,6 +44,8 @@ void f16x3_forward(const AttnParams& p);
 
 // cuda_mma: f16/bf16 on tensor cores (mma.sync), head_dim up to kMmaMaxHeadDim.
 inline constexpr int kMmaMaxHeadDim = 512;
+// Its decode kernel, which paged and unchecked KV caches take: head_dim up to this.
+inline constexpr int kMmaDecodeMaxHeadDim = 256;
 void mma_forward(const AttnParams& p);
 
 // cuda_wgmma: f16/bf16 on Hopper (TMA, wgmma, warp specialisation), head_dim up

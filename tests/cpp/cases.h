@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "dense.h"
 #include "problem.h"
 
 namespace flashattn::test {
@@ -43,6 +46,17 @@ bool takes_backward(Backend backend, const harness::Case& c);
 // "cpu_B1_Nq17_...": for INSTANTIATE_TEST_SUITE_P's name generator.
 std::string backend_case_name(const BackendCase& bc);
 void PrintTo(const BackendCase& bc, std::ostream* out);
+
+// A test run once per BackendCase, skipped with skip_reason() where the backend
+// cannot run here.
+class BackendCaseTest : public testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override {
+    const std::string why = skip_reason(GetParam().backend);
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+  Device device() const { return {device_of(GetParam().backend), 0}; }
+};
 
 // Runs bc.backend on a fresh random problem of bc.c on `device` (seed printed on
 // failure) and expects out and lse to pass harness::Accuracy: fp32 within 1e-5

@@ -93,13 +93,7 @@ std::vector<BackendCase> backend_cases() {
   return out;
 }
 
-class BackwardCases : public testing::TestWithParam<BackendCase> {
- protected:
-  void SetUp() override {
-    const std::string why = skip_reason(GetParam().backend);
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-};
+class BackwardCases : public BackendCaseTest {};
 
 TEST_P(BackwardCases, GradientsMatchTheReference) {
   const BackendCase& bc = GetParam();

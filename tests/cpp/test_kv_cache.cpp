@@ -105,16 +105,7 @@ std::vector<BackendCase> forward_cases() {
   return out;
 }
 
-class CacheCases : public testing::TestWithParam<BackendCase> {
- protected:
-  void SetUp() override {
-    const std::string why = skip_reason(GetParam().backend);
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  Device device() const { return {device_of(GetParam().backend), 0}; }
-};
-
-class CacheForward : public CacheCases {};
+class CacheForward : public BackendCaseTest {};
 
 TEST_P(CacheForward, MatchesEachSequenceAlone) { expect_accurate(GetParam(), device()); }
 
@@ -240,6 +231,37 @@ INSTANTIATE_TEST_SUITE_P(
         BadCache{"too_many_new_keys", {0, 0}, {}, 11,
                  "kv_cache.k_new: seqlen is 11, more than the cache holds per sequence (10)"}),
     [](const auto& info) { return info.param.name; });
+
+// v_new is checked as a view of its own (strides, dtype) and against k_new's shape.
+TEST(CacheValidation, NewValuesAreAViewLikeNewKeys) {
+  constexpr int kBatch = 2, kHeads = 2, kDim = 8, kCapacity = 6;
+  std::vector<float> q(kBatch * kHeads * kDim, 1.0f), k(kBatch * kCapacity * kHeads * kDim, 2.0f);
+  std::vector<float> v = k, out(q.size(), -7.0f), k_new(2 * kBatch * kHeads * kDim, 5.0f);
+  std::vector<float> v_new = k_new;
+  const int32_t seqlens[kBatch] = {1, 2};
+  Params p;
+  p.q = contiguous_view(q.data(), DType::f32, kBatch, 1, kHeads, kDim);
+  p.k = contiguous_view(k.data(), DType::f32, kBatch, kCapacity, kHeads, kDim);
+  p.v = contiguous_view(v.data(), DType::f32, kBatch, kCapacity, kHeads, kDim);
+  p.out = contiguous_view(out.data(), DType::f32, kBatch, 1, kHeads, kDim);
+  p.kv_cache.seqlens = seqlens;
+  p.kv_cache.k_new = contiguous_view(k_new.data(), DType::f32, kBatch, 1, kHeads, kDim);
+  const auto expect_rejected = [&](const std::string& message) {
+    try {
+      forward(p);
+      FAIL() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  p.kv_cache.v_new = contiguous_view(v_new.data(), DType::f32, kBatch, 1, kHeads, kDim);
+  p.kv_cache.v_new.stride[3] = 2;
+  expect_rejected("kv_cache.v_new: head_dim stride is 2");
+  p.kv_cache.v_new = contiguous_view(v_new.data(), DType::f32, kBatch, 2, kHeads, kDim);
+  expect_rejected("kv_cache.v_new: seqlen is 2, must equal kv_cache.k_new's seqlen (1)");
+  for (float x : out) ASSERT_EQ(x, -7.0f);
+  for (float x : k) ASSERT_EQ(x, 2.0f);
+}
 
 // The C ABI's flashattn_kv_cache through flashattn_forward_with: the same
 // result as the C++ call, bit for bit, appended keys included; a struct_size

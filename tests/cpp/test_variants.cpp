@@ -151,23 +151,14 @@ std::vector<BackendCase> backward_cases() {
   return out;
 }
 
-class VariantCases : public testing::TestWithParam<BackendCase> {
- protected:
-  void SetUp() override {
-    const std::string why = skip_reason(GetParam().backend);
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  Device device() const { return {device_of(GetParam().backend), 0}; }
-};
-
-class VariantForward : public VariantCases {};
+class VariantForward : public BackendCaseTest {};
 
 TEST_P(VariantForward, MatchesFloat64Reference) { expect_accurate(GetParam(), device()); }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, VariantForward, testing::ValuesIn(forward_cases()),
                          [](const auto& info) { return backend_case_name(info.param); });
 
-class VariantBackward : public VariantCases {};
+class VariantBackward : public BackendCaseTest {};
 
 TEST_P(VariantBackward, GradientsMatchTheReference) { expect_gradients_accurate(GetParam(), device()); }
 

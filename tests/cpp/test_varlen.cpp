@@ -123,23 +123,14 @@ std::vector<BackendCase> backward_cases() {
   return out;
 }
 
-class VarlenCases : public testing::TestWithParam<BackendCase> {
- protected:
-  void SetUp() override {
-    const std::string why = skip_reason(GetParam().backend);
-    if (!why.empty()) GTEST_SKIP() << why;
-  }
-  Device device() const { return {device_of(GetParam().backend), 0}; }
-};
-
-class VarlenForward : public VarlenCases {};
+class VarlenForward : public BackendCaseTest {};
 
 TEST_P(VarlenForward, MatchesEachSequenceAlone) { expect_accurate(GetParam(), device()); }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenForward, testing::ValuesIn(forward_cases()),
                          [](const auto& info) { return backend_case_name(info.param); });
 
-class VarlenBackward : public VarlenCases {};
+class VarlenBackward : public BackendCaseTest {};
 
 TEST_P(VarlenBackward, GradientsMatchEachSequenceAlone) {
   const BackendCase& bc = GetParam();

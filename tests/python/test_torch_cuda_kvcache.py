@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import flashattn  # noqa: E402
 from attention_reference import assert_lse_close, rel_l2  # noqa: E402
-from kvcache_cases import (CASE_IDS, CASES, LAYOUT_IDS, LAYOUTS, case_options,  # noqa: E402
+from kvcache_cases import (CASE_IDS, CASES, case_options,  # noqa: E402
                            expected_caches, gathered, make_problem, reference,
                            reference_options)
 from torch_cases import (as_float64, gpu_backends, pair_id, plain_attention,  # noqa: E402
@@ -98,9 +98,11 @@ def check_call(problem, dtype, backend, options):
     return t, out, lse
 
 
+# Every GPU backend through the binding, on a contiguous and a paged cache (the kernels'
+# own suite, test_kv_cache, covers page sizes and lengths exhaustively).
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("shape", [(1, 1), (3, 0), (4, 2)], ids=lambda s: f"q{s[0]}-new{s[1]}")
-@pytest.mark.parametrize("page_size", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("shape", [(1, 1), (4, 2)], ids=lambda s: f"q{s[0]}-new{s[1]}")
+@pytest.mark.parametrize("page_size", [None, 16], ids=["contiguous", "paged16"])
 @pytest.mark.parametrize("pair", PAIRS, ids=pair_id)
 def test_forward(pair, page_size, shape, case):
     backend, dtype = pair

@@ -338,7 +338,7 @@ Params Problem::views(Backend backend, Device device) const {
 
 // Dense: the whole problem, its rows sampled (every row when seqlen_q <=
 // max_rows, else first, last and evenly spaced ones between). Packed: each
-// sequence with rows, sampled likewise.
+// sequence with rows, sampled likewise; a KV cache, each sequence likewise.
 std::vector<Problem::Part> Problem::parts(int max_rows) const {
   const Storage& st = *storage_;
   const auto sample = [&](int rows) {
@@ -348,27 +348,7 @@ std::vector<Problem::Part> Problem::parts(int max_rows) const {
     return out;
   };
   std::vector<Part> out;
-  if (is_cache(case_)) {
-    for (int b = 0; b < case_.shape.batch; ++b) {
-      Part one;
-      one.spec = sequence_case(case_, b);
-      const Shape& s = one.spec.shape;
-      if (s.seqlen_q == 0) continue;
-      one.batch0 = b;
-      one.params.q = batch_view(st.q, case_.dtype, b);
-      one.params.k = view_of(st.cache.keys[b], case_.dtype, Device{});
-      one.params.v = view_of(st.cache.values[b], case_.dtype, Device{});
-      one.params.out = batch_view(st.out, case_.dtype, b);
-      one.params.scale = case_.scale;
-      one.params.mask = case_.mask;
-      one.params.variants = variants_of(case_, st.slopes.host.data());
-      one.params.backend = Backend::reference;
-      one.rows = sample(s.seqlen_q);
-      out.push_back(std::move(one));
-    }
-    return out;
-  }
-  if (!is_packed(case_)) {
+  if (!is_packed(case_) && !is_cache(case_)) {
     Part whole;
     whole.params = views(Backend::reference, Device{});
     whole.params.lse = nullptr;
@@ -382,12 +362,20 @@ std::vector<Problem::Part> Problem::parts(int max_rows) const {
     one.spec = sequence_case(case_, b);
     const Shape& s = one.spec.shape;
     if (s.seqlen_q == 0) continue;
-    one.q_row0 = st.sequences.cu_q[b];
-    const int64_t k0 = st.sequences.cu_k[b];
-    one.params.q = rows_view(st.q, case_.dtype, one.q_row0, s.seqlen_q);
-    one.params.k = rows_view(st.k, case_.dtype, k0, s.seqlen_k);
-    one.params.v = rows_view(st.v, case_.dtype, k0, s.seqlen_k);
-    one.params.out = rows_view(st.out, case_.dtype, one.q_row0, s.seqlen_q);
+    if (is_cache(case_)) {  // batch index b of q and out; the keys as the call must leave them
+      one.batch0 = b;
+      one.params.q = batch_view(st.q, case_.dtype, b);
+      one.params.k = view_of(st.cache.keys[b], case_.dtype, Device{});
+      one.params.v = view_of(st.cache.values[b], case_.dtype, Device{});
+      one.params.out = batch_view(st.out, case_.dtype, b);
+    } else {  // packed: the sequence's rows and keys
+      one.q_row0 = st.sequences.cu_q[b];
+      const int64_t k0 = st.sequences.cu_k[b];
+      one.params.q = rows_view(st.q, case_.dtype, one.q_row0, s.seqlen_q);
+      one.params.k = rows_view(st.k, case_.dtype, k0, s.seqlen_k);
+      one.params.v = rows_view(st.v, case_.dtype, k0, s.seqlen_k);
+      one.params.out = rows_view(st.out, case_.dtype, one.q_row0, s.seqlen_q);
+    }
     one.params.scale = case_.scale;
     one.params.mask = case_.mask;
     one.params.variants = variants_of(case_, st.slopes.host.data());

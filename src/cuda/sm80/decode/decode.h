@@ -3,10 +3,11 @@
 #pragma once
 
 #include "core/params.h"
+#include "cuda/backends.h"
 
 namespace flashattn::cuda::decode {
 
-inline constexpr int kMaxHeadDim = 256;
+inline constexpr int kMaxHeadDim = kMmaDecodeMaxHeadDim;
 
 // Whether p runs on the decode kernel: a KV cache, 16-bit, head_dim up to
 // kMaxHeadDim, and either paged, unchecked (only this kernel checks on the

@@ -58,7 +58,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     on the device instead (a sequence out of range gets NaN rows; only backend cuda_mma
     takes it). backend: "auto" (or None) or a name from flashattn.backends(); "auto" runs
     16-bit CUDA tensors on cuda_mma, other CUDA calls on cuda_tiled (contiguous) or
-    cuda_naive (paged), host arrays on cpu (contiguous) or reference (paged).
+    cuda_naive (paged), host arrays on cpu (contiguous or paged).
 
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_softmax_lse also lse, float32 (batch, heads_q, seqlen_q). The cache is read and

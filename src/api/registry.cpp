@@ -22,7 +22,7 @@ const std::vector<BackendEntry>& table() {
         true, true},
        cpu::reference_forward, cpu::reference_backward},
       {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
-        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true, true},
+        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true, true, true},
        cpu::flash_forward, cpu::flash_backward},
       {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
         "one thread per query row, scores recomputed: simple enough to be obviously right", -1,
@@ -78,10 +78,10 @@ Backend packed_backend(DType dtype, int head_dim, bool backward) {
 
 // A KV cache: on the GPU, 16-bit on cuda_mma (its decode kernel) up to its
 // head_dim limit; otherwise contiguous on cuda_tiled, paged on cuda_naive. On
-// the host: contiguous on cpu, paged on reference.
+// the host: cpu, contiguous or paged.
 Backend cache_backend(const AttnParams& p, DeviceKind device) {
+  if (device == DeviceKind::cpu) return Backend::cpu;
   const bool paged = p.seqs.cache.paged();
-  if (device == DeviceKind::cpu) return paged ? Backend::reference : Backend::cpu;
   const int decode_limit = paged || !p.seqs.cache.checked ? cuda::kMmaDecodeMaxHeadDim
                                                           : cuda::kMmaMaxHeadDim;
   if (p.dtype != DType::f32 && p.sizes.head_dim <= decode_limit) return Backend::cuda_mma;

@@ -53,6 +53,29 @@ std::vector<harness::Case> cache_cases() {
     varied.input_std = 2.0f;
     cases.push_back(varied);
   }
+  // Pages that the CPU's key tiles (64 keys) straddle or fill: 1, 3, 16 and 64
+  // keys, on head dims 1, 80 and 200; a decode step that reads the cache only
+  // (one query row: dot-product scores) in every dtype, and one that appends
+  // to it (five rows: the matrix kernel); GQA; causal. Then a prefill into a
+  // paged cache (two query tiles), and long decodes whose keys the CPU splits
+  // over its threads, pages of 100 keys ending inside tiles.
+  const DType dtypes[] = {DType::f32, DType::f16, DType::bf16};
+  const Mask masks[] = {Mask::causal_bottom_right, Mask::none, Mask::causal_top_left};
+  int n = 0;
+  for (int page : {1, 3, 16, 64})
+    for (int head_dim : {1, 80, 200}) {
+      for (DType dtype : dtypes)
+        cases.push_back(cached({0, 1, 0, 6, 2, head_dim}, dtype, Mask::causal_bottom_right,
+                               {{0, 1, 130, 197}, 0, 200, page}));
+      cases.push_back(cached({0, 5, 0, 6, 2, head_dim}, dtypes[n % 3], masks[n / 3 % 3],
+                             {{0, 1, 130, 197}, 3, 200, page}));
+      ++n;
+    }
+  cases.push_back(cached({0, 70, 0, 4, 2, 64}, DType::f32, Mask::causal_bottom_right,
+                         {{0, 50}, 70, 130, 3}));
+  cases.push_back(cached({0, 1, 0, 2, 1, 128}, DType::bf16, Mask::causal_bottom_right,
+                         {{900}, 1, 1000, 16}));
+  cases.push_back(cached({0, 1, 0, 2, 1, 128}, DType::f32, Mask::none, {{1234, 77}, 0, 1300, 100}));
   return cases;
 }
 

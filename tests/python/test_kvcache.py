@@ -23,9 +23,8 @@ def call(problem, **options):
         problem.cache_seqlens, problem.block_table, return_softmax_lse=True, **options)
 
 
-def backends_for(page_size):
-    """The CPU backends that take the layout, and the automatic choice."""
-    return ["auto", "reference"] + (["cpu"] if page_size is None else [])
+# The CPU backends, both of which take either layout, and the automatic choice.
+BACKENDS = ["auto", "reference", "cpu"]
 
 
 def check_call(problem, backend, options, tolerance=FP32_TOLERANCE, lse_tolerance=1e-4):
@@ -50,7 +49,7 @@ def check_call(problem, backend, options, tolerance=FP32_TOLERANCE, lse_toleranc
 @pytest.mark.parametrize("page_size", LAYOUTS, ids=LAYOUT_IDS)
 def test_matches_the_reference(page_size, seqlen_q, seqlen_new, case):
     _, options = case
-    for backend in backends_for(page_size):
+    for backend in BACKENDS:
         problem = make_problem(seqlen_q=seqlen_q, seqlen_new=seqlen_new, page_size=page_size,
                                seed=seqlen_q + 10 * seqlen_new)
         check_call(problem, backend, case_options(options, problem.q.shape[2]))
@@ -59,26 +58,21 @@ def test_matches_the_reference(page_size, seqlen_q, seqlen_new, case):
 @pytest.mark.parametrize("heads", [(2, 2), (6, 2), (8, 1)], ids=["mha", "gqa3", "mqa8"])
 @pytest.mark.parametrize("page_size", [None, 3], ids=["contiguous", "paged3"])
 def test_grouped_query_heads(page_size, heads):
-    for backend in backends_for(page_size):
+    for backend in BACKENDS:
         problem = make_problem(seqlen_q=2, seqlen_new=1, heads=heads, page_size=page_size,
                                head_dim=8, seed=heads[0])
         check_call(problem, backend, dict(causal=True))
 
 
 @pytest.mark.parametrize("page_size", LAYOUTS, ids=LAYOUT_IDS)
-def test_automatic_backend_is_cpu_contiguous_and_reference_paged(page_size):
-    """On the host "auto" runs cpu on a contiguous cache and reference on a paged one: the
-    same bits as naming that backend; cpu declines a paged cache."""
+def test_automatic_backend_is_cpu(page_size):
+    """On the host "auto" runs cpu on a contiguous cache and on a paged one: the same bits
+    as naming it."""
     problem = make_problem(seqlen_q=2, seqlen_new=1, page_size=page_size, seed=3)
-    expected = "cpu" if page_size is None else "reference"
     auto = call(problem.copy(), backend="auto", causal=True)
-    named = call(problem.copy(), backend=expected, causal=True)
+    named = call(problem.copy(), backend="cpu", causal=True)
     for a, b in zip(auto, named):
         np.testing.assert_array_equal(a, b)
-    if page_size is not None:
-        with pytest.raises(flashattn.UnsupportedError,
-                           match="kv_cache.block_table: cpu does not take paged caches"):
-            call(problem.copy(), backend="cpu")
 
 
 def test_queries_past_the_keys_and_empty_sequences():

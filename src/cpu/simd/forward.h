@@ -14,6 +14,9 @@
 //       softmax's per-row max, sum and rescale are lane-wise, with no
 //       horizontal reduction, and only Q is ever transposed (once per item);
 //   O = diag(alpha)·O + P·V, reading P out of Sᵀ by its strides.
+// K and V tiles are addressed per run of keys at one stride (key_runs.h), so
+// a paged KV cache's tiles, which may straddle pages, cost one block-table
+// lookup per page they touch.
 // Extra memory: a few tiles per thread, kept between calls; a key split adds
 // its partial rows (splits × the few rows that split).
 // The kernels are instantiated per Variant (core/variant.h): NoVariant for
@@ -199,16 +202,25 @@ void masked_update(const Tiles& t, int rows, int dp, int lanes, int n0, int cols
   }
 }
 
-// Asks for rows [row0, row0 + rows) of head h's K and V to be brought into
-// the cache.
-inline void prefetch_rows(const AttnParams& p, int b, int h, int row0, int rows) {
-  const int64_t bytes = int64_t(p.sizes.head_dim) * (p.dtype == DType::f32 ? 4 : 2);
-  const int64_t item = p.dtype == DType::f32 ? 4 : 2;
-  for (int r = 0; r < rows; ++r)
-    for (const TensorRef* t : {&p.k, &p.v}) {
-      const char* row = static_cast<const char*>(t->data) + row_index(*t, b, h, row0 + r) * item;
-      for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
-    }
+// The few-rows products of an uncut tile of keys [n0, n0 + cols) whose fp32
+// rows lie in several runs (a paged cache's tile straddling pages), each run
+// read where it lies rather than gathered first: Sᵀ by dot products, then
+// O = diag(alpha)·O + P·V, one run's keys after another.
+inline void scores_by_runs(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int h,
+                           int rows, int lanes, int dp, int n0, int cols) {
+  for_each_run(p, b, seq, n0, n0 + cols, [&](const KeyRun& run, int at) {
+    scores_by_dots(t.q_t, rows, lanes, dp, run_rows(p.k, run, h), run.count,
+                   t.s + int64_t(at) * lanes);
+  });
+}
+inline void update_by_runs(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int h,
+                           int rows, int dp, int lanes, int n0, int cols) {
+  for_each_run(p, b, seq, n0, n0 + cols, [&](const KeyRun& run, int at) {
+    const MatA probs{t.s + int64_t(at) * lanes, 1, lanes};
+    const MatB v = run_rows(p.v, run, h);
+    if (at == 0) gemm<Init::scale_rows>(rows, dp, run.count, probs, v, {t.o, dp}, t.alpha);
+    else gemm<Init::add>(rows, dp, run.count, probs, v, {t.o, dp});
+  });
 }
 
 // Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for query rows
@@ -220,7 +232,7 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
   const RowMask mask = row_mask(p, seq);
-  const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
+  const int q0 = int(seq.q_row0);
   // Q's rows, scaled: as they are for dot products, else transposed (lanes of
   // Qᵀ are rows).
   const bool dots = few_rows(rows);
@@ -236,35 +248,48 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   const ScoreVariants variants = score_variants(p, hq, mask);
   std::fill(t.o, t.o + int64_t(rows) * dp, 0.0f);
   // K is the matrix kernel's A, read at any stride; the dot products load it
-  // as vectors, which need rows padded to the lanes.
+  // as vectors, which need rows padded to the lanes. fp32 tiles within one
+  // run of keys (key_runs.h: the whole sequence, or one page of a paged cache)
+  // are read where they lie.
   const bool k_in_place = p.dtype == DType::f32 && (!dots || d % kLanes == 0);
   const int k_ld = dots ? dp : d;
   const bool v_in_place = p.dtype == DType::f32 && d % kLanes == 0;
+  // Few rows on a paged fp32 cache multiply a tile that straddles pages run
+  // by run where its keys lie: with one query row the products are so cheap
+  // that gathering K and V first added 10–15% to a decode step at pages of 16
+  // keys (8192 keys, head_dim 128, two AVX-512 cores). Runs under a quarter
+  // tile would pay a product call per few keys, and a tile the mask cuts
+  // needs V as one matrix (masked_update): those gather.
+  const bool runs_in_place = dots && k_in_place && v_in_place && p.seqs.cache.paged() &&
+                             p.seqs.cache.page_size >= kBlockN / 4;
   const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlockN);
   const int hi = std::min(key_hi, mask.key_end(m0 + rows - 1));
   for (int n0 = std::max(key_lo, blocks.first<Variant::kLowerEnds>() * kBlockN); n0 < hi;
        n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
     // Few rows spend little arithmetic per key, so the next tile's K and V
-    // rows are requested now: rows of one head lie a row stride apart, each
-    // often in its own page, where the hardware prefetchers do not follow.
-    if (dots) prefetch_rows(p, b, hk, k0 + n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
-    MatB k{t.k, k_ld};
-    if (k_in_place)
-      k = {static_cast<const float*>(p.k.data) + row_index(p.k, b, hk, k0 + n0), p.k.row_stride};
-    else load_tile(p.dtype, p.k, d, b, hk, k0 + n0, cols, t.k, k_ld);
-    MatB v{t.v, dp};
-    if (v_in_place)
-      v = {static_cast<const float*>(p.v.data) + row_index(p.v, b, hk, k0 + n0), p.v.row_stride};
-    else load_tile(p.dtype, p.v, d, b, hk, k0 + n0, cols, t.v, dp);
-    if (dots) scores_by_dots(t.q_t, rows, lanes, dp, k, cols, t.s);
-    else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
+    // rows are requested now: rows of one head lie a row stride apart (or on
+    // pages of a cache), each often in its own memory page, where the
+    // hardware prefetchers do not follow.
+    if (dots) prefetch_keys(p, b, seq, hk, n0 + kBlockN, std::min(hi, n0 + 2 * kBlockN));
+    const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
+    const bool by_runs =
+        runs_in_place && !cut && key_run(p, b, seq, n0, n0 + cols).count < cols;
+    MatB v{};
+    if (by_runs) {
+      scores_by_runs(p, t, b, seq, hk, rows, lanes, dp, n0, cols);
+    } else {
+      const MatB k = key_tile(p, p.k, b, seq, hk, n0, cols, k_in_place, t.k, k_ld);
+      v = key_tile(p, p.v, b, seq, hk, n0, cols, v_in_place, t.v, dp);
+      if (dots) scores_by_dots(t.q_t, rows, lanes, dp, k, cols, t.s);
+      else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
+    }
     if constexpr (!Variant::Score::kIdentity)
       if (variants.any()) vary_scores(t, variants, lanes, m0, n0, cols);
-    const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
     if (cut) mask_scores<Variant::kLowerEnds>(t, lanes, n0, cols);
     softmax_tile(t, lanes, cols);
-    if (cut) masked_update<Variant::kLowerEnds>(t, rows, dp, lanes, n0, cols, v);
+    if (by_runs) update_by_runs(p, t, b, seq, hk, rows, dp, lanes, n0, cols);
+    else if (cut) masked_update<Variant::kLowerEnds>(t, rows, dp, lanes, n0, cols, v);
     else gemm<Init::scale_rows>(rows, dp, cols, {t.s, 1, lanes}, v, {t.o, dp}, t.alpha);
   }
 }

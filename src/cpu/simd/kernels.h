@@ -6,6 +6,7 @@
 #include "cpu/simd/gemm.h"
 #include "cpu/simd/convert.h"
 #include "cpu/simd/score.h"
+#include "cpu/simd/key_runs.h"
 #include "cpu/simd/forward.h"
 #include "cpu/simd/backward.h"
 

@@ -1,6 +1,6 @@
 """The benchmark's points: which shapes, dtypes and masks each part of the suite runs.
 
-Seven grids:
+Nine grids:
 - "paper": the FlashAttention papers' forward grid: batch × seqlen = 16384 tokens and
   heads × head_dim = 2048, so every point does the same work per token.
 - "exercise": the multi-head exercise's fp32 shapes (N, d_model, h): Q, K, V are N × d_model
@@ -17,6 +17,11 @@ Seven grids:
   the dense causal problem of the same work (its seqlen chosen so); softcap 30 and ALiBi,
   causal and not, at 4096 and 16384 tokens (batch × seqlen = 16384), each beside the plain
   problem of the same shape.
+- "models", "models_bwd": attention layers of models people run (model_shapes.py), each
+  named by its model and layer: decoder LLMs' causal prefill with their grouped kv heads,
+  encoders, vision transformers, diffusion U-Nets and DiTs up to a 119k-token video, many
+  at lengths that are not multiples of 128; the forward, and a training step's forward and
+  backward ("fwd+bwd") on a few of them.
 
 Pure Python (no torch), so the grids can be listed and tested anywhere.
 """
@@ -24,6 +29,8 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
+
+import model_shapes
 
 ITEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}  # the project's dtype names
 MASKS = ("none", "top_left")                   # causal: none, or PyTorch's is_causal
@@ -91,6 +98,7 @@ class Point:
     window: tuple = None    # (left, right), -1 an open side; None: no window
     softcap: float = 0.0    # > 0: each scaled score s becomes softcap·tanh(s / softcap)
     alibi: bool = False     # ALiBi with the standard slopes
+    name: str = None        # the model and layer (grids models, models_bwd)
 
     def __post_init__(self):
         if self.heads_kv is None:
@@ -137,7 +145,8 @@ class Point:
             shape = f"N={n} d_model={d_model} h={h} (d{self.head_dim})"
         step = "" if self.pass_ == "fwd" else f" {self.pass_}"
         variant = f" {self.variant_label()}" if self.variant_label() else ""
-        return f"{shape} {self.dtype}{mask}{variant}{step}"
+        model = f"{self.name}: " if self.name else ""
+        return f"{model}{shape} {self.dtype}{mask}{variant}{step}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -221,6 +230,23 @@ def variants_points(seqlens=VARIANT_SEQLENS, masks=MASKS, passes=VARIANT_PASSES,
     return points
 
 
+def models_points(layers=model_shapes.FORWARD, pass_="fwd", grid="models"):
+    """The model layers (model_shapes.Layer) as points of one pass."""
+    return [Point(grid, layer.dtype, layer.batch, layer.seqlen, layer.heads, layer.head_dim,
+                  "top_left" if layer.causal else "none", pass_=pass_,
+                  heads_kv=layer.heads_kv, name=layer.name)
+            for layer in layers]
+
+
+def models_bwd_points(layers=model_shapes.TRAINING):
+    return models_points(layers, pass_="fwd+bwd", grid="models_bwd")
+
+
+def named(layers, names):
+    """The layers of `names`, in the order of `layers`."""
+    return tuple(layer for layer in layers if layer.name in names)
+
+
 def memory_points(seqlens=MEMORY_SEQLENS):
     return [Point("memory", MEMORY_DTYPE, 1, n, MEMORY_HEADS, MEMORY_HEAD_DIM, timed=False)
             for n in seqlens]
@@ -229,15 +255,17 @@ def memory_points(seqlens=MEMORY_SEQLENS):
 def full_suite():
     return {"paper": paper_points(), "exercise": exercise_points(), "memory": memory_points(),
             "paper_bwd": paper_bwd_points(), "exercise_bwd": exercise_bwd_points(),
-            "wide_bwd": wide_bwd_points(), "variants": variants_points()}
+            "wide_bwd": wide_bwd_points(), "variants": variants_points(),
+            "models": models_points(), "models_bwd": models_bwd_points()}
 
 
 def quick_suite():
     """A few representative points, about two minutes of GPU time (forward): the headline
     shape (head_dim 128) short and long, two exercise shapes, memory at three sizes; the
     backward on the same headline shapes and one exercise shape; one wide-head backward
-    point: d512, causal, Gemma 4's 8 query heads on 4 kv heads; and the variants at 4096
-    tokens, causal, forward (with the window pair)."""
+    point: d512, causal, Gemma 4's 8 query heads on 4 kv heads; the variants at 4096
+    tokens, causal, forward (with the window pair); the model layers users reported slow
+    and a long LLM prefill, forward, and one LLM training step."""
     return {"paper": paper_points(seqlens=(2048, 8192), head_dims=(128,), dtypes=("bf16",)),
             "exercise": exercise_points(shapes=((1000, 1024, 16), (4096, 1024, 16)),
                                         masks=("none",)),
@@ -248,4 +276,7 @@ def quick_suite():
             "wide_bwd": wide_bwd_points(head_dims=(512,), heads=((8, 4),), seqlens=(8192,),
                                         masks=("top_left",), passes=("bwd",)),
             "variants": variants_points(seqlens=(4096,), masks=("top_left",),
-                                        passes=("fwd",))}
+                                        passes=("fwd",)),
+            "models": models_points(named(model_shapes.FORWARD, model_shapes.QUICK_FORWARD)),
+            "models_bwd": models_bwd_points(named(model_shapes.TRAINING,
+                                                  model_shapes.QUICK_TRAINING))}

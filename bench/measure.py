@@ -104,6 +104,8 @@ def base_row(point, impl):
            "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     if point.exercise:
         row["exercise"] = list(point.exercise)
+    if point.name:
+        row["model"] = point.name
     if point.variant_label():
         row.update(variant=point.variant_label(), window=point.window, softcap=point.softcap,
                    alibi=point.alibi)

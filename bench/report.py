@@ -20,11 +20,12 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
+import models_report
 import variants_report
 from result_rows import (FLASHATTN, PASS_NAMES, SPEED_GRIDS, best_alternative,  # noqa: F401
                          by_point, exercise_shape, family_of, geomean, grouped, heads_of,
-                         impl_order, pass_of, run_label, scope, sig, status_mark, timed,
-                         variant_of)
+                         impl_order, model_of, pass_of, run_label, scope, sig, status_mark,
+                         table, timed, variant_of)
 
 MIB = 2**20
 
@@ -36,7 +37,7 @@ ROW_KEY = ("impl", "grid", "dtype", "batch", "seqlen_q", "seqlen_k", "heads_q", 
 
 
 def row_key(row):
-    return tuple(row[k] for k in ROW_KEY) + (pass_of(row), variant_of(row))
+    return tuple(row[k] for k in ROW_KEY) + (pass_of(row), variant_of(row), model_of(row))
 
 
 def merge_rounds(rows):
@@ -69,12 +70,6 @@ def cell(row, value):
 
 def ratio(best, row):
     return f"{sig(best['ms'] / row['ms'], 2)}×" if best and timed(row) else ""
-
-
-def table(header, body):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
-    return "\n".join(lines)
 
 
 # ---- sections -----------------------------------------------------------------------------
@@ -243,6 +238,7 @@ def markdown(results, json_name, plot_names=None):
         parts += ["", t]
     parts += backward_sections(results, plot_names)
     parts += variants_report.sections(results)
+    parts += models_report.sections(results)
     t = memory_table(results)
     if t:
         parts += ["", "## Peak extra memory of one forward call (MiB)", "",
@@ -398,7 +394,8 @@ def headline(results):
             for key, impl_rows in by_point(results["rows"], grid).items():
                 lines.append(f"{scope(grid, key[7])} {key[1]} B{key[2]} N{key[3]} "
                              f"H{heads_of(next(iter(impl_rows.values())))} d{key[5]} {key[6]}"
-                             + (f" {key[9]}" if key[9] else ""))
+                             + (f" {key[9]}" if key[9] else "")
+                             + (f" ({key[10]})" if key[10] else ""))
                 for r in impl_rows.values():
                     if timed(r):
                         each = ""
@@ -501,7 +498,7 @@ def history_line(results, file=None, git=None):
         settings = results.get("settings", {})
         line["mode"] = results.get("mode", "full")
         grids = [g for g in ("exercise", "memory", "paper", "exercise_bwd", "paper_bwd",
-                             "wide_bwd", "variants")
+                             "wide_bwd", "variants", "models", "models_bwd")
                  if any(r["grid"] == g for r in rows)]
         line["grids"] = {g: len(by_point(rows, g)) for g in grids}
         line["rounds"] = settings.get("rounds", 1)

@@ -10,7 +10,8 @@ FLASHATTN = "flashattn"
 
 
 # The grids of speed results, forward and backward (memory is a grid of its own kind).
-SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd", "wide_bwd", "variants")
+SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd", "wide_bwd", "variants",
+               "models", "models_bwd")
 PASS_NAMES = {"fwd": "forward", "bwd": "backward alone", "fwd+bwd": "forward + backward"}
 
 
@@ -30,10 +31,17 @@ def variant_of(row):
     return row.get("variant", "")
 
 
+def model_of(row):
+    """The model and layer a row measured (grids models, models_bwd), "" for the others."""
+    return row.get("model", "")
+
+
 def point_key(row):
-    """(grid, dtype, batch, seqlen, heads_q, head_dim, causal, pass, heads_kv, variant)."""
+    """(grid, dtype, batch, seqlen, heads_q, head_dim, causal, pass, heads_kv, variant,
+    model): two models' layers of one shape stay two points."""
     return (row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
-            row["head_dim"], row["causal"], pass_of(row), heads_kv_of(row), variant_of(row))
+            row["head_dim"], row["causal"], pass_of(row), heads_kv_of(row), variant_of(row),
+            model_of(row))
 
 
 def point_of(row):
@@ -41,7 +49,8 @@ def point_of(row):
     return Point(row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
                  row["head_dim"], row["causal"], pass_=pass_of(row), heads_kv=row.get("heads_kv"),
                  window=tuple(row["window"]) if row.get("window") else None,
-                 softcap=row.get("softcap", 0.0), alibi=row.get("alibi", False))
+                 softcap=row.get("softcap", 0.0), alibi=row.get("alibi", False),
+                 name=row.get("model"))
 
 
 def grouped(key):
@@ -109,6 +118,12 @@ def status_mark(row):
         return ""
     return {"unsupported": "n/a", "oom": "OOM", "skipped": "skip", "error": "error"}.get(
         row["status"], "")
+
+
+def table(header, body):
+    """A Markdown table: a header row, then one row of cells per line of `body`."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in body])
 
 
 def exercise_shape(row):

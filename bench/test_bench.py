@@ -43,6 +43,8 @@ def synthetic_row(point, impl):
     if point.variant_label():
         row.update(variant=point.variant_label(), window=point.window, softcap=point.softcap,
                    alibi=point.alibi)
+    if point.name:
+        row["model"] = point.name
     rate = RATES[impl]
     if FAMILIES[impl] == "flashattn" and (point.softcap or point.alibi):
         rate = rate / VARIANT_COST
@@ -245,7 +247,8 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
-                             "paper_bwd": 144, "wide_bwd": 48, "variants": 28}
+                             "paper_bwd": 144, "wide_bwd": 48, "variants": 28,
+                             "models": 45, "models_bwd": 8}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
     assert line["ratios"]["cuda_tiled/flash paper"] == [0.04, 0.04, 0.04, 72, 0]
@@ -618,3 +621,103 @@ def test_cpu_grid_sets_the_variants_beside_plain_points_of_their_shape():
         assert plain in points, cpu_suite.label(p)
     window = next(p for p in variants if p.get("window") and p["pass_"] == "bwd")
     assert cpu_suite.flops(window) == 2.5 * 4 * 8 * 64 * grid.visible_pairs(4096, True, 512, 0)
+
+
+def test_models_grid_names_real_layers_at_their_shapes():
+    import model_shapes
+    points = grid.models_points()
+    assert 35 <= len(points) <= 50 and grid.full_suite()["models"] == points
+    names = [p.name for p in points]
+    assert len(set(names)) == len(names) and all(names)
+    assert len({p.label() for p in points}) == len(points)
+    for p in points:
+        assert p.label().startswith(f"{p.name}: ") and p.pass_ == "fwd"
+        assert min(p.batch, p.seqlen, p.heads, p.heads_kv, p.head_dim) >= 1, p.name
+        assert p.heads % p.heads_kv == 0, p.name  # each kv head serves a whole group
+        assert p.dtype in ("bf16", "f16") and p.causal in grid.MASKS, p.name
+    ragged = [p for p in points if p.seqlen % grid.BLOCK]  # a partial last key block
+    assert len(ragged) >= len(points) // 3
+    assert sum(p.causal != "none" for p in ragged) >= 5  # prompts of any length
+    assert {p.heads // p.heads_kv for p in points} >= {1, 4, 6, 7, 8, 71}
+    assert {p.head_dim for p in points} >= {40, 64, 72, 80, 96, 128, 160, 256}
+    assert {p.seqlen for p in points} >= {512, 577, 729, 1024, 1500, 4608, 32768}
+    assert {p.causal for p in points} == {"none", "top_left"}
+    assert sum(p.seqlen >= 65536 for p in points) <= 2
+    shapes = {p.name: (p.dtype, p.batch, p.seqlen, p.heads, p.heads_kv, p.head_dim, p.causal)
+              for p in points}
+    assert [shapes[name] for name in model_shapes.REPORTED_SLOW] == [
+        ("f16", 64, 256, 16, 16, 64, "top_left"), ("bf16", 1, 4608, 24, 24, 128, "none"),
+        ("bf16", 4, 3000, 28, 4, 128, "top_left")]
+    quick = grid.quick_suite()["models"]
+    assert {p.name for p in quick} == set(model_shapes.QUICK_FORWARD)
+    assert all(p in points for p in quick)
+
+
+def test_models_bwd_grid_times_a_training_step_of_a_few_layers():
+    points = grid.models_bwd_points()
+    assert len(points) == 8 and grid.full_suite()["models_bwd"] == points
+    assert {p.pass_ for p in points} == {"fwd+bwd"} and {p.grid for p in points} == {"models_bwd"}
+    assert len({p.name for p in points}) == 8
+    assert all(p.heads % p.heads_kv == 0 and p.head_dim <= 128 for p in points)
+    llama = points[0]
+    assert llama.label() == "Llama-3-8B training 8192: B1 N8192 H32/8 d128 bf16 causal fwd+bwd"
+    assert llama.flops() == 3.5 * 4 * 32 * 8192**2 * 128 / 2
+    assert [p.name for p in grid.quick_suite()["models_bwd"]] == ["Llama-3-8B training 8192"]
+
+
+def test_dry_run_lists_the_model_layers():
+    import subprocess
+    run = Path(__file__).resolve().parent / "run"
+    listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "models,models_bwd"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "models: 45 points" in listed and "models_bwd: 8 points" in listed
+    assert "Qwen2.5-7B prefill 4×3000: B4 N3000 H28/4 d128 bf16 causal " in listed
+    assert "FLUX.1 1024px (4096+512): B1 N4608 H24 d128 bf16 " in listed
+    assert "53 points" in listed
+    matched = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "models",
+                              "--match", "^Llama-3-8B"], capture_output=True, text=True,
+                             check=True).stdout
+    assert "models: 4 points" in matched
+
+
+def test_report_sets_each_model_layer_against_the_best_alternative_and_cudnn():
+    results = synthetic_results({"models": grid.models_points(),
+                                 "models_bwd": grid.models_bwd_points()})
+    md = report.markdown(results, "x.json")
+    assert "## Model shapes: forward (TFLOP/s)" in md
+    assert "## Model shapes: forward + backward (TFLOP/s)" in md
+    lines = md.splitlines()
+    flux = next(line for line in lines if line.startswith("| FLUX.1 1024px (4096+512) †"))
+    # cuda_naive skipped (predicted over 2 s), cuda_tiled at 12 against cudnn at 550, best.
+    assert flux.startswith("| FLUX.1 1024px (4096+512) † | 1×4608 | 24 | 128 | bf16 |  | "
+                           "skip | 12.0 | cudnn | 550 |")
+    assert flux.count(f"{report.sig(12 / 550, 2)}×") == 2  # vs best and vs cudnn
+    qwen = next(line for line in lines if line.startswith("| Qwen2.5-7B prefill 4×3000"))
+    assert "| 4×3000 | 28/4 | 128 | bf16 | causal |" in qwen
+    assert "- `cuda_tiled`: 0 of 45 layers at least as fast as the best alternative" in md
+    assert "- `auto`: 8 of 8 layers at least as fast as cuDNN" not in md  # 200 < 550
+    assert "- `auto`: 0 of 8 layers at least as fast as cuDNN" in md
+    line = report.history_line(results, "x.json")
+    assert line["grids"] == {"models": 45, "models_bwd": 8}
+    assert line["ratios"]["cuda_tiled/cudnn models"][3] == 45
+    assert line["ratios"]["auto/best models fwd+bwd GQA"][3] == 3
+    head = report.headline(results)
+    assert "cuda_tiled models bf16" in head and "cuda_tiled models f16" in head
+
+
+def test_two_models_layers_of_one_shape_stay_two_points():
+    import models_report
+    twins = [grid.Point("models", "bf16", 1, 8192, 32, 128, "top_left", heads_kv=8, name=name)
+             for name in ("Llama-3-8B prefill 8192", "Mistral-7B prefill 8192")]
+    rows = [synthetic_row(p, impl) for p in twins for impl in ("cuda_tiled", "cudnn")]
+    assert len(report.merge_rounds(rows)) == 4
+    assert len(report.by_point(rows, "models")) == 2
+    from result_rows import point_of
+    assert point_of(rows[0]) == twins[0]
+    text = models_report.tally([("a", 1.2), ("b", 0.8), ("c", 0.9), ("d", 1.0)], "cuDNN")
+    assert text.startswith("2 of 4 layers at least as fast as cuDNN")  # a tie counts
+    assert text.endswith("slower at b (0.80×), c (0.90×)")
+    assert models_report.tally([], "cuDNN") == ""
+    many = models_report.tally([(f"layer {i}", 0.5 + i / 100) for i in range(10)], "cuDNN")
+    assert many.endswith("layer 7 (0.57×) and 2 more")
+

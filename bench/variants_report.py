@@ -3,7 +3,8 @@ of the same shape on the same implementation (the target: at most 5% slower), Py
 SDPA where it can express the problem, and the sliding window beside the dense causal
 problem of the same work."""
 from result_rows import (FLASHATTN, PASS_NAMES, best_alternative, by_point, family_of,
-                         impl_order, pass_of, point_of, sig, status_mark, timed, variant_of)
+                         impl_order, pass_of, point_of, sig, status_mark, table, timed,
+                         variant_of)
 
 GRID = "variants"
 # A variant may cost at most this much time over plain attention of the same shape.
@@ -37,11 +38,6 @@ def shape_key(row):
 
 def percent(ratio):
     return f"{100 * (ratio - 1):+.1f}%"
-
-
-def table(header, body):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in body])
 
 
 def variant_table(results, rows):

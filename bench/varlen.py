@@ -53,20 +53,22 @@ def with_backward(forward, tensors):
 
 def sdpa_padded(q, k, v, lengths, backend):
     """The batch padded to its longest sequence, (B, H, N, d), causal; padding rows are
-    computed and discarded (SDPA takes no lengths)."""
+    computed and discarded (SDPA takes no lengths). Returns the call and its padded inputs,
+    leaves of their own that require grad where q, k, v do: the padding is done once here,
+    so neither the forward nor the backward times it."""
     batch, longest = len(lengths), max(lengths)
     def pad(x, heads):
         out = x.new_zeros(batch, longest, heads, HEAD_DIM)
         at = 0
         for b, n in enumerate(lengths):
-            out[b, :n] = x[at:at + n]
+            out[b, :n] = x.detach()[at:at + n]
             at += n
-        return out.transpose(1, 2)
+        return out.transpose(1, 2).requires_grad_(x.requires_grad)
     qp, kp, vp = pad(q, HEADS), pad(k, KV_HEADS), pad(v, KV_HEADS)
     def run():
         with torch.nn.attention.sdpa_kernel(backend):
             return F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
-    return run
+    return run, (qp, kp, vp)
 
 
 def sdpa_each(q, k, v, lengths):
@@ -108,17 +110,17 @@ def point(tokens, mean, gen, backward):
     sdpa = torch.nn.attention.SDPBackend
     for name, backend in (("flash", sdpa.FLASH_ATTENTION), ("efficient", sdpa.EFFICIENT_ATTENTION),
                           ("cudnn", sdpa.CUDNN_ATTENTION)):
-        calls[f"torch sdpa padded ({name})"] = (sdpa_padded(q, k, v, lengths, backend), work, None)
+        run, padded = sdpa_padded(q, k, v, lengths, backend)
+        calls[f"torch sdpa padded ({name})"] = (run, work, padded)
     calls["torch sdpa per sequence"] = (sdpa_each(q, k, v, lengths), work, None)
     rows = []
     for name, (fn, flops, tensors) in calls.items():
         try:
             if backward:
-                if tensors is None:  # padded and per-sequence inputs are views of q, k, v
+                if tensors is None:  # the per-sequence inputs are views of q, k, v
                     base = fn
                     def fn(base=base):
-                        out = base()
-                        outs = out if isinstance(out, list) else [out]
+                        outs = base()
                         torch.autograd.grad(outs, (q, k, v), [torch.ones_like(o) for o in outs])
                 else:
                     fn = with_backward(fn, tensors)

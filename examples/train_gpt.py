@@ -17,6 +17,7 @@ fp32. flashattn must be importable: `pip install .`, or a CMake build through
 FLASHATTN_LIBRARY=build/libflashattn.so PYTHONPATH=python (see python/README.md).
 """
 import argparse
+import functools
 import math
 import os
 import statistics
@@ -57,15 +58,21 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
                                  nn.Linear(4 * d_model, d_model))
 
-    def forward(self, x):
-        batch, seqlen, d_model = x.shape
-        # (3, batch, heads, seqlen, head_dim) views of one projection, head_dim contiguous:
-        # flashattn reads them in place and autograd writes their gradients back into it.
-        q, k, v = self.qkv(self.attention_norm(x)).view(batch, seqlen, 3, self.heads,
-                                                        -1).permute(2, 0, 3, 1, 4)
-        attended = self.sdpa(q, k, v, is_causal=True)
-        x = x + self.proj(attended.transpose(1, 2).reshape(batch, seqlen, d_model))
+    def forward(self, x, attention=None):
+        """x: (..., seqlen, d_model). attention(q, k, v): q, k, v (..., seqlen, heads,
+        head_dim) to the attended values in q's shape; None: self.sdpa, causal over each
+        sequence (examples/generate.py passes packed and KV-cache attention instead)."""
+        # Views of one projection, head_dim contiguous: flashattn reads them in place and
+        # autograd writes their gradients back into it.
+        q, k, v = self.qkv(self.attention_norm(x)).unflatten(-1, (3, self.heads, -1)).unbind(-3)
+        attended = (attention or self.causal_sdpa)(q, k, v)
+        x = x + self.proj(attended.flatten(-2))
         return x + self.mlp(self.mlp_norm(x))
+
+    def causal_sdpa(self, q, k, v):
+        """self.sdpa takes (batch, heads, seqlen, head_dim): transposed views, no copies."""
+        return self.sdpa(q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2),
+                         is_causal=True).transpose(-3, -2)
 
 
 class GPT(nn.Module):
@@ -83,11 +90,16 @@ class GPT(nn.Module):
                                                                      "mlp.2.weight")) else 0.02
                 nn.init.normal_(p, std=std)
 
-    def forward(self, tokens):
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
+    def forward(self, tokens, positions=None, attention=None):
+        """Logits (..., vocab) of tokens (...). positions: each token's place in its sequence,
+        tokens' shape; None: tokens is (batch, seqlen) and the positions 0 .. seqlen - 1.
+        attention(layer, q, k, v): each block's attention (see Block.forward); None: causal
+        self.sdpa."""
+        if positions is None:
+            positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embed(tokens) + self.position(positions)
-        for block in self.blocks:
-            x = block(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, None if attention is None else functools.partial(attention, layer))
         return self.head(self.norm(x))
 
 
@@ -123,6 +135,13 @@ def train(name, sdpa, seed, train_data, val_data, args, device):
     """One run: per-step losses, per-step times (s) and the final validation loss."""
     torch.manual_seed(seed)
     model = GPT(args.layers, args.d_model, args.heads, args.context, sdpa).to(device)
+    losses, times = fit(model, name, seed, train_data, args, device)
+    return losses, times, evaluate(model, val_data, args, device)
+
+
+def fit(model, name, seed, train_data, args, device):
+    """Trains model in place for args.steps steps (args.batch sequences of args.context
+    bytes, the batches fixed by seed, AdamW at args.lr): per-step losses and times (s)."""
     step_fn = torch.compile(model) if args.compile else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                                   weight_decay=0.1)
@@ -156,7 +175,7 @@ def train(name, sdpa, seed, train_data, val_data, args, device):
     if cuda:
         torch.cuda.synchronize()
         times = [a.elapsed_time(b) / 1e3 for a, b in events]
-    return [x.item() for x in losses], times, evaluate(model, val_data, args, device)
+    return [x.item() for x in losses], times
 
 
 @torch.no_grad()

@@ -721,3 +721,31 @@ def test_two_models_layers_of_one_shape_stay_two_points():
     many = models_report.tally([(f"layer {i}", 0.5 + i / 100) for i in range(10)], "cuDNN")
     assert many.endswith("layer 7 (0.57×) and 2 more")
 
+
+def test_ring_model_hides_long_blocks_and_exposes_short_ones():
+    import ring_model
+    shape = ring_model.Shape(batch=1, heads=16, kv_heads=16, head_dim=128, dtype="bf16")
+    # Blocks at 500 TFLOP/s forward and 400 backward, from 1k to 64k local tokens.
+    sweep = []
+    for i in range(7):
+        local = 1024 << i
+        work = 4 * 16 * local * (local / 2) * 128
+        sweep.append({"local_seqlen": local, "fwd_ms": work / 500e9,
+                      "bwd_ms": 2.5 * work / 400e9})
+    blocks = ring_model.BlockTimes(sweep)
+    assert blocks.ms(2048, "fwd_ms") == pytest.approx(sweep[1]["fwd_ms"])
+    assert blocks.ms(3000, "fwd_ms") == pytest.approx(sweep[1]["fwd_ms"] * (3000 / 2048) ** 2)
+    assert blocks.ms(1 << 17, "bwd_ms") == pytest.approx(sweep[-1]["bwd_ms"] * 4)
+    # A pass hides its transfers from L = (bytes a token moves / bandwidth) · rate / (FLOPs
+    # over L²): the heads cancel (16 and 16); the backward's rate counts 2.5× the work.
+    threshold = ring_model.hiding_threshold(shape, blocks, 400.0)
+    forward = 2 * 128 * 2 / 400e9 * 500e12 / (4 * 128 * 0.5)
+    backward = (2 * 128 * 2 + 2 * 128 * 4) / 400e9 * 400e12 / (2.5 * 4 * 128 * 0.5)
+    assert threshold == pytest.approx(max(forward, backward))
+
+    def efficiency(gpus, exposed, tokens=1 << 20):
+        return ring_model.predict(shape, blocks, 420.0, tokens, gpus, 400.0, 40.0, exposed,
+                                  3000.0)["efficiency"]
+    assert efficiency(2, 0.0) > 0.95
+    assert efficiency(2, 1.0) < efficiency(2, 0.0)
+    assert efficiency(512, 0.0) < efficiency(64, 0.0) < efficiency(8, 0.0)

@@ -150,6 +150,47 @@ def accuracy(args, worlds, device):
     return rows
 
 
+PACKED_LENGTHS = (1040, 496, 2048, 512)  # multiples of 16: 2W chunks for W up to 8
+
+
+def packed_problem(args, device):
+    """A packed batch (sequences of PACKED_LENGTHS tokens), its prefix sums on the host and
+    on the device, and its float64 reference per sequence."""
+    q, k, v, dout = (t[0] for t in problem(args, sum(PACKED_LENGTHS), seed=9, device=device))
+    cu = [0]
+    for n in PACKED_LENGTHS:
+        cu.append(cu[-1] + n)
+    refs = [reference64(args, *(t[None, a:b] for t in (q, k, v, dout)))
+            for a, b in zip(cu[:-1], cu[1:])]
+    ref = [torch.cat([r[i][0] for r in refs]) for i in range(4)]
+    return (q, k, v, dout), cu, torch.tensor(cu, dtype=torch.int32, device=device), ref
+
+
+def packed_accuracy(args, worlds, device):
+    """Relative L2 errors against float64 of a packed batch: varlen_attention on the whole
+    batch and each simulated ring over it, per tensor."""
+    (q, k, v, dout), cu, cu_t, ref = packed_problem(args, device)
+    out, lse = flashattn.varlen_attention(q, k, v, cu_t, cu_t, causal=args.causal,
+                                          return_lse=True)
+    grads = flashattn.varlen_attention_backward(q, k, v, out, dout, lse, cu_t, cu_t,
+                                                causal=args.causal)
+    names = ("out", "dq", "dk", "dv")
+    rows = {"whole": dict(zip(names, map(rel_l2, (out, *grads), ref)))}
+    options = _ring.Options(args.causal, None, None, False)
+    for world in worlds:
+        parts = [[flashattn.zigzag_shard_packed(t, cu, world, r)[None] for r in range(world)]
+                 for t in (q, k, v, dout)]
+        layout = _ring.Packed(torch.div(cu_t, 2 * world, rounding_mode="floor"), None)
+        results = _ring.simulate(*parts[:3], options, layout)
+        outs, lses = [r[0] for r in results], [r[1] for r in results]
+        per_rank = _ring.simulate_backward(*parts[:3], outs, lses, parts[3], options, layout)
+        got = [flashattn.zigzag_unshard_packed([o[0] for o in outs], cu)]
+        got += [flashattn.zigzag_unshard_packed([g[i][0] for g in per_rank], cu)
+                for i in range(3)]
+        rows[f"ring{world}"] = dict(zip(names, map(rel_l2, got, ref)))
+    return rows
+
+
 def block_times(args, parts):
     """Rank 0's two kinds of ring step, forward+backward alone, in ms: the diagonal block
     (its own keys, causal) and an off-diagonal one (local queries × half the local keys)."""
@@ -237,6 +278,7 @@ def simulate_mode(args):
     del q, k, v, dout
     result["block_sweep"] = block_sweep(args, device)
     result["accuracy"] = accuracy(args, worlds, device)
+    result["packed_accuracy"] = packed_accuracy(args, worlds, device)
     return result
 
 
@@ -292,6 +334,7 @@ def ring_worker(rank, args, port, queue):
     del gathered, out
     result["exchange"] = exchange_bandwidth(kr, world)
     result["accuracy"] = ring_accuracy(args, world, rank, device)
+    result["packed_accuracy"] = ring_packed_accuracy(args, world, rank, device)
     if rank == 0:
         queue.put(result)
     dist.barrier()
@@ -337,6 +380,21 @@ def ring_accuracy(args, world, rank, device):
     ref = reference64(args, q, k, v, dout)
     return {"whole": dict(zip(names, map(rel_l2, whole(args, q, k, v, dout), ref))),
             f"ring{world}": {n: rel_l2(flashattn.zigzag_unshard(g), r)
+                             for n, g, r in zip(names, gathered, ref)}}
+
+
+def ring_packed_accuracy(args, world, rank, device):
+    """Errors against float64 of a packed batch through ring_attention on the group."""
+    (q, k, v, dout), cu, cu_t, ref = packed_problem(args, device)
+    parts = [flashattn.zigzag_shard_packed(t, cu, world, rank) for t in (q, k, v, dout)]
+    qr, kr, vr = (t.requires_grad_() for t in parts[:3])
+    out = flashattn.ring_attention(qr, kr, vr, causal=args.causal, cu_seqlens=cu_t)
+    out.backward(parts[3])
+    gathered = [gather(t, world, rank) for t in (out, qr.grad, kr.grad, vr.grad)]
+    if rank != 0:
+        return None
+    names = ("out", "dq", "dk", "dv")
+    return {f"ring{world}": {n: rel_l2(flashattn.zigzag_unshard_packed(g, cu), r)
                              for n, g, r in zip(names, gathered, ref)}}
 
 

@@ -29,7 +29,9 @@ from ._varlen import varlen_attention, varlen_attention_backward
 # Context parallelism needs torch (torch.distributed): imported on first use, so that the
 # package still imports without torch.
 _TORCH_ONLY = {"ring_attention": ("_ring_attention", "ring_attention"),
-               "zigzag_shard": ("_zigzag", "shard"), "zigzag_unshard": ("_zigzag", "unshard")}
+               "zigzag_shard": ("_zigzag", "shard"), "zigzag_unshard": ("_zigzag", "unshard"),
+               "zigzag_shard_packed": ("_zigzag", "shard_packed"),
+               "zigzag_unshard_packed": ("_zigzag", "unshard_packed")}
 
 
 def __getattr__(name):
@@ -48,6 +50,8 @@ __all__ = [
     "ring_attention",
     "zigzag_shard",
     "zigzag_unshard",
+    "zigzag_shard_packed",
+    "zigzag_unshard_packed",
     "sdpa",
     "backends",
     "Backend",

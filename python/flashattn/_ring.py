@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from . import _attention, _zigzag
+from . import _attention, _varlen, _zigzag
 
 
 class Options(NamedTuple):
@@ -46,24 +46,81 @@ def merge(out, lse, block_out, block_lse):
     lse.copy_(merged)
 
 
-class ForwardRank:
-    """One rank's forward: its local queries against each K/V block the ring brings."""
+class Dense:
+    """A batch of whole sequences, (batch, local_seqlen, heads, head_dim) parts: one block a
+    step (_zigzag.block), flashattn.attention's calls."""
 
-    def __init__(self, q, rank, world_size, options):
-        self.q, self.rank, self.world_size, self.options = q, rank, world_size, options
+    @staticmethod
+    def blocks(rank, source, local_seqlen, causal):
+        return [_zigzag.block(rank, source, local_seqlen, causal)]
+
+    @staticmethod
+    def attention(q, k, v, causal, options):
+        return _attention.attention(q, k, v, causal=causal, scale=options.scale,
+                                    backend=options.backend, return_lse=True)
+
+    @staticmethod
+    def backward(q, k, v, out, dout, lse, causal, options):
+        return _attention.attention_backward(q, k, v, out, dout, lse, causal=causal,
+                                             scale=options.scale, backend=options.backend,
+                                             deterministic=options.deterministic)
+
+
+class Packed:
+    """A packed batch of sequences of different lengths, held as (1, local_total, heads,
+    head_dim) parts in the zigzag layout of _zigzag.shard_packed: one block per pair of
+    halves (_zigzag.packed_blocks), varlen_attention's calls with the halves' prefix sums."""
+
+    def __init__(self, half_prefix_sums, longest_half):
+        self.cu, self.longest = half_prefix_sums, longest_half
+
+    @staticmethod
+    def blocks(rank, source, local_total, causal):
+        return _zigzag.packed_blocks(rank, source, local_total, causal)
+
+    def attention(self, q, k, v, causal, options):
+        out, lse = _varlen.varlen_attention(
+            q[0], k[0], v[0], self.cu, self.cu, self.longest, self.longest, causal=causal,
+            scale=options.scale, backend=options.backend, return_lse=True)
+        return out[None], lse[None]
+
+    def backward(self, q, k, v, out, dout, lse, causal, options):
+        grads = _varlen.varlen_attention_backward(
+            q[0], k[0], v[0], out[0], dout[0], lse[0], self.cu, self.cu, self.longest,
+            self.longest, causal=causal, scale=options.scale, backend=options.backend,
+            deterministic=options.deterministic)
+        return tuple(g[None] for g in grads)
+
+
+def covers_all(rows, length):
+    return rows.start in (None, 0) and rows.stop in (None, length)
+
+
+class ForwardRank:
+    """One rank's forward: its local queries against each K/V block the ring brings. q is
+    (batch, local_seqlen, heads_q, head_dim); `layout` Dense or Packed."""
+
+    def __init__(self, q, rank, world_size, options, layout=Dense):
+        self.q, self.rank, self.world_size = q, rank, world_size
+        self.options, self.layout = options, layout
         self.out = None  # fp32 (batch, local_seqlen, heads_q, head_dim)
         self.lse = None  # fp32 (batch, heads_q, local_seqlen)
 
     def step(self, step, k, v):
         """Attends to the K/V block of ring step `step` (that of rank rank - step)."""
         source = (self.rank - step) % self.world_size
-        b = _zigzag.block(self.rank, source, self.q.shape[1], self.options.causal)
-        out, lse = _attention.attention(
-            self.q[:, b.rows], k[:, b.keys], v[:, b.keys], causal=b.causal,
-            scale=self.options.scale, backend=self.options.backend, return_lse=True)
-        if self.out is None:  # step 0, the rank's own block: every local row
-            self.out, self.lse = out.float(), lse
-        else:
+        local = self.q.shape[1]
+        for b in self.layout.blocks(self.rank, source, local, self.options.causal):
+            out, lse = self.layout.attention(self.q[:, b.rows], k[:, b.keys], v[:, b.keys],
+                                             b.causal, self.options)
+            if self.out is None and covers_all(b.rows, local):
+                self.out, self.lse = out.float(), lse
+                continue
+            if self.out is None:  # the first block leaves some rows for later ones
+                device = self.q.device
+                self.out = torch.zeros(self.q.shape, dtype=torch.float32, device=device)
+                self.lse = torch.full((self.q.shape[0], self.q.shape[2], local), float("-inf"),
+                                      device=device)
             merge(self.out[:, b.rows], self.lse[:, :, b.rows], out, lse)
 
     def result(self):
@@ -74,40 +131,48 @@ class ForwardRank:
 class BackwardRank:
     """One rank's backward: its part of the gradients for each K/V block the ring brings."""
 
-    def __init__(self, q, out, lse, dout, rank, world_size, options):
+    def __init__(self, q, out, lse, dout, rank, world_size, options, layout=Dense):
         self.q, self.out, self.lse, self.dout = q, out, lse, dout
-        self.rank, self.world_size, self.options = rank, world_size, options
-        self.dq = None  # fp32, from the first step's block (every local row)
+        self.rank, self.world_size = rank, world_size
+        self.options, self.layout = options, layout
+        self.dq = None  # fp32, set by the first block
 
     def block_gradients(self, step, k, v):
-        """(dk, dv) of the keys that ring step `step`'s block computes on (its Block's
-        `keys`, see _zigzag), with this rank's dq part added to its own; returns them with
-        the Block, for `accumulate`."""
+        """The (keys, dk, dv) parts of ring step `step`'s blocks (the keys each computes on,
+        see _zigzag), with this rank's dq parts added to its own; for `accumulate`."""
         source = (self.rank - step) % self.world_size
-        b = _zigzag.block(self.rank, source, self.q.shape[1], self.options.causal)
-        rows = b.rows
-        dq, dk, dv = _attention.attention_backward(
-            self.q[:, rows], k[:, b.keys], v[:, b.keys], self.out[:, rows],
-            self.dout[:, rows], self.lse[:, :, rows], causal=b.causal,
-            scale=self.options.scale, backend=self.options.backend,
-            deterministic=self.options.deterministic)
-        if self.dq is None:
-            self.dq = dq.float()
-        else:
-            self.dq[:, rows] += dq
-        return b, dk, dv
+        local = self.q.shape[1]
+        parts = []
+        for b in self.layout.blocks(self.rank, source, local, self.options.causal):
+            rows = b.rows
+            dq, dk, dv = self.layout.backward(
+                self.q[:, rows], k[:, b.keys], v[:, b.keys], self.out[:, rows],
+                self.dout[:, rows], self.lse[:, :, rows].contiguous(), b.causal, self.options)
+            if self.dq is None and covers_all(rows, local):
+                self.dq = dq.float()
+            else:
+                if self.dq is None:
+                    self.dq = torch.zeros(self.q.shape, dtype=torch.float32,
+                                          device=self.q.device)
+                self.dq[:, rows] += dq
+            parts.append((b.keys, dk, dv))
+        return parts
 
     @staticmethod
-    def accumulate(dkv, block, dk, dv, first):
-        """Adds a rank's (dk, dv) for `block` into the block's travelling fp32 accumulator
-        dkv, (2, batch, local_seqlen, heads_kv, head_dim); `first`: the block's first
-        step (at its owner, every key), which sets the accumulator instead."""
-        if first:
-            dkv[0].copy_(dk)
-            dkv[1].copy_(dv)
-        else:
-            dkv[0][:, block.keys] += dk
-            dkv[1][:, block.keys] += dv
+    def accumulate(dkv, parts, first):
+        """Adds a rank's (keys, dk, dv) parts into the held block's travelling fp32
+        accumulator dkv, (2, batch, local_seqlen, heads_kv, head_dim); `first`: the block's
+        first step (at its owner), whose parts set the accumulator instead."""
+        length = dkv.shape[2]
+        if first and not covers_all(parts[0][0], length):
+            dkv.zero_()
+        for i, (keys, dk, dv) in enumerate(parts):
+            if first and i == 0 and covers_all(keys, length):
+                dkv[0].copy_(dk)
+                dkv[1].copy_(dv)
+            else:
+                dkv[0][:, keys] += dk
+                dkv[1][:, keys] += dv
 
 
 def gradient_buffer(k):
@@ -115,11 +180,11 @@ def gradient_buffer(k):
     return torch.empty((2, *k.shape), dtype=torch.float32, device=k.device)
 
 
-def simulate(qs, ks, vs, options):
+def simulate(qs, ks, vs, options, layout=Dense):
     """Every rank's (out, lse) of ring attention over local parts qs[r], ks[r], vs[r], run in
     one process: each step, every rank computes, then every block moves to the next rank."""
     world_size = len(qs)
-    ranks = [ForwardRank(q, r, world_size, options) for r, q in enumerate(qs)]
+    ranks = [ForwardRank(q, r, world_size, options, layout) for r, q in enumerate(qs)]
     blocks = list(zip(ks, vs))
     for step in range(world_size):
         for rank, (k, v) in zip(ranks, blocks):
@@ -128,18 +193,18 @@ def simulate(qs, ks, vs, options):
     return [rank.result() for rank in ranks]
 
 
-def simulate_backward(qs, ks, vs, outs, lses, douts, options):
+def simulate_backward(qs, ks, vs, outs, lses, douts, options, layout=Dense):
     """Every rank's (dq, dk, dv) of ring attention, in one process, as `simulate`; the
     gradient accumulators travel with their blocks and reach their owners after the last
     step."""
     world_size = len(qs)
-    ranks = [BackwardRank(q, out, lse, dout, r, world_size, options)
+    ranks = [BackwardRank(q, out, lse, dout, r, world_size, options, layout)
              for r, (q, out, lse, dout) in enumerate(zip(qs, outs, lses, douts))]
     blocks = list(zip(ks, vs))
     accumulators = [gradient_buffer(k) for k in ks]
     for step in range(world_size):
         for rank, (k, v), dkv in zip(ranks, blocks, accumulators):
-            rank.accumulate(dkv, *rank.block_gradients(step, k, v), first=step == 0)
+            rank.accumulate(dkv, rank.block_gradients(step, k, v), first=step == 0)
         blocks = blocks[-1:] + blocks[:-1]
         accumulators = accumulators[-1:] + accumulators[:-1]
     return [(rank.dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(k.dtype))

@@ -42,9 +42,9 @@ class Ring:
             work.wait()
 
 
-def forward(q, k, v, ring, options):
+def forward(q, k, v, ring, options, layout):
     """This rank's (out, lse) over the whole sequence's keys."""
-    rank = _ring.ForwardRank(q, ring.rank, ring.world_size, options)
+    rank = _ring.ForwardRank(q, ring.rank, ring.world_size, options, layout)
     block = torch.stack((k, v))  # one message per step
     spare = torch.empty_like(block) if ring.world_size > 1 else None
     for step in range(ring.world_size):
@@ -56,10 +56,10 @@ def forward(q, k, v, ring, options):
     return rank.result()
 
 
-def backward(q, k, v, out, lse, dout, ring, options):
+def backward(q, k, v, out, lse, dout, ring, options, layout):
     """This rank's (dq, dk, dv): its local queries' gradient and its local keys' and values'
     gradients summed over every rank's queries."""
-    rank = _ring.BackwardRank(q, out, lse, dout, ring.rank, ring.world_size, options)
+    rank = _ring.BackwardRank(q, out, lse, dout, ring.rank, ring.world_size, options, layout)
     block = torch.stack((k, v))
     spare = torch.empty_like(block) if ring.world_size > 1 else None
     gradients = _ring.gradient_buffer(k)
@@ -67,11 +67,11 @@ def backward(q, k, v, out, lse, dout, ring, options):
     gradients_pending = None
     for step in range(ring.world_size):
         pending = ring.start(block, spare) if step + 1 < ring.world_size else None
-        part = rank.block_gradients(step, block[0], block[1])
+        parts = rank.block_gradients(step, block[0], block[1])
         if gradients_pending is not None:  # the accumulator of the block now held
             ring.finish(gradients_pending)
             gradients, gradients_spare = gradients_spare, gradients
-        rank.accumulate(gradients, *part, first=step == 0)
+        rank.accumulate(gradients, parts, first=step == 0)
         if ring.world_size > 1:
             gradients_pending = ring.start(gradients, gradients_spare)
         if pending is not None:
@@ -87,22 +87,23 @@ class RingAttention(torch.autograd.Function):
     """ring_attention with autograd: the backward is `backward` over the same ring."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ring, options):
-        out, lse = forward(q, k, v, ring, options)
+    def forward(ctx, q, k, v, ring, options, layout):
+        out, lse = forward(q, k, v, ring, options, layout)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.ring, ctx.options = ring, options
+        ctx.ring, ctx.options, ctx.layout = ring, options, layout
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = backward(q, k, v, out, lse, dout, ctx.ring, ctx.options)
-        return dq, dk, dv, None, None
+        dq, dk, dv = backward(q, k, v, out, lse, dout, ctx.ring, ctx.options, ctx.layout)
+        return dq, dk, dv, None, None, None
 
 
 def ring_attention(q, k, v, *, group=None, causal=False, scale=None, return_lse=False,
-                   backend=None, deterministic=False, checked=True):
+                   backend=None, deterministic=False, checked=True, cu_seqlens=None,
+                   max_seqlen=None):
     """Attention over one sequence whose tokens are split across the ranks of a
     torch.distributed group (context parallelism), differentiable.
 
@@ -116,15 +117,25 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, return_lse=
     flashattn.zigzag_unshard(parts) joins them; local_seqlen must then be even, and q and k
     of the same length.
 
+    A packed batch of sequences of different lengths (varlen_attention's layout): q
+    (local_total, heads_q, head_dim), k and v (local_total, heads_kv, head_dim), with
+    cu_seqlens the whole batch's int32 prefix sums (batch + 1,) on q's device, the same on
+    every rank, and optionally max_seqlen its longest sequence. Every sequence is its own
+    problem, cut into 2·world_size chunks (its length a multiple of that), causal or not:
+    flashattn.zigzag_shard_packed(x, cu_seqlens, world_size, rank) makes a rank's local
+    pack (every sequence's first chunk, then every sequence's second one) and
+    zigzag_unshard_packed(parts, cu_seqlens) joins them.
+
     Returns this rank's out (batch, local_seqlen, heads_q, head_dim), in q's dtype, and with
     return_lse also its lse, float32 (batch, heads_q, local_seqlen), over the whole
-    sequence's keys. The partial results of the ring's steps merge in fp32; in the backward
+    sequence's keys (packed: out (local_total, heads_q, head_dim), lse (heads_q,
+    local_total)). The partial results of the ring's steps merge in fp32; in the backward
     dk and dv sum over the ranks in fp32. scale, backend and deterministic are
     flashattn.attention's and attention_backward's (deterministic: bit-identical gradients,
     the ring's own order being fixed).
 
-    checked: every rank's shapes, dtype and device kind are compared through one small
-    all_gather_object (a host synchronisation) and a mismatch raises
+    checked: every rank's shapes, dtype and device kind (and prefix sums) are compared
+    through one small all_gather_object (a host synchronisation) and a mismatch raises
     flashattn.InvalidArgumentError on every rank, naming the argument and the ranks; with
     checked=False nothing is exchanged but the blocks, and mismatched parts are undefined
     behaviour (a hang or garbage). Every rank of the group must call with the same options.
@@ -139,38 +150,83 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, return_lse=
             "torch.distributed.init_process_group first")
     ring = Ring(group)
     options = _ring.Options(causal, _options.scale_value(scale), backend, deterministic)
-    problem = local_problem(q, k, v, causal)
+    packed = cu_seqlens is not None
+    if packed:
+        q, k, v = (batch_of_one(name, t) for name, t in (("q", q), ("k", k), ("v", v)))
+    problem = local_problem(q, k, v, causal, packed)
+    layout = _ring.Dense
+    if packed and problem.error is None:
+        layout, problem = packed_layout(cu_seqlens, max_seqlen, q, ring.world_size, checked,
+                                        problem)
     if checked:
         require_same_on_every_rank(problem, ring)
     elif problem.error is not None:
         raise problem.error
-    out, lse = RingAttention.apply(q, k, v, ring, options)
+    out, lse = RingAttention.apply(q, k, v, ring, options, layout)
+    if packed:
+        out, lse = out[0], lse[0]
     return (out, lse) if return_lse else out
+
+
+def batch_of_one(name, t):
+    """A packed part (local_total, heads, head_dim) as the (1, local_total, heads, head_dim)
+    view the ring computes on."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 3:
+        raise _errors.InvalidArgumentError(
+            f"{name}: has shape {tuple(getattr(t, 'shape', ()))}, must have 3 dimensions "
+            f"(local_total, heads, head_dim) with cu_seqlens (a packed batch)")
+    return t[None]
+
+
+def packed_layout(cu_seqlens, max_seqlen, q, world_size, checked, problem):
+    """The Packed layout of a rank's local pack: the halves' prefix sums (cu_seqlens / 2W,
+    on q's device) and longest half; checked, the prefix sums are read to the host and
+    every sequence must split into 2W chunks that add up to the local pack."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype != torch.int32 \
+            or cu_seqlens.dim() != 1 or cu_seqlens.device != q.device:
+        return _ring.Dense, LocalProblem(_errors.InvalidArgumentError(
+            f"cu_seqlens: must be an int32 torch tensor (batch + 1,) on q's device "
+            f"({q.device})"), None)
+    chunks = 2 * world_size
+    if checked:
+        host = cu_seqlens.tolist()
+        try:
+            _zigzag.require_packed_shardable(host, world_size)
+            if host[-1] != world_size * q.shape[1]:
+                raise _errors.InvalidArgumentError(
+                    f"q: local total is {q.shape[1]}, must be cu_seqlens[-1] / world_size = "
+                    f"{host[-1]} / {world_size} (every rank holds 1/world_size of each "
+                    f"sequence)")
+        except _errors.InvalidArgumentError as e:
+            return _ring.Dense, LocalProblem(e, None)
+        problem = LocalProblem(None, problem.signature + (tuple(host),))
+    longest = None if max_seqlen is None else max_seqlen // chunks
+    return _ring.Packed(torch.div(cu_seqlens, chunks, rounding_mode="floor"), longest), problem
 
 
 class LocalProblem:
     """A rank's check of its own part: the error it found (or None) and what every rank's
     part must share (the K/V block, which travels: shape, dtype, device kind)."""
 
-    SHARED = ("k: shape", "k: dtype", "k: device type")
+    SHARED = ("k: shape", "k: dtype", "k: device type", "cu_seqlens")
 
     def __init__(self, error, signature):
         self.error, self.signature = error, signature
 
 
-def local_problem(q, k, v, causal):
+def local_problem(q, k, v, causal, packed=False):
     """The checks a rank can make alone, before any exchange: an error is kept, not raised,
     so that every rank can learn of it and none is left waiting in the ring."""
     try:
         for name, t in (("q", q), ("k", k), ("v", v)):
             _torch_op.check_tensor(name, t)
-        require_local_rules(q, k, v, causal)
+        require_local_rules(q, k, v, causal, packed)
     except (_errors.Error, TypeError) as e:
         return LocalProblem(e, None)
     return LocalProblem(None, (tuple(k.shape), str(k.dtype), k.device.type))
 
 
-def require_local_rules(q, k, v, causal):
+def require_local_rules(q, k, v, causal, packed):
     """What the ring needs of one rank's part beyond flashattn.attention's rules, and those
     of its rules that would otherwise fail on one rank mid-ring."""
     if tuple(v.shape) != tuple(k.shape):
@@ -186,6 +242,12 @@ def require_local_rules(q, k, v, causal):
         raise _errors.InvalidArgumentError(
             f"k: has shape {tuple(k.shape)}, must have q's batch and head_dim and a number of "
             f"heads that divides q's (q: {tuple(q.shape)})")
+    if packed and q.shape[1] != k.shape[1]:
+        raise _errors.InvalidArgumentError(
+            f"k: local total is {k.shape[1]}, must equal q's ({q.shape[1]}): the ring takes "
+            f"one packed batch of sequences for queries and keys alike")
+    if packed:
+        return
     if causal and q.shape[1] != k.shape[1]:
         raise _errors.InvalidArgumentError(
             f"k: local seqlen is {k.shape[1]}, must equal q's ({q.shape[1]}) with causal (the "

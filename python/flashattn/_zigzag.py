@@ -17,6 +17,15 @@ At ring step s a rank holds the K/V of rank (r - s) mod W, its source, and compu
   chunk r; the second half of the local queries against all the keys, without a mask.
 Each off-diagonal step is half of a full local block's work, so every rank does the same
 amount at every step. Without the causal mask every step is the whole local block.
+
+A packed batch of sequences (the variable-length layout) is cut the same way, sequence by
+sequence: each sequence's length must be a multiple of 2W, and a rank's local pack holds
+first every sequence's chunk r, in order, then every sequence's chunk 2W-1-r (its first and
+second halves, each a packed batch with prefix sums cu_seqlens / 2W). A step then computes
+the same blocks as above, one per pair of halves: its own keys as (first, first) causal,
+(second, first) unmasked and (second, second) causal; an earlier rank's as (first, first)
+and (second, first); a later rank's as (second, first) and (second, second); without the
+causal mask all four pairs.
 """
 from dataclasses import dataclass
 
@@ -46,6 +55,69 @@ def block(rank, source, local_seqlen, causal):
     if source < rank:
         return Block(ALL, slice(0, half), False)
     return Block(slice(half, None), ALL, False)
+
+
+def packed_blocks(rank, source, local_total, causal):
+    """The Blocks, over the token rows of a packed local batch, that a rank computes at the
+    ring step bringing the K/V of rank `source`: one per pair of halves (rows and keys each
+    the first or the second half of the local pack; the prefix sums of either are the
+    sequences' lengths over 2·world_size)."""
+    half = local_total // 2
+    first, second = slice(0, half), slice(half, local_total)
+    if not causal:
+        return [Block(r, k, False) for r in (first, second) for k in (first, second)]
+    if source == rank:
+        return [Block(first, first, True), Block(second, first, False),
+                Block(second, second, True)]
+    if source < rank:
+        return [Block(first, first, False), Block(second, first, False)]
+    return [Block(second, first, False), Block(second, second, False)]
+
+
+def packed_lengths(cu_seqlens):
+    """The sequences' lengths from host prefix sums."""
+    return [int(b) - int(a) for a, b in zip(cu_seqlens[:-1], cu_seqlens[1:])]
+
+
+def require_packed_shardable(cu_seqlens, world_size):
+    """Every sequence of a packed batch splits into 2·world_size equal chunks."""
+    for i, n in enumerate(packed_lengths(cu_seqlens)):
+        if n % (2 * world_size):
+            raise _errors.InvalidArgumentError(
+                f"cu_seqlens: sequence {i} has length {n}, must be a multiple of 2·world_size "
+                f"= {2 * world_size} (the zigzag layout cuts each sequence into 2·world_size "
+                f"equal chunks)")
+
+
+def shard_packed(x, cu_seqlens, world_size, rank):
+    """Rank `rank`'s local pack of a packed batch x (total, ...) with host prefix sums
+    cu_seqlens: every sequence's chunk `rank`, then every sequence's chunk
+    2·world_size-1-rank (see the module's docstring). A new tensor."""
+    _require_ring(world_size, rank)
+    require_packed_shardable(cu_seqlens, world_size)
+    firsts, seconds = [], []
+    for start, n in zip(cu_seqlens[:-1], packed_lengths(cu_seqlens)):
+        chunk = n // (2 * world_size)
+        firsts.append(x[int(start) + rank * chunk:][:chunk])
+        seconds.append(x[int(start) + (2 * world_size - 1 - rank) * chunk:][:chunk])
+    return torch.cat(firsts + seconds)
+
+
+def unshard_packed(shards, cu_seqlens):
+    """The packed batch from every rank's local pack, in rank order (shard_packed's
+    inverse)."""
+    world_size = len(shards)
+    if world_size == 0:
+        raise _errors.InvalidArgumentError("shards: is empty, must hold one part per rank")
+    require_packed_shardable(cu_seqlens, world_size)
+    chunks = [n // (2 * world_size) for n in packed_lengths(cu_seqlens)]
+    halves = [s.split(chunks * 2) for s in shards]  # per rank: firsts then seconds
+    sequences = []
+    for i in range(len(chunks)):
+        order = ([halves[r][i] for r in range(world_size)]
+                 + [halves[r][len(chunks) + i] for r in reversed(range(world_size))])
+        sequences.extend(order)
+    return torch.cat(sequences)
 
 
 def require_shardable(name, length, world_size):

@@ -22,12 +22,39 @@ def problem(world_size):
     return q, k, v, torch.randn(q.shape, generator=g)
 
 
-def simulated(parts, causal):
+def simulated(parts, causal, layout=_ring.Dense):
     options = _ring.Options(causal, None, None, True)
-    results = _ring.simulate(*parts[:3], options)
+    results = _ring.simulate(*parts[:3], options, layout)
     outs, lses = [r[0] for r in results], [r[1] for r in results]
-    grads = _ring.simulate_backward(*parts[:3], outs, lses, parts[3], options)
+    grads = _ring.simulate_backward(*parts[:3], outs, lses, parts[3], options, layout)
     return [(out, *g) for out, g in zip(outs, grads)]
+
+
+def packed_report(rank, world_size):
+    """The packed batch (sequences of 2W·{3, 1, 2} tokens): ring_attention equal to the
+    simulated ring; a sequence that does not split, rejected on every rank."""
+    cu = [0, 6 * world_size, 8 * world_size, 12 * world_size]
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(cu[-1], 4, 8, generator=g)
+    k, v = (torch.randn(cu[-1], 2, 8, generator=g) for _ in range(2))
+    dout = torch.randn(q.shape, generator=g)
+    parts = [[flashattn.zigzag_shard_packed(t, cu, world_size, r)[None]
+              for r in range(world_size)] for t in (q, k, v, dout)]
+    cu_t = torch.tensor(cu, dtype=torch.int32)
+    layout = _ring.Packed(torch.div(cu_t, 2 * world_size, rounding_mode="floor"), None)
+    expected = simulated(parts, True, layout)[rank]
+    qr, kr, vr = (p[rank][0].clone().requires_grad_() for p in parts[:3])
+    out = flashattn.ring_attention(qr, kr, vr, causal=True, cu_seqlens=cu_t,
+                                   deterministic=True)
+    out.backward(parts[3][rank][0])
+    got = (out.detach(), qr.grad, kr.grad, vr.grad)
+    report = {"packed_equal_to_simulated": all(
+        torch.equal(a, b[0]) for a, b in zip(got, expected))}
+    bad = cu_t.clone()
+    bad[1] += 1
+    report["packed_bad_length"] = error_of(lambda: flashattn.ring_attention(
+        qr.detach(), kr.detach(), vr.detach(), causal=True, cu_seqlens=bad))
+    return report
 
 
 def error_of(call):
@@ -53,6 +80,7 @@ def worker(rank, world_size, port):
         got = (out.detach(), q.grad, k.grad, v.grad)
         report[f"equal_to_simulated_{'causal' if causal else 'full'}"] = all(
             torch.equal(a, b) for a, b in zip(got, expected))
+    report.update(packed_report(rank, world_size))
     q, k, v, _ = (flashattn.zigzag_shard(t, world_size, rank) for t in whole)
     shorter = 2 if rank == 0 else 0  # rank 0 passes a shorter part than the others
     report["uneven"] = error_of(lambda: flashattn.ring_attention(

@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 import flashattn
 from flashattn import _ring, _zigzag
-from torch_cases import assert_as_accurate_as_plain, random_bshd
+from torch_cases import assert_as_accurate_as_plain, plain_outputs, random_bshd
+from varlen_cases import per_sequence
 
 OPTIONS = _ring.Options(causal=True, scale=None, backend=None, deterministic=False)
 
@@ -43,6 +44,52 @@ def test_simulated_ring_equals_the_whole_problem(world_size, causal, heads, head
     assert_as_accurate_as_plain(grads, (q, k, v, dout), causal=causal)
     _, whole_lse = flashattn.attention(q, k, v, causal=causal, return_lse=True)
     torch.testing.assert_close(lse, whole_lse, rtol=1e-5, atol=1e-5)
+
+
+def packed_ring_outputs(q, k, v, dout, cu_seqlens, world_size, options):
+    """out and (dq, dk, dv) of the simulated ring over a packed batch, unsharded."""
+    parts = [[flashattn.zigzag_shard_packed(t, cu_seqlens, world_size, r)[None]
+              for r in range(world_size)] for t in (q, k, v, dout)]
+    halves = torch.tensor(cu_seqlens, dtype=torch.int32) // (2 * world_size)
+    layout = _ring.Packed(halves, None)
+    results = _ring.simulate(*parts[:3], options, layout)
+    outs, lses = [r[0] for r in results], [r[1] for r in results]
+    grads = _ring.simulate_backward(*parts[:3], outs, lses, parts[3], options, layout)
+    out = flashattn.zigzag_unshard_packed([o[0] for o in outs], cu_seqlens)
+    return out, tuple(flashattn.zigzag_unshard_packed([g[i][0] for g in grads], cu_seqlens)
+                      for i in range(3))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_simulated_ring_over_a_packed_batch_treats_each_sequence_alone(world_size, causal,
+                                                                       dtype):
+    lengths = [2 * world_size * n for n in (3, 1, 0, 5)]
+    cu_seqlens = [0]
+    for n in lengths:
+        cu_seqlens.append(cu_seqlens[-1] + n)
+    total = cu_seqlens[-1]
+    g = torch.Generator().manual_seed(world_size)
+    q = torch.randn(total, 4, 16, generator=g).to(dtype)
+    k, v = (torch.randn(total, 2, 16, generator=g).to(dtype) for _ in range(2))
+    dout = torch.randn(q.shape, generator=g).to(dtype)
+    options = OPTIONS._replace(causal=causal)
+    out, grads = packed_ring_outputs(q, k, v, dout, cu_seqlens, world_size, options)
+    plain = per_sequence(plain_outputs, cu_seqlens, cu_seqlens, concatenate=torch.cat)
+    assert_as_accurate_as_plain((out,), (q, k, v), plain=plain, causal=causal)
+    assert_as_accurate_as_plain(grads, (q, k, v, dout), plain=plain, causal=causal)
+
+
+def test_packed_shard_names_the_sequence_that_does_not_split():
+    with pytest.raises(flashattn.InvalidArgumentError,
+                       match=r"cu_seqlens: sequence 1 has length 6, must be a multiple of "
+                             r"2·world_size = 4"):
+        flashattn.zigzag_shard_packed(torch.zeros(14, 1, 1), [0, 8, 14], 2, 0)
+    x = torch.arange(24).reshape(24, 1, 1)
+    parts = [flashattn.zigzag_shard_packed(x, [0, 8, 24], 2, r) for r in range(2)]
+    assert parts[0].flatten().tolist() == [0, 1, 8, 9, 10, 11, 6, 7, 20, 21, 22, 23]
+    assert torch.equal(flashattn.zigzag_unshard_packed(parts, [0, 8, 24]), x)
 
 
 def test_simulated_ring_takes_a_scale_and_stays_deterministic():

@@ -118,17 +118,25 @@ def seqlen_first(sizes, heads_first):
 def kernel_tensor(t, heads_first=False):
     """t itself when the kernels can read its strides, else one contiguous copy; and its view.
     heads_first: t is (batch, heads, seqlen, head_dim), as in torch's SDPA. A tensor without
-    elements is never read (its data_ptr() is 0): its view gets row-major strides."""
-    shape = seqlen_first(t.shape, heads_first)
+    elements is never read (its data_ptr() is 0): its view gets row-major strides. Runs on
+    every call's inputs: each stride is read once, as host time per call adds up."""
+    strides = t.stride()
     if t.numel() == 0:
-        strides = _layout.contiguous_strides(shape)
-    else:
-        if not _layout.kernels_accept(t.shape, t.stride()):
-            t = t.contiguous()
-        strides = seqlen_first(t.stride(), heads_first)
+        shape = seqlen_first(t.shape, heads_first)
+        return t, tensor_view(t, shape, _layout.contiguous_strides(shape))
+    if not _layout.kernels_accept(t.shape, strides):
+        t = t.contiguous()
+        strides = t.stride()
+    return t, tensor_view(t, seqlen_first(t.shape, heads_first),
+                          seqlen_first(strides, heads_first))
+
+
+def tensor_view(t, shape, strides):
+    """The library's view of t's memory with these (batch, seqlen, heads, head_dim) sizes and
+    strides (in elements)."""
     device_index = t.get_device()  # -1 on the CPU
-    return t, _abi.view(t.data_ptr(), DTYPES[t.dtype], shape, strides,
-                        _abi.CUDA if device_index >= 0 else _abi.CPU, max(device_index, 0))
+    return _abi.view(t.data_ptr(), DTYPES[t.dtype], shape, strides,
+                     _abi.CUDA if device_index >= 0 else _abi.CPU, max(device_index, 0))
 
 
 # The raw handle, without building a torch.cuda.Stream object (microseconds per call);
@@ -165,13 +173,15 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes)
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                              max_seqlen_k)
-    (q, qv), (k, kv), (v, vv) = (kernel_tensor(t, heads_first) for t in (q, k, v))
+    (q, qv), (k, kv), (v, vv) = [kernel_tensor(t, heads_first) for t in (q, k, v)]
     q_shape = qv[2:6]  # (batch, seqlen_q, heads_q, head_dim)
     _, seqlen_q, heads_q, head_dim = q_shape
     out_strides = (seqlen_q * heads_q * head_dim, heads_q * head_dim, head_dim, 1)
-    out, out_view = kernel_tensor(
-        q.new_empty_strided(seqlen_first(q_shape, heads_first),
-                            seqlen_first(out_strides, heads_first)), heads_first)
+    out = q.new_empty_strided(seqlen_first(q_shape, heads_first),
+                              seqlen_first(out_strides, heads_first))
+    # out's view is known from how it was made; one without elements takes kernel_tensor's.
+    out_view = (tensor_view(out, q_shape, out_strides) if out.numel()
+                else kernel_tensor(out, heads_first)[1])
     lse = (q.new_empty(_layout.lse_shape(q_shape), dtype=torch.float32) if with_lse
            else None)
     _library.forward(qv, kv, vv, out_view, lse=lse.data_ptr() if with_lse else None,

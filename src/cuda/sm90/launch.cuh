@@ -50,6 +50,17 @@ inline bool use_persistent(const AttnParams& p) {
   return p.sizes.seqlen_k <= (p.mask.bounded_above ? kMaxKeysCausal : kMaxKeys);
 }
 
+// Whether two consumers' 128-row tiles beat three consumers' 192-row ones at
+// d 64: where every tile walks at most two key blocks, so that the third
+// consumer's extra products have too little to hide under. Measured on the
+// H100 (A/B in one process, docs/perf/cuda_wgmma.md v4.18): +7% at 256 keys
+// (causal, batch 64) and 197 keys (batch 256), and 0% at 128; −10% at 577,
+// where three consumers stay.
+template <class Narrow>
+bool walks_few_key_blocks(const AttnParams& p) {
+  return p.sizes.seqlen_k <= 2 * Narrow::kBlockN;
+}
+
 // Whether the tiles can run in pairs (Traits::kCluster): non-causal, where
 // every tile of a head visits all its key blocks, and an even number of tiles
 // per head, so that each pair holds two tiles of one head.
@@ -179,10 +190,14 @@ void run_forward(const AttnParams& p) {
   using Paired = typename PairedTraitsFor<kHeadDim>::type;
   if (needs_any_variant(p))
     return launch<T, typename VariantTraitsFor<kHeadDim>::type, AnyVariant16>(p);
+  using Short = typename ShortTraitsFor<kHeadDim>::type;
   if constexpr (!std::is_void_v<Persistent>) {
     if (use_persistent(p)) {
       if constexpr (!std::is_void_v<Paired>) {
         if (pairs_tiles<Paired>(p)) return launch<T, Paired, NoVariant>(p);
+      }
+      if constexpr (!std::is_void_v<Short>) {
+        if (walks_few_key_blocks<Short>(p)) return launch<T, Short, NoVariant>(p);
       }
       return launch<T, Persistent, NoVariant>(p);
     }

@@ -85,6 +85,14 @@ template <> struct TraitsFor<256> { using type = Traits<256, 80, 2, 2>; };
 template <> struct PersistentTraitsFor<64> { using type = Traits<64, 128, 2, 3, true>; };
 template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2, true>; };
 
+// Persistent tiles of 128 query rows (two consumers) at d 64, for short keys
+// (at most two key blocks a tile; launch.cuh's walks_few_key_blocks).
+template <int kHeadDim>
+struct ShortTraitsFor {
+  using type = void;
+};
+template <> struct ShortTraitsFor<64> { using type = Traits<64, 128, 2, 2, true>; };
+
 // The kernels that take every variant (core/variant.h): the score step runs on
 // every block there, and with the plain shapes at d 64 (three consumers, 160
 // registers), d 128 (BN 176) and d 256 (BN 80) ptxas spilled 56–204 bytes a

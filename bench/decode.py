@@ -28,15 +28,14 @@ permutation of the pool. Inputs smaller than a few L2 caches rotate among copies
 
 Writes the markdown table to --out and one JSON object per row to the .jsonl beside it
 (both rewritten as the run goes, so a run cut short keeps its rows). The default grid (about
-40 rows) is sized for about a minute on an H100; --full times every combination.
+40 rows) is sized for about a minute on an H100; --full times every combination. The grids
+are decode_grid.py's; bench/run --grids decode times the same steps (this default grid, with
+f16 on a paged cache and seqlen_q 8 added) into the suite's results and report.
 """
 import argparse
 import dataclasses
 import datetime
-import itertools
 import json
-import math
-import re
 import statistics
 import subprocess
 import sys
@@ -48,111 +47,17 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+import decode_report
 import flashattn
 import timing
+from decode_grid import MAX_GB, default_grid, full_grid, layout_name, selected
 
-K = 1024
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 # Relative L2 between flashattn's output and PyTorch's above which a point is flagged.
 TOLERANCE = {"bf16": 2e-2, "f16": 5e-3}
 # The math backend materialises the scores and repeats grouped k and v per query head: not
 # tried where that would take more than this much memory.
 MATH_LIMIT_BYTES = 8 << 30
-
-
-@dataclass(frozen=True)
-class Config:
-    """One decode problem; its rows are its cache layouts (None: contiguous; else the page
-    size)."""
-
-    dtype: str
-    heads_q: int
-    heads_kv: int
-    head_dim: int
-    batch: int
-    length: int        # keys per sequence after the step (cached + appended)
-    seqlen_q: int
-    layouts: tuple = (None,)
-
-    @property
-    def name(self):
-        length = f"{self.length // K}k" if self.length % K == 0 else str(self.length)
-        return (f"{self.dtype} H{self.heads_q}/{self.heads_kv} d{self.head_dim} B{self.batch} "
-                f"L{length} q{self.seqlen_q}")
-
-    def capacity(self, page_size):
-        return self.length if page_size is None else math.ceil(self.length / page_size) * page_size
-
-    def cache_bytes(self, page_size=None):
-        """k and v of the cache."""
-        element = torch.finfo(DTYPES[self.dtype]).bits // 8
-        return 2 * self.batch * self.capacity(page_size) * self.heads_kv * self.head_dim * element
-
-    def kv_bytes_read(self):
-        element = torch.finfo(DTYPES[self.dtype]).bits // 8
-        return 2 * self.batch * self.length * self.heads_kv * self.head_dim * element
-
-
-def layout_name(page_size):
-    return "contiguous" if page_size is None else f"paged{page_size}"
-
-
-def default_grid():
-    """About 40 rows: bf16, 32 query heads on 8 kv heads, d 128, seqlen_q 1 over batch ×
-    length; pages of 16, 64, 256 at three of those; GQA groups 1 and 8, head dims 64 and 256,
-    seqlen_q 4 and f16 at two or three."""
-    base = dict(dtype="bf16", heads_q=32, heads_kv=8, head_dim=128, seqlen_q=1)
-    paged_at = {(8, 8 * K), (32, 32 * K), (1, 128 * K)}
-    configs = []
-    for batch, length in itertools.product((1, 8, 32, 128), (1 * K, 8 * K, 32 * K, 128 * K)):
-        layouts = (None, 16, 64, 256) if (batch, length) in paged_at else (None,)
-        configs.append(Config(**base, batch=batch, length=length, layouts=layouts))
-    pairs = ((8, 8 * K), (32, 32 * K))
-    for (batch, length), heads_kv in itertools.product(pairs, (32, 4)):
-        configs.append(Config(**dict(base, heads_kv=heads_kv), batch=batch, length=length))
-    for (batch, length), head_dim in itertools.product(pairs, (64, 256)):
-        configs.append(Config(**dict(base, head_dim=head_dim), batch=batch, length=length))
-    for batch, length in pairs + ((128, 8 * K),):
-        layouts = (None, 64) if (batch, length) == (32, 32 * K) else (None,)
-        configs.append(Config(**dict(base, seqlen_q=4), batch=batch, length=length,
-                              layouts=layouts))
-    for batch, length in pairs:
-        configs.append(Config(**dict(base, dtype="f16"), batch=batch, length=length))
-    return configs
-
-
-def full_grid():
-    """Every combination of GQA group (kv heads 32, 8, 4), head dim (64, 128, 256), batch (1,
-    8, 32, 128), length (1k, 8k, 32k, 128k) and seqlen_q (1, 4) in bf16, each contiguous and
-    paged (16, 64, 256); f16 at 32/8 heads, d 128, seqlen_q 1."""
-    configs = []
-    for heads_kv, head_dim, batch, length, seqlen_q in itertools.product(
-            (32, 8, 4), (64, 128, 256), (1, 8, 32, 128), (1 * K, 8 * K, 32 * K, 128 * K), (1, 4)):
-        configs.append(Config("bf16", 32, heads_kv, head_dim, batch, length, seqlen_q,
-                              (None, 16, 64, 256)))
-    for batch, length in itertools.product((1, 8, 32, 128), (1 * K, 8 * K, 32 * K, 128 * K)):
-        configs.append(Config("f16", 32, 8, 128, batch, length, 1, (None, 64)))
-    return configs
-
-
-def selected(configs, args):
-    """The configs within --max-gb (their layouts too) and matching --match (on "name
-    layout"); the skipped ones, with why."""
-    keep, skipped = [], []
-    pattern = re.compile(args.match) if args.match else None
-    for config in configs:
-        layouts = tuple(page for page in config.layouts
-                        if pattern is None or pattern.search(f"{config.name} {layout_name(page)}"))
-        if not layouts:
-            continue
-        too_big = [page for page in layouts if config.cache_bytes(page) > args.max_gb * 1e9]
-        for page in too_big:
-            skipped.append((config, page, f"cache {config.cache_bytes(page) / 1e9:.1f} GB > "
-                                          f"--max-gb {args.max_gb:g}"))
-        layouts = tuple(page for page in layouts if page not in too_big)
-        if layouts:
-            keep.append(dataclasses.replace(config, layouts=layouts))
-    return keep, skipped
 
 
 # Inputs -----------------------------------------------------------------------------------
@@ -401,11 +306,19 @@ def run_config(config, args, copy_tb_s):
                 warn(f"{config.name} {layout_name(page_size)}: relative L2 {row['rel_l2']:.3g} "
                      f"against PyTorch's output, above {TOLERANCE[config.dtype]:g}")
         rows.append(row)
-        print("  " + format_row(row), flush=True)
+        print("  " + decode_report.format_row(row), flush=True)
         graphs = graph_outs = caches = first = eager = None  # the memory back
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return rows
+
+
+def out_of_memory(config, error):
+    """Warns that `config` ran out of memory and hands the cached memory back; returns why."""
+    why = f"out of memory ({str(error).splitlines()[0][:100]})"
+    warn(f"{config.name}: {why}")
+    torch.cuda.empty_cache()
+    return why
 
 
 def time_sdpa(config, step, caches, copies, args):
@@ -441,40 +354,12 @@ def time_sdpa(config, step, caches, copies, args):
 
 # Report -----------------------------------------------------------------------------------
 
-COLUMNS = [("point", "point", "{}"), ("layout", "layout", "{}"),
-           ("flashattn µs", "flashattn_us", "{:.1f}"), ("TB/s", "tb_s", "{:.2f}"),
-           ("of copy", "of_copy", "{:.0%}"), ("checked µs", "checked_us", "{:.1f}"),
-           ("graph µs", "graph_us", "{:.1f}"), ("graph/eager", "graph_over_eager", "{:.2f}"),
-           ("host µs/call", "host_us", "{:.1f}"), ("SDPA µs", "sdpa_us", "{:.1f}"),
-           ("SDPA backend", "sdpa_backend", "{}"), ("speedup", "speedup", "{:.2f}×"),
-           ("paged/contig", "paged_over_contiguous", "{:.2f}"), ("rel L2", "rel_l2", "{:.1e}")]
-
-
-def cell(row, key, fmt):
-    value = row.get(key)
-    return "–" if value is None else fmt.format(value)
-
-
-def format_row(row):
-    return " | ".join(f"{title} {cell(row, key, fmt)}" for title, key, fmt in COLUMNS)
-
-
 def markdown(rows, header, skipped):
-    lines = header + ["", "| " + " | ".join(title for title, _, _ in COLUMNS) + " |",
-                      "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell(row, key, fmt) for _, key, fmt in COLUMNS) + " |"
-              for row in rows]
+    lines = header + [""] + decode_report.table_lines(rows)
     if skipped:
         lines += ["", "Skipped: " + "; ".join(f"{c.name} {layout_name(p)} ({why})"
                                              for c, p, why in skipped) + "."]
-    lines += ["", "flashattn µs: GPU time of one unchecked step (checked=False), median. TB/s: "
-              "KV bytes read (2·B·L·Hkv·d·element) over that time; of copy: its ratio to the "
-              "measured copy bandwidth. checked µs: host wall time of a checked call (it waits "
-              "for the stream). graph µs: replay of the unchecked step captured in a CUDA graph. "
-              "host µs/call: Python and library time to issue one unchecked call. SDPA: "
-              "PyTorch's fastest backend on the contiguous cache (no append). speedup: SDPA µs "
-              "over flashattn µs. paged/contig: this layout's flashattn µs over the contiguous "
-              "cache's. rel L2: flashattn's output against SDPA's."]
+    lines += ["", decode_report.NOTE]
     return "\n".join(lines) + "\n"
 
 
@@ -496,8 +381,8 @@ def parse_args(argv=None):
                         "default ~40 rows")
     parser.add_argument("--match", help="only rows whose 'point layout' matches this regex, "
                         "e.g. 'B32 L32k' or 'paged'")
-    parser.add_argument("--max-gb", type=float, default=40.0,
-                        help="skip caches (k and v) larger than this many GB (default 40)")
+    parser.add_argument("--max-gb", type=float, default=MAX_GB,
+                        help=f"skip caches (k and v) larger than this many GB (default {MAX_GB:g})")
     parser.add_argument("--budget-ms", type=float, default=30.0,
                         help="timed GPU ms per measurement (default 30)")
     parser.add_argument("--no-append", dest="append", action="store_false",
@@ -509,7 +394,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    configs, skipped = selected(full_grid() if args.full else default_grid(), args)
+    configs, skipped = selected(full_grid() if args.full else default_grid(), args.match,
+                                args.max_gb)
     if args.dry_run:
         n = 0
         for config in configs:
@@ -544,8 +430,7 @@ def main(argv=None):
         try:
             new_rows = run_config(config, args, copy_tb_s)
         except torch.cuda.OutOfMemoryError as error:
-            warn(f"{config.name}: out of memory ({str(error).splitlines()[0][:100]})")
-            torch.cuda.empty_cache()
+            out_of_memory(config, error)
             continue
         rows += new_rows
         if out_md:

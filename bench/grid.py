@@ -1,6 +1,6 @@
 """The benchmark's points: which shapes, dtypes and masks each part of the suite runs.
 
-Nine grids:
+Eleven grids:
 - "paper": the FlashAttention papers' forward grid: batch × seqlen = 16384 tokens and
   heads × head_dim = 2048, so every point does the same work per token.
 - "exercise": the multi-head exercise's fp32 shapes (N, d_model, h): Q, K, V are N × d_model
@@ -22,6 +22,12 @@ Nine grids:
   encoders, vision transformers, diffusion U-Nets and DiTs up to a 119k-token video, many
   at lengths that are not multiples of 128; the forward, and a training step's forward and
   backward ("fwd+bwd") on a few of them.
+- "decode", "varlen": inference shapes measured by the standalone scripts' own code
+  (SCRIPT_GRIDS): one decoding step over a KV cache, contiguous or paged
+  (decode_grid.py, bench/decode.py), and packed batches of sequences of a realistic spread
+  of lengths, forward and forward + backward (varlen_grid.py, bench/varlen.py). Their points
+  are decode_grid.DecodePoint and varlen_grid.VarlenPoint, which have a label, FLOPs and
+  `timed` as Point has.
 
 Pure Python (no torch), so the grids can be listed and tested anywhere.
 """
@@ -30,7 +36,9 @@ import functools
 import math
 from dataclasses import dataclass
 
+import decode_grid
 import model_shapes
+import varlen_grid
 
 ITEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}  # the project's dtype names
 MASKS = ("none", "top_left")                   # causal: none, or PyTorch's is_causal
@@ -76,6 +84,9 @@ SOFTCAP = 30.0              # Gemma 2's attention softcap
 VARIANT_PASSES = ("fwd", "bwd")
 # Sequence lengths of the equal-work dense problem are a multiple of this (a key block).
 BLOCK = 128
+
+# The grids whose points the scripts' code measures (script_grids.py), not measure.py.
+SCRIPT_GRIDS = ("decode", "varlen")
 
 
 @dataclass(frozen=True)
@@ -256,7 +267,8 @@ def full_suite():
     return {"paper": paper_points(), "exercise": exercise_points(), "memory": memory_points(),
             "paper_bwd": paper_bwd_points(), "exercise_bwd": exercise_bwd_points(),
             "wide_bwd": wide_bwd_points(), "variants": variants_points(),
-            "models": models_points(), "models_bwd": models_bwd_points()}
+            "models": models_points(), "models_bwd": models_bwd_points(),
+            "decode": decode_grid.suite_points(), "varlen": varlen_grid.suite_points()}
 
 
 def quick_suite():
@@ -265,7 +277,8 @@ def quick_suite():
     backward on the same headline shapes and one exercise shape; one wide-head backward
     point: d512, causal, Gemma 4's 8 query heads on 4 kv heads; the variants at 4096
     tokens, causal, forward (with the window pair); the model layers users reported slow
-    and a long LLM prefill, forward, and one LLM training step."""
+    and a long LLM prefill, forward, and one LLM training step; five decode steps (one
+    paged) and the 16k-token packed batch, both passes."""
     return {"paper": paper_points(seqlens=(2048, 8192), head_dims=(128,), dtypes=("bf16",)),
             "exercise": exercise_points(shapes=((1000, 1024, 16), (4096, 1024, 16)),
                                         masks=("none",)),
@@ -279,4 +292,5 @@ def quick_suite():
                                         passes=("fwd",)),
             "models": models_points(named(model_shapes.FORWARD, model_shapes.QUICK_FORWARD)),
             "models_bwd": models_bwd_points(named(model_shapes.TRAINING,
-                                                  model_shapes.QUICK_TRAINING))}
+                                                  model_shapes.QUICK_TRAINING)),
+            "decode": decode_grid.quick_points(), "varlen": varlen_grid.quick_points()}

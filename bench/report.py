@@ -9,7 +9,8 @@ RESULTS-<grid>-<pass>[-<dtype>].png. Needs no GPU.
 The runs over time: bench/run appends one line per run to bench/results/history.jsonl
 (history_line: date, commit, device, grids, rounds, timing, ceilings, and "ratios", each
 "OURS/ALT GRID" as [geometric mean, min, max, points, points ≥ 1] of alternative time over
-ours). `bench/report.py --history bench/results/history.jsonl` prints the headline ratios by
+ours; the decode and varlen grids' ratios, such as "flashattn/best decode", in the same
+form). `bench/report.py --history bench/results/history.jsonl` prints the headline ratios by
 run and, with matplotlib, draws them (history.png); `--rebuild-history FILE` rewrites the
 file from every results JSON that git has recorded.
 """
@@ -20,12 +21,14 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
+import decode_report
 import models_report
 import variants_report
+import varlen_report
 from result_rows import (FLASHATTN, PASS_NAMES, SPEED_GRIDS, best_alternative,  # noqa: F401
                          by_point, exercise_shape, family_of, geomean, grouped, heads_of,
-                         impl_order, model_of, pass_of, run_label, scope, sig, status_mark,
-                         table, timed, variant_of)
+                         impl_order, model_of, pass_of, ratio_summary, run_label, scope, sig,
+                         status_mark, table, timed, variant_of)
 
 MIB = 2**20
 
@@ -239,6 +242,8 @@ def markdown(results, json_name, plot_names=None):
     parts += backward_sections(results, plot_names)
     parts += variants_report.sections(results)
     parts += models_report.sections(results)
+    parts += decode_report.sections(results)
+    parts += varlen_report.sections(results)
     t = memory_table(results)
     if t:
         parts += ["", "## Peak extra memory of one forward call (MiB)", "",
@@ -247,10 +252,11 @@ def markdown(results, json_name, plot_names=None):
         if "memory" in plot_names:
             parts += ["", f"![peak extra memory against seqlen]({plot_names['memory']})"]
         parts += ["", t]
-    parts += ["", "## Accuracy", "", "Relative L2 error against a float64 reference on 64 "
-              "sampled query rows (all heads, batch element 0); on the backward grids the "
-              "largest of dq's at those rows and dk's and dv's at the keys of the same "
-              "indices.", "", accuracy_table(results)]
+    if results["rows"]:
+        parts += ["", "## Accuracy", "", "Relative L2 error against a float64 reference on "
+                  "64 sampled query rows (all heads, batch element 0); on the backward grids "
+                  "the largest of dq's at those rows and dk's and dv's at the keys of the "
+                  "same indices.", "", accuracy_table(results)]
     hosts = host_table(results)
     if hosts:
         parts += ["", "## Host time per call", "", "Timings above are GPU time: the timed calls "
@@ -387,6 +393,11 @@ def headline(results):
                 cells.append("")
         label = f"{ours} {grid} {dtype}"
         lines.append(f"{label:<{label_width}}" + "".join(f"  {c:>{width}}" for c in cells))
+    script = script_ratio_pairs(results)
+    if script:
+        lines += ["", "decode and varlen, measured once (not in rounds): a / b as named, above "
+                  "1: the first-named is faster"]
+        lines += [ratio_summary(label, pairs) for label, pairs in script.items()]
     if results.get("mode") == "quick":
         lines += ["", "per point: median ms [min-max of the timed calls]" +
                   (" {each round's median}" if rounds > 1 else "")]
@@ -463,6 +474,13 @@ def run_ratios(results):
     return ratios, intervals
 
 
+def script_ratio_pairs(results):
+    """The decode and varlen grids' headline ratios as (a, b) pairs (decode_report.py,
+    varlen_report.py): "flashattn/best decode", "graph/eager decode", "flashattn/dense
+    varlen fwd+bwd", ...; in the history beside run_ratios' entries, in the same form."""
+    return {**decode_report.ratio_pairs(results), **varlen_report.ratio_pairs(results)}
+
+
 def cli_ratios(rows):
     """`flashattn bench` tables (the CLI, and the GPU check's run of it): each backend's
     speed-up over standard attention, "IMPL/standard cli"."""
@@ -486,7 +504,8 @@ def history_line(results, file=None, git=None):
     rows = results.get("rows") or results.get("bench_rows") or []
     if "bench_rows" in results or "tests" in results:
         line["kind"] = "gpu-check"
-    elif rows and "grid" in rows[0]:
+    elif (rows and "grid" in rows[0]) or any(
+            results.get(key) for key in (decode_report.ROWS, varlen_report.ROWS)):
         line["kind"] = "bench/run"
     else:
         line["kind"] = "flashattn bench"
@@ -501,6 +520,9 @@ def history_line(results, file=None, git=None):
                              "wide_bwd", "variants", "models", "models_bwd")
                  if any(r["grid"] == g for r in rows)]
         line["grids"] = {g: len(by_point(rows, g)) for g in grids}
+        line["grids"].update({grid: len(results[key]) for grid, key in
+                              (("decode", decode_report.ROWS), ("varlen", varlen_report.ROWS))
+                              if results.get(key)})
         line["rounds"] = settings.get("rounds", 1)
         line["timing"] = "interleaved" if settings.get("timing_rounds") else "fixed order"
         line["impls"] = impl_order(results, rows)
@@ -508,6 +530,8 @@ def history_line(results, file=None, git=None):
         line["ceilings"] = {k: four(c[k]) for k in ("bf16_matmul_tflops", "f32_matmul_tflops",
                                                      "copy_tb_per_s") if c.get(k)}
         line["ratios"], intervals = run_ratios(results)
+        line["ratios"].update({label: ratio_entry(pairs)
+                               for label, pairs in script_ratio_pairs(results).items()})
         if intervals:
             line["rounds_interval"] = intervals
     else:

@@ -137,6 +137,15 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def ratio_summary(label, pairs, unit="points"):
+    """"flashattn/best decode 0.55× (0.38-0.76) over 38 rows, 2 at or above 1": the
+    geometric mean and range of a / b over (a, b) pairs."""
+    ratios = [a / b for a, b in pairs]
+    return (f"{label} {sig(geomean(ratios), 2)}× ({sig(min(ratios), 2)}-"
+            f"{sig(max(ratios), 2)}) over {len(ratios)} {unit}, "
+            f"{sum(r >= 1 for r in ratios)} at or above 1")
+
+
 def run_label(line):
     """A history line's short name: its commit, with what its file name adds after the
     commit (3abd1ad-rounds3)."""

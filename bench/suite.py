@@ -1,5 +1,6 @@
 """The GPU side of bench/run: the two ceilings, then every grid point by point, into one
-results dict in the project's benchmark schema (rewritten to disk after each point)."""
+results dict in the project's benchmark schema (rewritten to disk after each point; the
+decode and varlen grids' rows, script_grids.py, beside the others under their own keys)."""
 import datetime
 import json
 import subprocess
@@ -46,6 +47,9 @@ def remeasure_ceilings(results):
     for row in results["rows"]:
         if row["ms"] is not None:
             add_ceiling_fraction(row, ceilings)
+    for row in results.get("decode_rows", []):
+        if row.get("tb_s") is not None:
+            row["of_copy"] = row["tb_s"] / ceilings["copy_tb_per_s"]
 
 
 def new_results(device, commit, mode, impls, budget, slow_limit_s, ceilings):
@@ -69,13 +73,18 @@ def new_results(device, commit, mode, impls, budget, slow_limit_s, ceilings):
     }
 
 
+# The lists of rows in a results dict: the grids of Points, and those of the scripts' grids.
+ROW_LISTS = ("rows", "decode_rows", "varlen_rows")
+
+
 def write_json(results, path):
     """The results, one row per line; written aside and renamed, so the file on disk is
     always whole."""
-    head = json.dumps({k: v for k, v in results.items() if k != "rows"}, indent=1)
-    rows = ",\n".join("  " + json.dumps(row) for row in results["rows"])
+    head = json.dumps({k: v for k, v in results.items() if k not in ROW_LISTS}, indent=1)
+    lists = [f' "{key}": [\n' + ",\n".join("  " + json.dumps(row) for row in results[key]) +
+             "\n ]" for key in ROW_LISTS if key in results]
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(head[:-2] + ',\n "rows": [\n' + rows + "\n ]\n}\n")
+    tmp.write_text(head[:-2] + ",\n" + ",\n".join(lists) + "\n}\n")
     tmp.replace(path)
 
 

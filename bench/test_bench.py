@@ -76,8 +76,10 @@ def synthetic_row(point, impl):
 
 
 def synthetic_results(suite, mode="full"):
-    rows = [synthetic_row(p, impl) for pts in suite.values() for p in pts for impl in RATES
-            if takes_part(p, impl)]
+    """Rows of the grids of Points (the scripts' grids have rows of their own: decode_row,
+    varlen_row)."""
+    rows = [synthetic_row(p, impl) for name, pts in suite.items() if name not in grid.SCRIPT_GRIDS
+            for p in pts for impl in RATES if takes_part(p, impl)]
     return {"device": "NVIDIA H100 80GB HBM3", "commit": "abc1234", "date": "2026-11-22",
             "mode": mode, "environment": {"torch": "2.11.0"}, "impls": FAMILIES,
             "ceilings": {"bf16_matmul_tflops": 740.0, "f32_matmul_tflops": 51.0,
@@ -749,3 +751,220 @@ def test_ring_model_hides_long_blocks_and_exposes_short_ones():
     assert efficiency(2, 0.0) > 0.95
     assert efficiency(2, 1.0) < efficiency(2, 0.0)
     assert efficiency(512, 0.0) < efficiency(64, 0.0) < efficiency(8, 0.0)
+
+
+def test_decode_grid_covers_the_issue_ranges_within_max_gb():
+    import decode_grid
+    points = grid.full_suite()["decode"]
+    configs = [p.config for p in points]
+    assert len(points) == 40 and {p.grid for p in points} == {"decode"}
+    assert {c.batch for c in configs} == {1, 8, 32, 128}
+    assert {c.length for c in configs} == {1024, 8192, 32768, 131072}
+    assert {c.seqlen_q for c in configs} == {1, 4, 8}
+    assert len({c for c in configs if c.seqlen_q == 8}) == 1
+    assert {c.heads_q // c.heads_kv for c in configs} == {1, 4, 8}
+    assert {c.head_dim for c in configs} == {64, 128, 256}
+    assert {c.dtype for c in configs} == {"bf16", "f16"}
+    assert {p.page_size for p in points} == {None, 16, 64, 256}
+    assert {p.page_size for p in points if p.config.dtype == "f16"} == {None, 64}
+    assert all(p.cache_bytes() <= decode_grid.MAX_GB * 1e9 for p in points)
+    labels = [p.label() for p in points]
+    assert len(set(labels)) == len(labels)
+    # decode.py's default rows are all among them; its one cache over --max-gb is not.
+    default, skipped = decode_grid.selected(decode_grid.default_grid())
+    assert {f"{c.name} {decode_grid.layout_name(page)}" for c in default
+            for page in c.layouts} <= set(labels)
+    assert [(c.name, page) for c, page, _ in skipped] == [("bf16 H32/8 d128 B128 L128k q1", None)]
+    small = decode_grid.suite_points(max_gb=10)
+    assert all(p.cache_bytes() <= 10e9 for p in small) and 0 < len(small) < len(points)
+    quick = grid.quick_suite()["decode"]
+    assert len(quick) == 5 and all(p in points for p in quick)
+
+
+def test_decode_points_count_visible_pairs_and_regroup_into_configs():
+    import decode_grid
+    points = [p for p in grid.full_suite()["decode"]
+              if p.label().startswith("bf16 H32/8 d128 B32 L32k q")]
+    assert [p.label().split(" ", 5)[-1] for p in points] == [
+        "q1 contiguous", "q1 paged16", "q1 paged64", "q1 paged256", "q4 contiguous",
+        "q4 paged64", "q8 contiguous"]
+    assert points[0].flops() == 4 * 32 * 32 * 128 * 32768
+    # seqlen_q 4, bottom-right causal: the rows see L-3, L-2, L-1 and L keys.
+    assert points[4].flops() == 4 * 32 * 32 * 128 * (4 * 32768 - 6)
+    configs = decode_grid.configs_of(points[1:])
+    assert [(c.seqlen_q, c.layouts) for c in configs] == [(1, (16, 64, 256)), (4, (None, 64)),
+                                                          (8, (None,))]
+    assert points[1].cache_bytes() == 2 * 32 * 32768 * 8 * 128 * 2
+
+
+def test_varlen_grid_draws_one_spread_of_lengths_per_total():
+    import varlen_grid
+    points = grid.full_suite()["varlen"]
+    assert [(p.tokens, p.pass_) for p in points] == [
+        (n, pass_) for pass_ in ("fwd", "fwd+bwd") for n in (16384, 32768, 65536)]
+    for p in points:
+        lengths = p.lengths()
+        assert lengths == p.lengths()  # one fixed draw
+        assert p.tokens <= sum(lengths) < p.tokens + varlen_grid.MIN_LENGTH
+        assert all(16 <= n <= 8 * 1024 for n in lengths)
+        assert len(set(lengths)) > len(lengths) // 2  # a spread, not equal sequences
+        assert p.flops() == grid.PASS_FLOPS[p.pass_] * sum(4 * 32 * n * n * 128 / 2
+                                                           for n in lengths)
+    forward, both = points[0], points[3]
+    assert forward.lengths() == both.lengths() and both.label() == forward.label() + " fwd+bwd"
+    assert [p.tokens for p in grid.quick_suite()["varlen"]] == [16384, 16384]
+    # The spread clips both ends: exp(0)·1024·0.73 = 747; a tiny draw gives 16; the last
+    # sequence is cut to the total.
+    draws = iter([0.0, -10.0, 1.0])
+    assert varlen_grid.spread(2000, 1024, lambda: next(draws)) == [747, 16, 1237]
+
+
+def test_varlen_script_draws_the_lengths_it_always_drew():
+    torch = pytest.importorskip("torch")
+    varlen = pytest.importorskip("varlen")  # imports flashattn too
+    # bench/results/h100-2026-11-25-varlen.md: 22 sequences, mean 744, max 2564.
+    lengths = varlen.lengths_for(16384, 1024, torch.Generator().manual_seed(0))
+    assert (len(lengths), sum(lengths), max(lengths)) == (22, 16384, 2564)
+
+
+def decode_row(point, us, sdpa_us, copy_tb_s=3.0):
+    """A row as decode.run_config writes it, at `us` per step."""
+    c = point.config
+    tb_s = c.kv_bytes_read() / (us * 1e-6) / 1e12
+    return {"grid": "decode", "point": c.name, "layout": point.label().split()[-1],
+            "dtype": c.dtype, "heads_q": c.heads_q, "heads_kv": c.heads_kv,
+            "head_dim": c.head_dim, "batch": c.batch, "length": c.length,
+            "seqlen_q": c.seqlen_q, "page_size": point.page_size, "flashattn_us": us,
+            "host_us": 80.0, "checked_us": us + 100, "graph_us": 0.98 * us,
+            "graph_equals_eager": True, "tb_s": tb_s, "of_copy": tb_s / copy_tb_s,
+            "graph_over_eager": 0.98, "sdpa_backend": "cudnn", "sdpa_us": sdpa_us,
+            "speedup": sdpa_us / us, "rel_l2": 3e-3}
+
+
+# Synthetic varlen calls: (name, TFLOP/s); None: the call fails.
+VARLEN_RATES = (("flashattn varlen (auto)", 300.0),
+                ("flashattn dense cuda_mma at mean length", 200.0),
+                ("flashattn dense cuda_wgmma at mean length", 400.0),
+                ("torch sdpa padded (flash)", 50.0), ("torch sdpa padded (efficient)", None),
+                ("torch sdpa padded (cudnn)", 100.0), ("torch sdpa per sequence", 150.0))
+
+
+def varlen_row(point):
+    calls = []
+    for name, rate in VARLEN_RATES:
+        if rate is None:
+            calls.append((name, math.nan, math.nan, "RuntimeError: No available kernel."))
+        else:
+            calls.append((name, point.flops() / (rate * 1e9), rate, None))
+    return point.row(calls)
+
+
+def script_results():
+    decode_points = grid.full_suite()["decode"]
+    results = synthetic_results({})
+    results["decode_rows"] = [decode_row(p, 100.0, 50.0) for p in decode_points[:-1]]
+    results["decode_rows"].append({"grid": "decode", "point": decode_points[-1].config.name,
+                                   "layout": "contiguous", "note": "out of memory (...)"})
+    results["varlen_rows"] = [varlen_row(p) for p in grid.full_suite()["varlen"]]
+    return results
+
+
+def test_report_gives_the_decode_and_varlen_grids_their_sections():
+    results = script_results()
+    md = report.markdown(results, "x.json")
+    lines = md.splitlines()
+    assert "## Decode over a KV cache (µs, TB/s)" in md and "## Accuracy" not in md
+    assert ("| point | layout | flashattn µs | TB/s | of copy | checked µs | graph µs | "
+            "graph/eager |") in md
+    paged = next(x for x in lines if x.startswith("| bf16 H32/8 d128 B32 L32k q1 | paged64 |"))
+    # 2·32·32768·8·128·2 bytes in 100 µs: 42.9 TB/s, 1432% of the 3 TB/s copy.
+    assert paged.startswith("| bf16 H32/8 d128 B32 L32k q1 | paged64 | 100.0 | 42.95 | 1432% |")
+    assert "| 0.98 |" in paged and "| cudnn | 0.50× |" in paged
+    assert "Not measured: bf16 H32/8 d128 B32 L32k q8 contiguous (out of memory (...))." in md
+    assert "- flashattn/best decode 0.50× (0.50-0.50) over 39 rows, 0 at or above 1" in md
+    for pass_ in ("forward", "forward + backward"):
+        assert f"## Variable-length prefill: {pass_} (TFLOP/s)" in md
+    point = grid.full_suite()["varlen"][0]
+    lengths = point.lengths()
+    batch = next(x for x in lines if x.startswith(f"| 16384 | {len(lengths)} |"))
+    assert batch.startswith(f"| 16384 | {len(lengths)} | {16384 // len(lengths)} | "
+                            f"{max(lengths)} | 300 | 200 | 400 | 50.0 | error | 100 | 150 |")
+    # Ours at 300 against the per-sequence way at 150 (same work) and dense wgmma at 400.
+    assert batch.endswith("| torch sdpa per sequence | 2.00× | 0.750× |")
+    assert "- torch sdpa padded (efficient): RuntimeError: No available kernel. (3 batch(es))" in md
+
+
+def test_history_and_headline_carry_the_decode_and_varlen_ratios(tmp_path):
+    results = script_results()
+    line = report.history_line(results, "x.json")
+    assert line["kind"] == "bench/run" and line["grids"] == {"decode": 40, "varlen": 6}
+    ratios = line["ratios"]
+    assert ratios["flashattn/best decode"] == [0.5, 0.5, 0.5, 39, 0]
+    assert ratios["flashattn/best decode paged"][3] == 11
+    assert ratios["graph/eager decode"] == [1.02, 1.02, 1.02, 39, 39]
+    assert ratios["flashattn/copy decode"][3] == 39
+    assert ratios["flashattn/best varlen"] == [2.0, 2.0, 2.0, 3, 3]
+    assert ratios["flashattn/dense varlen fwd+bwd"] == [0.75, 0.75, 0.75, 3, 0]
+    head = report.headline(results)
+    assert "flashattn/best varlen fwd+bwd 2.0× (2.0-2.0) over 3 points, 3 at or above 1" in head
+    assert "graph/eager decode 1.0× (1.0-1.0) over 39 points" in head
+    suite = pytest.importorskip("suite")  # imports torch and triton
+    path = tmp_path / "x.json"
+    suite.write_json(results, path)
+    again = json.loads(path.read_text())
+    assert again["decode_rows"] == results["decode_rows"]
+    assert again["varlen_rows"] == results["varlen_rows"] and again["rows"] == []
+
+
+def test_dry_run_lists_the_decode_and_varlen_grids():
+    import subprocess
+    run = Path(__file__).resolve().parent / "run"
+    listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "decode,varlen"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "decode: 40 points" in listed and "varlen: 6 points" in listed
+    assert "bf16 H32/8 d128 B32 L32k q8 contiguous " in listed
+    assert "f16 H32/8 d128 B32 L32k q1 paged64 " in listed
+    assert " H32/8 d128 bf16 causal fwd+bwd " in listed and "65536 tokens, " in listed
+    paged = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "decode",
+                            "--match", "paged64$"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "decode: 5 points" in paged
+
+
+def test_script_grids_put_each_grids_rows_under_its_key(tmp_path, monkeypatch):
+    """bench/run's glue around the scripts, their GPU measurements stubbed."""
+    torch = pytest.importorskip("torch")
+    script_grids = pytest.importorskip("script_grids")  # imports flashattn and triton too
+    import decode
+    import decode_grid
+    import varlen
+    timed = []
+
+    def run_config(config, args, copy_tb_s):
+        timed.append((config.name, config.layouts, copy_tb_s, args.budget_ms))
+        if config.seqlen_q == 4:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return [dict(point=config.name, layout=decode_grid.layout_name(page), flashattn_us=1.0)
+                for page in (None,) + tuple(p for p in config.layouts if p is not None)]
+    monkeypatch.setattr(decode, "run_config", run_config)
+    monkeypatch.setattr(varlen, "measure", lambda lengths, backward: [
+        (name, math.nan, math.nan, "no") if rate is None else (name, 1.0, rate, None)
+        for name, rate in VARLEN_RATES])
+    points = [p for p in grid.full_suite()["decode"] if "B32 L32k q" in p.label() and
+              p.label().startswith("bf16 H32/8 d128") and "paged16" not in p.label()]
+    results = dict(synthetic_results({}), rows=[])
+    path = tmp_path / "run.json"
+    script_grids.run_grid("decode", points, results, path)
+    script_grids.run_grid("varlen", grid.quick_suite()["varlen"], results, path)
+    assert [(name.split()[-1], layouts) for name, layouts, _, _ in timed] == [
+        ("q1", (None, 64, 256)), ("q4", (None, 64)), ("q8", (None,))]
+    assert {(copy, budget) for _, _, copy, budget in timed} == {(3.0, 30.0)}
+    rows = json.loads(path.read_text())["decode_rows"]
+    assert [(r["point"].split()[-1], r["layout"]) for r in rows] == [
+        ("q1", "contiguous"), ("q1", "paged64"), ("q1", "paged256"), ("q4", "contiguous"),
+        ("q4", "paged64"), ("q8", "contiguous")]
+    assert {r["grid"] for r in rows} == {"decode"}
+    assert rows[3]["note"].startswith("out of memory (CUDA out of memory.")
+    varlen_rows = json.loads(path.read_text())["varlen_rows"]
+    assert [r["pass"] for r in varlen_rows] == ["fwd", "fwd+bwd"]
+    assert varlen_rows[0]["speedup"] == 1.0 and varlen_rows[0]["of_dense"] == 0.75

@@ -7,6 +7,8 @@ sequences one by one, and nested jagged tensors), timed in one process on one GP
 TFLOP/s count each sequence's own work, 4·H·n²·d/2 (causal), 2.5× that for a backward.
 Lengths are log-normal around `--mean` (clipped to [16, 8·mean]) until the total reaches
 `--tokens`. Usage: python3 bench/varlen.py [--tokens 16384 32768 65536] [--out results.md]
+bench/run --grids varlen times the same calls at each total (varlen_grid.py), forward and
+forward + backward, into the suite's results.
 """
 import argparse
 import math
@@ -16,16 +18,15 @@ import torch
 import torch.nn.functional as F
 
 import flashattn
+import varlen_grid
+from varlen_grid import HEAD_DIM, HEADS, KV_HEADS
 
-HEADS, KV_HEADS, HEAD_DIM, DTYPE = 32, 8, 128, torch.bfloat16
+DTYPE = {"bf16": torch.bfloat16}[varlen_grid.DTYPE]
 
 
 def lengths_for(tokens, mean, gen):
-    out = []
-    while sum(out) < tokens:
-        n = int(math.exp(torch.randn((), generator=gen).item() * 0.8) * mean * 0.73)
-        out.append(max(16, min(8 * mean, n, tokens - sum(out))))
-    return out
+    """varlen_grid's spread, drawn from torch's generator `gen`."""
+    return varlen_grid.spread(tokens, mean, lambda: torch.randn((), generator=gen).item())
 
 
 def timed(fn, repeats=20):
@@ -87,12 +88,18 @@ def sdpa_each(q, k, v, lengths):
 
 def point(tokens, mean, gen, backward):
     lengths = lengths_for(tokens, mean, gen)
+    return lengths, measure(lengths, backward)
+
+
+def measure(lengths, backward):
+    """Every call on one packed batch of `lengths`: [(name, ms, TFLOP/s, error)], NaN and
+    the error's first line where a call cannot run (printed as it happens)."""
     total = sum(lengths)
     cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32, device="cuda")
     q = torch.randn(total, HEADS, HEAD_DIM, device="cuda", dtype=DTYPE, requires_grad=backward)
     k = torch.randn(total, KV_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE, requires_grad=backward)
     v = torch.randn(total, KV_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE, requires_grad=backward)
-    work = sum(4 * HEADS * n * n * HEAD_DIM / 2 for n in lengths) * (3.5 if backward else 1.0)
+    work = varlen_grid.causal_flops(lengths, "fwd+bwd" if backward else "fwd")
     mean_n = round(total / len(lengths))
     dense_b = max(1, round(total / mean_n))
     dq = torch.randn(dense_b, mean_n, HEADS, HEAD_DIM, device="cuda", dtype=DTYPE, requires_grad=backward)
@@ -125,17 +132,18 @@ def point(tokens, mean, gen, backward):
                 else:
                     fn = with_backward(fn, tensors)
             ms = timed(fn)
-            rows.append((name, ms, flops / ms / 1e9))
+            rows.append((name, ms, flops / ms / 1e9, None))
         except Exception as error:  # a backend that cannot run the shape
-            rows.append((name, math.nan, math.nan))
-            print(f"  {name}: {type(error).__name__}: {str(error).splitlines()[0][:120]}")
-    return lengths, rows
+            why = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+            rows.append((name, math.nan, math.nan, why))
+            print(f"  {name}: {why}")
+    return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, nargs="+", default=[16384, 32768, 65536])
-    parser.add_argument("--mean", type=int, default=1024)
+    parser.add_argument("--tokens", type=int, nargs="+", default=list(varlen_grid.TOKENS))
+    parser.add_argument("--mean", type=int, default=varlen_grid.MEAN)
     parser.add_argument("--out")
     args = parser.parse_args()
     gen = torch.Generator().manual_seed(0)
@@ -145,13 +153,14 @@ def main():
         for tokens in args.tokens:
             lengths, rows = point(tokens, args.mean, gen, backward)
             ours = rows[0][1]
-            torch_best = min((r[1] for r in rows if r[0].startswith("torch") and not math.isnan(r[1])),
+            torch_best = min((r[1] for r in rows
+                              if varlen_grid.kind_of(r[0]) == "torch" and not math.isnan(r[1])),
                              default=math.nan)
             lines.append(f"\n## {'fwd+bwd' if backward else 'fwd'}, {len(lengths)} sequences, "
                          f"{sum(lengths)} tokens (mean {sum(lengths) // len(lengths)}, "
                          f"max {max(lengths)}); ours over PyTorch's fastest: {torch_best / ours:.2f}×\n")
             lines.append("| call | ms | TFLOP/s |\n|---|---|---|")
-            lines += [f"| {name} | {ms:.3f} | {tflops:.0f} |" for name, ms, tflops in rows]
+            lines += [f"| {name} | {ms:.3f} | {tflops:.0f} |" for name, ms, tflops, _ in rows]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

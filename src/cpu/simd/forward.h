@@ -14,6 +14,8 @@
 //       softmax's per-row max, sum and rescale are lane-wise, with no
 //       horizontal reduction, and only Q is ever transposed (once per item);
 //   O = diag(alpha)·O + P·V, reading P out of Sᵀ by its strides.
+// Tiles of few rows (decode) take dot products for S instead, keys across the
+// lanes (few_rows.h).
 // K and V tiles are addressed per run of keys at one stride (key_runs.h), so
 // a paged KV cache's tiles, which may straddle pages, cost one block-table
 // lookup per page they touch.
@@ -26,85 +28,6 @@
 // No include guard (see vec.h).
 
 namespace forward {
-
-constexpr int kBlockN = 64;
-
-inline int padded(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
-
-// Query rows per item: as many as keep Qᵀ and O (rows × head_dim each) within
-// a core's L2 beside the K and V tiles.
-inline int block_rows(int head_dim) { return head_dim <= 256 ? 64 : 32; }
-
-// One worker's tiles, carved from a buffer kept by its thread.
-struct Tiles {
-  float* q_t;       // head_dim × lanes: Q·scale, transposed, zero past the rows;
-                    // or, for few rows, rows × padded head_dim, not transposed
-  float* k;         // kBlockN × padded head_dim: K as fp32, when not read in place
-  float* v;         // kBlockN × padded head_dim: V as fp32, when not read in place
-  float* s;         // kBlockN × lanes: Sᵀ, then Pᵀ
-  float* o;         // rows × padded head_dim
-  float* m;         // lanes: running max
-  float* l;         // lanes: running sum
-  float* alpha;     // lanes: this tile's rescale
-  int32_t* key_end;   // lanes: each row's key_end (0 past the rows)
-  int32_t* key_begin; // lanes: each row's key_begin (0 past the rows)
-};
-
-inline Tiles tiles(int head_dim, int max_rows) {
-  thread_local AlignedBuffer buffer;
-  const size_t lanes = size_t(padded(max_rows)), dp = size_t(padded(head_dim));
-  const size_t sizes[] = {dp * lanes, kBlockN * dp, kBlockN * dp, kBlockN * lanes, lanes * dp,
-                          lanes,      lanes,        lanes,        lanes,           lanes};
-  // Each part starts on a 64-byte boundary.
-  auto rounded = [](size_t n) { return (n + 15) / 16 * 16; };
-  size_t total = 0;
-  for (size_t n : sizes) total += rounded(n);
-  float* part[10];
-  float* at = buffer.reserve(total);
-  for (int i = 0; i < 10; ++i) {
-    part[i] = at;
-    at += rounded(sizes[i]);
-  }
-  return {part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7],
-          reinterpret_cast<int32_t*>(part[8]), reinterpret_cast<int32_t*>(part[9])};
-}
-
-// Whether a tile of `rows` query rows computes its scores as dot products
-// along head_dim (scores_by_dots) instead of the matrix kernel, whose lanes
-// span the rows: with rows far fewer than the lanes (decode) most of those
-// lanes would multiply the padding.
-inline bool few_rows(int rows) { return rows <= kLanes / 8; }
-
-// Sᵀ[j][r] = q_r·k_j for few rows (q: rows × dp, k: cols × dp), four keys at a
-// time so that four sums are in flight; lanes past the rows get 0.
-inline void scores_by_dots(const float* q, int rows, int lanes, int dp, MatB k, int cols, float* s) {
-  int j = 0;
-  for (; j + 4 <= cols; j += 4) {
-    const float* k0 = k.p + j * k.ld;
-    for (int r = 0; r < rows; ++r) {
-      const float* qr = q + int64_t(r) * dp;
-      Vec acc0{}, acc1{}, acc2{}, acc3{};
-      for (int c = 0; c < dp; c += kLanes) {
-        const Vec x = load(qr + c);
-        acc0 += x * load(k0 + c);
-        acc1 += x * load(k0 + k.ld + c);
-        acc2 += x * load(k0 + 2 * k.ld + c);
-        acc3 += x * load(k0 + 3 * k.ld + c);
-      }
-      s[int64_t(j) * lanes + r] = sum_lanes(acc0);
-      s[int64_t(j + 1) * lanes + r] = sum_lanes(acc1);
-      s[int64_t(j + 2) * lanes + r] = sum_lanes(acc2);
-      s[int64_t(j + 3) * lanes + r] = sum_lanes(acc3);
-    }
-  }
-  for (; j < cols; ++j)
-    for (int r = 0; r < rows; ++r) {
-      Vec acc{};
-      for (int c = 0; c < dp; c += kLanes) acc += load(q + int64_t(r) * dp + c) * load(k.p + j * k.ld + c);
-      s[int64_t(j) * lanes + r] = sum_lanes(acc);
-    }
-  for (j = 0; j < cols; ++j) std::fill(s + int64_t(j) * lanes + rows, s + int64_t(j + 1) * lanes, 0.0f);
-}
 
 // Sᵀ[j][r] → its score after the variants, for query rows m0 + r.
 inline void vary_scores(const Tiles& t, const ScoreVariants& variants, int lanes, int m0, int n0,
@@ -171,12 +94,14 @@ inline void softmax_tile(const Tiles& t, int lanes, int cols) {
 // side alone. So a NaN or Inf in v at a key a row does not see never reaches
 // it as 0·v, as standard attention's rule has it (docs/guide.md, non-finite
 // values). Without kLowerEnds every row's keys begin at 0.
+// P(r, j) is probs.p[r·probs.row + j·probs.k]: Pᵀ's lanes or, for few rows,
+// P's (few_rows.h).
 template <bool kLowerEnds>
-void masked_update(const Tiles& t, int rows, int dp, int lanes, int n0, int cols, MatB v) {
+void masked_update(const Tiles& t, MatA probs, int rows, int dp, int n0, int cols, MatB v) {
   auto add_keys = [&](int r, int from, int to) {
     float* o = t.o + int64_t(r) * dp;
     for (int j = from; j < to; ++j) {
-      const Vec prob = splat(t.s[int64_t(j) * lanes + r]);
+      const Vec prob = splat(probs.p[r * probs.row + j * probs.k]);
       const float* vj = v.p + j * v.ld;
       for (int c = 0; c < dp; c += kLanes) store(o + c, load(o + c) + prob * load(vj + c));
     }
@@ -186,7 +111,7 @@ void masked_update(const Tiles& t, int rows, int dp, int lanes, int n0, int cols
     const int shared_lo = kLowerEnds ? std::clamp(t.key_begin[r0 + block - 1] - n0, 0, cols) : 0;
     const int shared_hi = std::clamp(t.key_end[r0] - n0, shared_lo, cols);
     gemm<Init::scale_rows>(block, dp, shared_hi - shared_lo,
-                           {t.s + r0 + int64_t(shared_lo) * lanes, 1, lanes},
+                           {probs.p + r0 * probs.row + shared_lo * probs.k, probs.row, probs.k},
                            {v.p + int64_t(shared_lo) * v.ld, v.ld}, {t.o + int64_t(r0) * dp, dp},
                            t.alpha + r0);
     for (int r = r0; r < r0 + block; ++r) {
@@ -202,27 +127,6 @@ void masked_update(const Tiles& t, int rows, int dp, int lanes, int n0, int cols
   }
 }
 
-// The few-rows products of an uncut tile of keys [n0, n0 + cols) whose fp32
-// rows lie in several runs (a paged cache's tile straddling pages), each run
-// read where it lies rather than gathered first: Sᵀ by dot products, then
-// O = diag(alpha)·O + P·V, one run's keys after another.
-inline void scores_by_runs(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int h,
-                           int rows, int lanes, int dp, int n0, int cols) {
-  for_each_run(p, b, seq, n0, n0 + cols, [&](const KeyRun& run, int at) {
-    scores_by_dots(t.q_t, rows, lanes, dp, run_rows(p.k, run, h), run.count,
-                   t.s + int64_t(at) * lanes);
-  });
-}
-inline void update_by_runs(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int h,
-                           int rows, int dp, int lanes, int n0, int cols) {
-  for_each_run(p, b, seq, n0, n0 + cols, [&](const KeyRun& run, int at) {
-    const MatA probs{t.s + int64_t(at) * lanes, 1, lanes};
-    const MatB v = run_rows(p.v, run, h);
-    if (at == 0) gemm<Init::scale_rows>(rows, dp, run.count, probs, v, {t.o, dp}, t.alpha);
-    else gemm<Init::add>(rows, dp, run.count, probs, v, {t.o, dp});
-  });
-}
-
 // Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for query rows
 // [m0, m0 + rows) of (sequence b, hq); leaves O unnormalised, m and l in the
 // tiles. Rows and keys count from the sequence's first (seq.q_row0, k_row0).
@@ -236,6 +140,7 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   // Q's rows, scaled: as they are for dot products, else transposed (lanes of
   // Qᵀ are rows).
   const bool dots = few_rows(rows);
+  const MatA probs = dots ? MatA{t.s, kBlockN, 1} : MatA{t.s, 1, lanes};  // P(r, j)
   if (dots) load_tile(p.dtype, p.q, d, b, hq, q0 + m0, rows, t.q_t, dp, p.softmax.scale);
   else load_transposed(p.dtype, p.q, d, b, hq, q0 + m0, rows, t.q_t, lanes, p.softmax.scale);
   for (int r = 0; r < lanes; ++r) {
@@ -277,20 +182,27 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
         runs_in_place && !cut && key_run(p, b, seq, n0, n0 + cols).count < cols;
     MatB v{};
     if (by_runs) {
-      scores_by_runs(p, t, b, seq, hk, rows, lanes, dp, n0, cols);
+      scores_by_runs(p, t, b, seq, hk, rows, dp, n0, cols);
     } else {
       const MatB k = key_tile(p, p.k, b, seq, hk, n0, cols, k_in_place, t.k, k_ld);
       v = key_tile(p, p.v, b, seq, hk, n0, cols, v_in_place, t.v, dp);
-      if (dots) scores_by_dots(t.q_t, rows, lanes, dp, k, cols, t.s);
+      if (dots) scores_by_dots(t.q_t, rows, dp, k, cols, t.s, kBlockN);
       else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
     }
-    if constexpr (!Variant::Score::kIdentity)
-      if (variants.any()) vary_scores(t, variants, lanes, m0, n0, cols);
-    if (cut) mask_scores<Variant::kLowerEnds>(t, lanes, n0, cols);
-    softmax_tile(t, lanes, cols);
-    if (by_runs) update_by_runs(p, t, b, seq, hk, rows, dp, lanes, n0, cols);
-    else if (cut) masked_update<Variant::kLowerEnds>(t, rows, dp, lanes, n0, cols, v);
-    else gemm<Init::scale_rows>(rows, dp, cols, {t.s, 1, lanes}, v, {t.o, dp}, t.alpha);
+    if (dots) {
+      if constexpr (!Variant::Score::kIdentity)
+        if (variants.any()) vary_score_rows(t, variants, rows, m0, n0, cols);
+      if (cut) mask_score_rows<Variant::kLowerEnds>(t, rows, n0, cols);
+      softmax_rows(t, rows, cols);
+    } else {
+      if constexpr (!Variant::Score::kIdentity)
+        if (variants.any()) vary_scores(t, variants, lanes, m0, n0, cols);
+      if (cut) mask_scores<Variant::kLowerEnds>(t, lanes, n0, cols);
+      softmax_tile(t, lanes, cols);
+    }
+    if (by_runs) update_by_runs(p, t, b, seq, hk, rows, dp, n0, cols);
+    else if (cut) masked_update<Variant::kLowerEnds>(t, probs, rows, dp, n0, cols, v);
+    else gemm<Init::scale_rows>(rows, dp, cols, probs, v, {t.o, dp}, t.alpha);
   }
 }
 

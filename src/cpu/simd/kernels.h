@@ -7,6 +7,8 @@
 #include "cpu/simd/convert.h"
 #include "cpu/simd/score.h"
 #include "cpu/simd/key_runs.h"
+#include "cpu/simd/forward_tiles.h"
+#include "cpu/simd/few_rows.h"
 #include "cpu/simd/forward.h"
 #include "cpu/simd/backward.h"
 

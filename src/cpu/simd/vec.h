@@ -37,9 +37,41 @@ inline float sum_lanes(Vec v) {
   return v[0];
 }
 
+// Lane l of the result: the sum of x[l]'s lanes, for kLanes vectors x (which
+// it overwrites). Each level folds pairs of vectors into one, adding the two
+// halves of every block of 2W lanes of each (x[i]'s sums in a block's first W
+// lanes, x[i + W]'s in its last W), so kLanes sums cost kLanes − 1 folds
+// instead of log2(kLanes) shuffles and adds each; pairing x[i] with x[i + W]
+// leaves the sums in x's order.
+template <int W = kLanes / 2>
+inline Vec lane_sums(Vec* x) {
+  IVec lo, hi;  // lane indices into (a, b): a's at 0 … kLanes − 1, b's after
+  for (int l = 0; l < kLanes; ++l) {
+    const int block = l / (2 * W) * (2 * W), at = l % (2 * W);
+    lo[l] = at < W ? block + at : kLanes + block + at - W;
+    hi[l] = at < W ? block + at + W : kLanes + block + at;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < W; ++i)
+    x[i] = __builtin_shuffle(x[i], x[i + W], lo) + __builtin_shuffle(x[i], x[i + W], hi);
+  if constexpr (W > 1) return lane_sums<W / 2>(x);
+  else return x[0];
+}
+
 // The NaN-blind max of a running max and new values: a NaN x leaves m alone
 // (as fmaxf), so NaN scores reach the row through their probabilities instead.
 inline Vec max_nan_blind(Vec m, Vec x) { return x > m ? x : m; }
+
+// The largest of a vector's lanes, by halving; the lanes hold no NaN (a
+// max_nan_blind reduction's result).
+inline float max_lanes(Vec v) {
+  for (int half = kLanes / 2; half > 0; half /= 2) {
+    IVec upper;
+    for (int i = 0; i < kLanes; ++i) upper[i] = (i + half) % kLanes;
+    v = max_nan_blind(v, __builtin_shuffle(v, upper));
+  }
+  return v[0];
+}
 
 // 2^x for x <= 0, lane by lane, as core's scalar rule: −inf gives 0, NaN gives
 // NaN, below 2^-126 gives 0. x = n + f with n an integer and |f| <= 1/2, then

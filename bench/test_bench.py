@@ -667,18 +667,21 @@ def test_models_bwd_grid_times_a_training_step_of_a_few_layers():
     assert [p.name for p in grid.quick_suite()["models_bwd"]] == ["Llama-3-8B training 8192"]
 
 
-def test_dry_run_lists_the_model_layers():
+def dry_run(*args):
+    """bench/run --dry-run's listing with these arguments."""
     import subprocess
     run = Path(__file__).resolve().parent / "run"
-    listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "models,models_bwd"],
-                            capture_output=True, text=True, check=True).stdout
+    return subprocess.run([sys.executable, str(run), "--dry-run", *args], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_dry_run_lists_the_model_layers():
+    listed = dry_run("--grids", "models,models_bwd")
     assert "models: 45 points" in listed and "models_bwd: 8 points" in listed
     assert "Qwen2.5-7B prefill 4×3000: B4 N3000 H28/4 d128 bf16 causal " in listed
     assert "FLUX.1 1024px (4096+512): B1 N4608 H24 d128 bf16 " in listed
     assert "53 points" in listed
-    matched = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "models",
-                              "--match", "^Llama-3-8B"], capture_output=True, text=True,
-                             check=True).stdout
+    matched = dry_run("--grids", "models", "--match", "^Llama-3-8B")
     assert "models: 4 points" in matched
 
 
@@ -917,17 +920,12 @@ def test_history_and_headline_carry_the_decode_and_varlen_ratios(tmp_path):
 
 
 def test_dry_run_lists_the_decode_and_varlen_grids():
-    import subprocess
-    run = Path(__file__).resolve().parent / "run"
-    listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "decode,varlen"],
-                            capture_output=True, text=True, check=True).stdout
+    listed = dry_run("--grids", "decode,varlen")
     assert "decode: 40 points" in listed and "varlen: 6 points" in listed
     assert "bf16 H32/8 d128 B32 L32k q8 contiguous " in listed
     assert "f16 H32/8 d128 B32 L32k q1 paged64 " in listed
     assert " H32/8 d128 bf16 causal fwd+bwd " in listed and "65536 tokens, " in listed
-    paged = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "decode",
-                            "--match", "paged64$"], capture_output=True, text=True,
-                           check=True).stdout
+    paged = dry_run("--grids", "decode", "--match", "paged64$")
     assert "decode: 5 points" in paged
 
 

@@ -274,8 +274,8 @@ def simulate_mode(args):
         if world == 2:
             result["overlap"] = overlap(args, parts)
         result["simulated"][world] = t
-        del parts
-    del q, k, v, dout
+        parts = None  # freed before the next ring size's
+    q = k = v = dout = None  # freed before the sweep and the float64 references
     result["block_sweep"] = block_sweep(args, device)
     result["accuracy"] = accuracy(args, worlds, device)
     result["packed_accuracy"] = packed_accuracy(args, worlds, device)
@@ -296,7 +296,7 @@ def ring_worker(rank, args, port, queue):
         reference = whole(args, q, k, v, dout)
     dist.barrier()
     parts = [flashattn.zigzag_shard(t, world, rank) for t in (q, k, v, dout)]
-    del q, k, v, dout
+    q = k = v = dout = None  # this rank keeps its parts only
     qr, kr, vr = (t.requires_grad_() for t in parts[:3])
 
     def step(group=None, checked=False):

@@ -6,36 +6,31 @@ their dtype, shape and device are checked here. It checks their values itself (l
 within the capacity, pages in range) when the call is checked.
 """
 import re
-import sys
 
 import numpy as np
 
 from . import _errors, _library, _options
 
-INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+INT32_MIN, INT32_MAX = _options.INT32_MIN, _options.INT32_MAX
 
 
 def num_splits_value(num_splits):
     """num_splits as an int: a Python or NumPy int (not a bool), or a symbolic int
     (torch.compile); its range is the library's to check ([0, 128])."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(num_splits, torch.SymInt):
+    num_splits = _options.int_or_symbolic(num_splits, "num_splits: is", "0: automatic")
+    if _options.is_symbolic(num_splits):
         return num_splits
-    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)):
-        raise TypeError(f"num_splits: is a {_options.type_name(num_splits)}, must be an int "
-                        f"(0: automatic)")
     if not INT32_MIN <= num_splits <= INT32_MAX:
         raise _errors.InvalidArgumentError(
             f"num_splits: is {num_splits}, must be in [0, 128] (0: automatic)")
-    return int(num_splits)
+    return num_splits
 
 
 def lengths_value(cache_seqlens):
     """cache_seqlens as the paths take it: None (full caches), an int (one length for every
     sequence; a symbolic int under torch.compile), or the array itself, which each path
     checks for its array type."""
-    torch = sys.modules.get("torch")
-    if cache_seqlens is None or (torch is not None and isinstance(cache_seqlens, torch.SymInt)):
+    if cache_seqlens is None or _options.is_symbolic(cache_seqlens):
         return cache_seqlens
     if isinstance(cache_seqlens, bool):
         raise TypeError("cache_seqlens: is a bool, must be an int or an int32 array")

@@ -87,17 +87,28 @@ def softcap_value(softcap):
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
 
-def _window_side(side, x):
-    """One side of window_size as an int32: a Python or NumPy int (not a bool), or a symbolic
-    int (torch.compile). A side wider than int32 (and so than any sequence) is the same
-    window as int32's widest; the library rejects sides below -1 itself."""
+def is_symbolic(x):
+    """Whether x is a symbolic int (torch.compile), whose value is the library's to check."""
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.SymInt):
+    return torch is not None and isinstance(x, torch.SymInt)
+
+
+def int_or_symbolic(x, described, meaning):
+    """x as an int if it is a Python or NumPy int (not a bool), x itself if it is a symbolic
+    int; else TypeError "{described} a <type>, must be an int ({meaning})"."""
+    if is_symbolic(x):
         return x
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"window_size: its {side} side is a {type_name(x)}, must be an int "
-                        f"(-1: no {side} end)")
-    return max(INT32_MIN, min(INT32_MAX, int(x)))
+        raise TypeError(f"{described} a {type_name(x)}, must be an int ({meaning})")
+    return int(x)
+
+
+def _window_side(side, x):
+    """One side of window_size as an int32, or a symbolic int (torch.compile). A side wider
+    than int32 (and so than any sequence) is the same window as int32's widest; the library
+    rejects sides below -1 itself."""
+    x = int_or_symbolic(x, f"window_size: its {side} side is", f"-1: no {side} end")
+    return x if is_symbolic(x) else max(INT32_MIN, min(INT32_MAX, x))
 
 
 def window_sides(window_size):

@@ -39,6 +39,18 @@ std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
 // 0·v, rows that share its key tile without seeing it (docs/guide.md).
 bool tiles_values(Backend b);
 
+// forward(p) must be rejected as an invalid argument whose message contains
+// `message` (the caller then checks that the outputs were left as they were).
+inline void expect_forward_rejected(const Params& p, const std::string& message) {
+  try {
+    forward(p);
+    ADD_FAILURE() << "accepted; expected an error containing '" << message << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
 // The backends with a backward, and whether `backend`'s backward takes c's
 // dtype and head_dim (the registry's table).
 std::vector<Backend> backward_backends();

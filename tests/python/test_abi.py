@@ -82,22 +82,27 @@ LAYOUTS = {"flashattn_tensor": _abi.Tensor, "flashattn_params": _abi.Params,
            "flashattn_forward_options": _abi.ForwardOptions}
 
 
-def test_struct_layouts_match_the_header(tmp_path):
+def c_program_output(tmp_path, lines):
+    """The standard output (bytes) of a C program of `lines` built against the
+    repository's header; skips where there is no C compiler or include/."""
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None or not (HEADER_DIR / "flashattn" / "flashattn.h").is_file():
         pytest.skip("needs a C compiler and the repository's include/")
+    source = tmp_path / "program.c"
+    source.write_text("\n".join(lines))
+    subprocess.run([compiler, f"-I{HEADER_DIR}", str(source), "-o", str(tmp_path / "program")],
+                   check=True)
+    return subprocess.run([str(tmp_path / "program")], check=True, capture_output=True).stdout
+
+
+def test_struct_layouts_match_the_header(tmp_path):
     lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "flashattn/flashattn.h"',
              'int main(void) {']
     for c_name, structure in LAYOUTS.items():
         lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
         for field, _ in structure._fields_:
             lines.append(f'printf("{c_name}.{field} %zu\\n", offsetof({c_name}, {field}));')
-    source = tmp_path / "layout.c"
-    source.write_text("\n".join(lines + ["return 0;", "}"]))
-    subprocess.run([compiler, f"-I{HEADER_DIR}", str(source), "-o", str(tmp_path / "layout")],
-                   check=True)
-    printed = subprocess.run([str(tmp_path / "layout")], check=True, capture_output=True,
-                             text=True).stdout
+    printed = c_program_output(tmp_path, lines + ["return 0;", "}"]).decode()
     expected = []
     for c_name, structure in LAYOUTS.items():
         expected.append(f"{c_name} {ctypes.sizeof(structure)}")
@@ -107,19 +112,11 @@ def test_struct_layouts_match_the_header(tmp_path):
 
 
 def test_no_variants_are_the_headers_defaults(tmp_path):
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None or not (HEADER_DIR / "flashattn" / "flashattn.h").is_file():
-        pytest.skip("needs a C compiler and the repository's include/")
-    source = tmp_path / "defaults.c"
-    source.write_text("\n".join([
+    printed = c_program_output(tmp_path, [
         '#include <stdio.h>', '#include "flashattn/flashattn.h"', 'int main(void) {',
         'flashattn_variants v = flashattn_variants_defaults();',
         'printf("%u %d %d %g %p\\n", v.struct_size, v.window_left, v.window_right, '
-        '(double)v.softcap, (void*)v.alibi_slopes);', 'return 0;', '}']))
-    subprocess.run([compiler, f"-I{HEADER_DIR}", str(source), "-o", str(tmp_path / "defaults")],
-                   check=True)
-    printed = subprocess.run([str(tmp_path / "defaults")], check=True, capture_output=True,
-                             text=True).stdout.split()
+        '(double)v.softcap, (void*)v.alibi_slopes);', 'return 0;', '}']).decode().split()
     size, left, right, softcap, slopes = printed
     assert int(size) == ctypes.sizeof(_abi.Variants)
     assert (int(left), int(right), float(softcap), slopes in ("(nil)", "0")) == (
@@ -130,18 +127,10 @@ def test_no_variants_are_the_headers_defaults(tmp_path):
 def test_kv_cache_defaults_are_the_headers(tmp_path):
     """What the package sends for "nothing appended" (NO_TENSOR) and a checked call match
     flashattn_kv_cache_defaults() apart from the fields every call sets."""
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None or not (HEADER_DIR / "flashattn" / "flashattn.h").is_file():
-        pytest.skip("needs a C compiler and the repository's include/")
-    source = tmp_path / "defaults.c"
-    source.write_text("\n".join([
+    printed = c_program_output(tmp_path, [
         '#include <stdio.h>', '#include "flashattn/flashattn.h"', 'int main(void) {',
         'flashattn_kv_cache c = flashattn_kv_cache_defaults();',
-        'fwrite(&c, sizeof c, 1, stdout);', 'return 0;', '}']))
-    subprocess.run([compiler, f"-I{HEADER_DIR}", str(source), "-o", str(tmp_path / "defaults")],
-                   check=True)
-    printed = subprocess.run([str(tmp_path / "defaults")], check=True,
-                             capture_output=True).stdout
+        'fwrite(&c, sizeof c, 1, stdout);', 'return 0;', '}'])
     assert printed == _abi.pack_kv_cache(0, _abi.NO_TENSOR, _abi.NO_TENSOR, 0, 0, 1, 0)
 
 

@@ -11,6 +11,7 @@ import flashattn  # noqa: E402
 from attention_reference import assert_lse_close, rel_l2  # noqa: E402
 from kvcache_cases import (CASE_IDS, CASES, LAYOUT_IDS, LAYOUTS, case_options,  # noqa: E402
                            expected_caches, make_problem, reference)
+from torch_cases import compiled_keeping_graphs  # noqa: E402
 
 
 def tensors(problem, dtype=torch.float32, device="cpu"):
@@ -134,8 +135,6 @@ def test_opcheck():
 def test_torch_compile_fullgraph(page_size, append):
     """A compiled decoding step gives eager's output and leaves the cache as eager does,
     through the op that declares the mutation (or the one that has none)."""
-    from functorch.compile import make_boxed_func
-    from torch._dynamo.backends.common import aot_autograd
     problem = make_problem(seqlen_q=2, seqlen_new=2 if append else 0, page_size=page_size)
     eager, compiled_inputs = tensors(problem), tensors(problem)
 
@@ -143,14 +142,7 @@ def test_torch_compile_fullgraph(page_size, append):
         out = flashattn.attention_with_kvcache(q, k_cache, v_cache, k, v, lengths, table,
                                                causal=True)
         return out * 2
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm.code)
-        return make_boxed_func(gm.forward)
-    torch._dynamo.reset()
-    compiled = torch.compile(step, fullgraph=True,
-                             backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    compiled, graphs = compiled_keeping_graphs(step)
     names = ("q", "k_cache", "v_cache", "k_new", "v_new", "cache_seqlens", "block_table")
     with torch.no_grad():
         got = compiled(*(compiled_inputs[n] for n in names))

@@ -182,10 +182,9 @@ def unless_unsupported(call):
         pytest.skip(f"unsupported: {e}")
 
 
-def assert_compiled_training_step(loss_of, x, weight, key, value):
-    """fullgraph=True through loss_of(x, key, value) (a loss of `weight`, key and value):
-    the gradients equal eager's, and the forward and backward graphs call flashattn's
-    two custom ops."""
+def compiled_keeping_graphs(fn):
+    """torch.compile(fn, fullgraph=True) through AOT autograd, and the list into which the
+    forward and backward graphs' code is collected as they compile."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     graphs = []
@@ -194,8 +193,15 @@ def assert_compiled_training_step(loss_of, x, weight, key, value):
         graphs.append(gm.code)
         return make_boxed_func(gm.forward)
     torch._dynamo.reset()
-    compiled = torch.compile(loss_of, fullgraph=True,
-                             backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    return torch.compile(fn, fullgraph=True,
+                         backend=aot_autograd(fw_compiler=keep, bw_compiler=keep)), graphs
+
+
+def assert_compiled_training_step(loss_of, x, weight, key, value):
+    """fullgraph=True through loss_of(x, key, value) (a loss of `weight`, key and value):
+    the gradients equal eager's, and the forward and backward graphs call flashattn's
+    two custom ops."""
+    compiled, graphs = compiled_keeping_graphs(loss_of)
     compiled(x, key, value).backward()
     got = [t.grad.clone() for t in (weight, key, value)]
     for t in (weight, key, value):

@@ -2,9 +2,10 @@
 // FLASHATTN_CPU_ISA (baseline, avx2, avx512; a set the CPU lacks is skipped): the shared case list plus shapes that
 // reach the kernels' other paths (few query rows scored by dot products, keys
 // split across threads and merged, query tiles and key tiles cut by the
-// sequence ends), forward and backward, against the float64 reference, with
-// and without the variants (sliding windows' lower ends on the element mask,
-// the vector tanh of the softcap, ALiBi); and the variable's rules.
+// sequence ends, the backward's two schedules), forward and backward, against
+// the float64 reference, with and without the variants (sliding windows' lower
+// ends on the element mask, the vector tanh of the softcap, ALiBi); and the
+// variable's rules.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cases.h"
+#include "core/parallel.h"
 #include "dense.h"
 #include "grad_problem.h"
 #include "seed.h"
@@ -75,6 +77,18 @@ std::vector<harness::Case> isa_cases() {
       make_case({2, 130, 257, 2, 1, 136}, DType::f16, bottom_right), 100, -1, 0, true));
   cases.push_back(
       with_variants(make_case({1, 65, 129, 3, 3, 300}, DType::bf16, none, true), 7, 3, 30, false));
+  // A batch of one sequence per thread: (batch × kv heads) items fill the
+  // pool, so the backward takes its one-pass schedule (cpu/simd/
+  // backward_schedule.h), which the single sequences above leave to the two
+  // passes wherever the pool has two threads or more. GQA, rows without keys,
+  // ragged tiles, rows read in place and converted, the variants.
+  const int batch = thread_count();
+  cases.push_back(make_case({batch, 150, 170, 4, 2, 72}, DType::f32, bottom_right));
+  cases.push_back(make_case({batch, 90, 40, 2, 1, 32}, DType::f32, bottom_right));
+  cases.push_back(make_case({batch, 129, 200, 2, 1, 64}, DType::f32, none, true));
+  cases.push_back(make_case({batch, 100, 77, 3, 3, 48}, DType::f16, Mask::causal_top_left));
+  cases.push_back(with_variants(make_case({batch, 140, 200, 4, 1, 64}, DType::f32, none), 30,
+                                10, 5, true));
   return cases;
 }
 

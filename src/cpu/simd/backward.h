@@ -1,7 +1,7 @@
-// The CPU backward on one instruction set, from the forward's out and lse.
-// With s_ij = scale·(q_i·k_j), x_ij its score after the variants (score.h)
-// and p_ij = e^(x_ij − lse_i) (recomputed, never stored; 0 for keys row i
-// does not see):
+// The CPU backward's pieces on one instruction set, from the forward's out
+// and lse, and its two-pass schedule. With s_ij = scale·(q_i·k_j), x_ij its
+// score after the variants (score.h) and p_ij = e^(x_ij − lse_i) (recomputed,
+// never stored; 0 for keys row i does not see):
 //   D_i = dO_i·O_i                                  (a pass over rows)
 //   dv_j = Σ_i p_ij·dO_i,  dk_j = scale·Σ_i ds_ij·q_i (items: key tiles)
 //   dq_i = scale·Σ_j ds_ij·k_j                       (items: query tiles)
@@ -10,9 +10,11 @@
 // gradient is summed by one item in a fixed order (a key tile walks its
 // group's query heads and rows, a query tile its keys), so the result is the
 // same on every run and no item writes another's rows: the deterministic
-// option costs nothing here. P and dS are recomputed by both passes (seven
-// products of a tile's size where five would do, in exchange for parallelism
-// over tiles instead of heads and no shared dQ sums).
+// option costs nothing here. The two passes recompute S and dP each: seven
+// products of a tile's size, in exchange for parallelism over tiles instead
+// of heads. Where (batch, kv head) items alone keep every thread busy, the
+// one-pass schedule (backward_fused.h) computes each product once, five in
+// all; backward_schedule.h chooses.
 // Each pass transposes only its own item's tiles, once: a key item takes Kᵀ
 // and Vᵀ (keys across the lanes) and multiplies row-major Q and dO tiles
 // against them; a query item takes Qᵀ and dOᵀ (rows across the lanes), as the
@@ -101,73 +103,118 @@ void score_gradients(const float* prob, float* dp, int lines, int width, const f
     }
 }
 
+// A key tile's transposed K and V, its dk and dv sums, and the tiles each
+// block of query rows passes through, in one thread's buffer.
+struct KeyTile {
+  float* k_t;         // Kᵀ: head_dim × kBlockN, keys across the lanes
+  float* v_t;         // Vᵀ, as Kᵀ
+  float* dk;          // kBlockN × padded(head_dim), unscaled
+  float* dv;          // as dk
+  float* q_tile;      // a block's Q rows, where not read in place (rows_of)
+  float* dout_tile;   // its dO rows, likewise
+  float* s;           // kBlockM × kBlockN: S, then P
+  float* ds;          // kBlockM × kBlockN: dP, then dS
+  float* derivative;  // kBlockM × kBlockN: ∂x/∂s where the Variant changes scores
+  float* lse;         // kBlockM: the block's exponent offsets (lse_offset)
+  float* row_dot;     // kBlockM: the block's D
+};
+
+// A KeyTile laid out in `buffer`, grown to fit head dims padded to dp.
+inline KeyTile key_tile_in(AlignedBuffer& buffer, int dp) {
+  const size_t tile = size_t(kBlockN) * dp, square = size_t(kBlockM) * kBlockN;
+  KeyTile t;
+  t.k_t = buffer.reserve(6 * tile + 3 * square + 2 * kBlockM);
+  t.v_t = t.k_t + tile;
+  t.dk = t.v_t + tile;
+  t.dv = t.dk + tile;
+  t.q_tile = t.dv + tile;
+  t.dout_tile = t.q_tile + tile;
+  t.s = t.dout_tile + tile;
+  t.ds = t.s + square;
+  t.derivative = t.ds + square;
+  t.lse = t.derivative + square;
+  t.row_dot = t.lse + kBlockM;
+  return t;
+}
+
+// Kᵀ and Vᵀ of keys [n0, n0 + cols) of kv head hk, and dk = dv = 0.
+inline void start_key_tile(const BwdParams& p, int b, const Sequence& seq, int hk, int n0, int cols,
+                           const KeyTile& t) {
+  const int d = p.sizes.head_dim, k0 = int(seq.k_row0);
+  const size_t tile = size_t(kBlockN) * padded(d);
+  load_transposed(p.dtype, p.k, d, b, hk, k0 + n0, cols, t.k_t, kBlockN);
+  load_transposed(p.dtype, p.v, d, b, hk, k0 + n0, cols, t.v_t, kBlockN);
+  std::fill(t.dk, t.dk + tile, 0.0f);
+  std::fill(t.dv, t.dv + tile, 0.0f);
+}
+
+// Query rows [m0, m0 + rows) of head hq against the key tile at n0: dv and dk
+// gain their terms, and t.ds is left holding the block's dS (rows × kBlockN)
+// for a caller that also sums dq.
+template <typename Variant>
+void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence& seq,
+                   const RowMask& mask, int hq, const ScoreVariants& variants, int n0, int m0,
+                   int rows, const KeyTile& t) {
+  const int d = p.sizes.head_dim, dp = padded(d), q0 = int(seq.q_row0);
+  const MatB q = rows_of(p, p.q, b, hq, q0 + m0, rows, t.q_tile);
+  const MatB dout = rows_of(p, p.grad.dout, b, hq, q0 + m0, rows, t.dout_tile);
+  const int64_t at = stats_row0(p, b, hq, seq) + m0;
+  for (int r = 0; r < rows; ++r) {
+    t.lse[r] = lse_offset(p, mask, at + r, m0 + r);
+    t.row_dot[r] = dots[at + r];
+  }
+  // S = Q·Kᵀ (rows × keys); keys outside a row's range (or past the
+  // sequence's end) hidden.
+  gemm<Init::zero>(rows, kBlockN, d, {q.p, q.ld, 1}, {t.k_t, kBlockN}, {t.s, kBlockN});
+  const bool cut = n0 + kBlockN > mask.key_end(m0) ||
+                   (Variant::kLowerEnds && n0 < mask.key_begin(m0 + rows - 1));
+  const Vec minus_inf = splat(-INFINITY);
+  const IVec lane = lane_index();
+  probabilities(t.s, rows, kBlockN, t.lse, true, p.softmax.scale, [&](Vec x, int r, int y) {
+    const IVec key = lane + (n0 + y);
+    if constexpr (!Variant::Score::kIdentity) {
+      Vec dx;
+      x = variants(x, splat_int(m0 + r), key, dx);
+      store(t.derivative + r * kBlockN + y, dx);
+    }
+    if (!cut) return x;
+    IVec seen = key < splat_int(mask.key_end(m0 + r));
+    if constexpr (Variant::kLowerEnds) seen &= key >= splat_int(mask.key_begin(m0 + r));
+    return seen ? x : minus_inf;
+  });
+  // dV += Pᵀ·dO; dP = dO·Vᵀ; dS = P ⊙ (dP − D); dK += dSᵀ·Q.
+  gemm<Init::add>(kBlockN, dp, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp});
+  gemm<Init::zero>(rows, kBlockN, d, {dout.p, dout.ld, 1}, {t.v_t, kBlockN}, {t.ds, kBlockN});
+  score_gradients<Variant>(t.s, t.ds, rows, kBlockN, t.row_dot, true, t.derivative);
+  gemm<Init::add>(kBlockN, dp, rows, {t.ds, 1, kBlockN}, q, {t.dk, dp});
+}
+
+// dk = scale·Σ dSᵀ·Q and dv of keys [n0, n0 + cols), written out.
+inline void finish_key_tile(const BwdParams& p, int b, const Sequence& seq, int hk, int n0,
+                            int cols, const KeyTile& t) {
+  const int d = p.sizes.head_dim, dp = padded(d), k0 = int(seq.k_row0);
+  store_tile(p.dtype, p.grad.dk, d, b, hk, k0 + n0, cols, t.dk, dp, nullptr, p.softmax.scale);
+  store_tile(p.dtype, p.grad.dv, d, b, hk, k0 + n0, cols, t.dv, dp);
+}
+
 // dk and dv of keys [n0, n0 + cols) of kv head hk of sequence b.
 template <typename Variant>
 void key_item(const BwdParams& p, const float* dots, int b, const Sequence& seq, int hk, int n0,
               int cols) {
   const Sizes& sz = p.sizes;
-  const int d = sz.head_dim, dp = padded(d);
   const RowMask mask = row_mask(p, seq);
-  const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
   thread_local AlignedBuffer buffer;
-  const size_t tile = size_t(kBlockN) * dp, square = size_t(kBlockM) * kBlockN;
-  float* k_t = buffer.reserve(6 * tile + 3 * square + 2 * kBlockM);
-  float* v_t = k_t + tile;
-  float* dk = v_t + tile;
-  float* dv = dk + tile;
-  float* q_tile = dv + tile;
-  float* dout_tile = q_tile + tile;
-  float* s = dout_tile + tile;
-  float* ds = s + square;
-  float* derivative = ds + square;
-  float* lse = derivative + square;
-  float* row_dot = lse + kBlockM;
-  load_transposed(p.dtype, p.k, d, b, hk, k0 + n0, cols, k_t, kBlockN);
-  load_transposed(p.dtype, p.v, d, b, hk, k0 + n0, cols, v_t, kBlockN);
-  std::fill(dk, dk + tile, 0.0f);
-  std::fill(dv, dv + tile, 0.0f);
+  const KeyTile t = key_tile_in(buffer, padded(sz.head_dim));
+  start_key_tile(p, b, seq, hk, n0, cols, t);
   const RowRange seeing = mask.rows_seeing(n0, cols);
-  const IVec lane = lane_index();
   for (int g = 0; g < sz.group(); ++g) {
     const int hq = hk * sz.group() + g;
     const ScoreVariants variants = score_variants(p, hq, mask);
-    for (int m0 = seeing.begin; m0 < seeing.end; m0 += kBlockM) {
-      const int rows = std::min(kBlockM, seeing.end - m0);
-      const MatB q = rows_of(p, p.q, b, hq, q0 + m0, rows, q_tile);
-      const MatB dout = rows_of(p, p.grad.dout, b, hq, q0 + m0, rows, dout_tile);
-      const int64_t at = stats_row0(p, b, hq, seq) + m0;
-      for (int r = 0; r < rows; ++r) {
-        lse[r] = lse_offset(p, mask, at + r, m0 + r);
-        row_dot[r] = dots[at + r];
-      }
-      // S = Q·Kᵀ (rows × keys); keys outside a row's range (or past the
-      // sequence's end) hidden.
-      gemm<Init::zero>(rows, kBlockN, d, {q.p, q.ld, 1}, {k_t, kBlockN}, {s, kBlockN});
-      const bool cut = n0 + kBlockN > mask.key_end(m0) ||
-                       (Variant::kLowerEnds && n0 < mask.key_begin(m0 + rows - 1));
-      const Vec minus_inf = splat(-INFINITY);
-      probabilities(s, rows, kBlockN, lse, true, p.softmax.scale, [&](Vec x, int r, int y) {
-        const IVec key = lane + (n0 + y);
-        if constexpr (!Variant::Score::kIdentity) {
-          Vec dx;
-          x = variants(x, splat_int(m0 + r), key, dx);
-          store(derivative + r * kBlockN + y, dx);
-        }
-        if (!cut) return x;
-        IVec seen = key < splat_int(mask.key_end(m0 + r));
-        if constexpr (Variant::kLowerEnds) seen &= key >= splat_int(mask.key_begin(m0 + r));
-        return seen ? x : minus_inf;
-      });
-      // dV += Pᵀ·dO; dP = dO·Vᵀ; dS = P ⊙ (dP − D); dK += dSᵀ·Q.
-      gemm<Init::add>(kBlockN, dp, rows, {s, 1, kBlockN}, dout, {dv, dp});
-      gemm<Init::zero>(rows, kBlockN, d, {dout.p, dout.ld, 1}, {v_t, kBlockN}, {ds, kBlockN});
-      score_gradients<Variant>(s, ds, rows, kBlockN, row_dot, true, derivative);
-      gemm<Init::add>(kBlockN, dp, rows, {ds, 1, kBlockN}, q, {dk, dp});
-    }
+    for (int m0 = seeing.begin; m0 < seeing.end; m0 += kBlockM)
+      add_row_block<Variant>(p, dots, b, seq, mask, hq, variants, n0, m0,
+                             std::min(kBlockM, seeing.end - m0), t);
   }
-  const float scale = p.softmax.scale;
-  store_tile(p.dtype, p.grad.dk, d, b, hk, k0 + n0, cols, dk, dp, nullptr, scale);
-  store_tile(p.dtype, p.grad.dv, d, b, hk, k0 + n0, cols, dv, dp);
+  finish_key_tile(p, b, seq, hk, n0, cols, t);
 }
 
 // dq of rows [m0, m0 + rows) of query head hq of sequence b.
@@ -242,13 +289,11 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
   store_tile(p.dtype, p.grad.dq, d, b, hq, q0 + m0, rows, dq, dp, nullptr, p.softmax.scale);
 }
 
+// The two passes: dk and dv over (batch, kv head, key tile) items, then dq
+// over (batch, q head, query tile) items.
 template <typename Variant>
-void run_with(const BwdParams& p) {
+void two_passes(const BwdParams& p, const float* dots) {
   const Sizes& sz = p.sizes;
-  thread_local AlignedBuffer dots_buffer;
-  const Sizes stored = storage_sizes(p);
-  float* dots = dots_buffer.reserve(size_t(stored.batch) * sz.heads_q * stored.seqlen_q);
-  row_dots(p, dots);
   // Tiles past a shorter sequence's end (a packed batch) have nothing to do.
   const int n_blocks = (sz.seqlen_k + kBlockN - 1) / kBlockN;
   const int m_blocks = (sz.seqlen_q + kBlockM - 1) / kBlockM;
@@ -266,11 +311,6 @@ void run_with(const BwdParams& p) {
     if (m0 < seq.seqlen_q)
       query_item<Variant>(p, dots, b, seq, hq, m0, std::min(kBlockM, seq.seqlen_q - m0));
   });
-}
-
-inline void run(const BwdParams& p) {
-  if (needs_any_variant(p)) run_with<AnyVariant>(p);
-  else run_with<NoVariant>(p);
 }
 
 }  // namespace backward

@@ -11,6 +11,8 @@
 #include "cpu/simd/few_rows.h"
 #include "cpu/simd/forward.h"
 #include "cpu/simd/backward.h"
+#include "cpu/simd/backward_fused.h"
+#include "cpu/simd/backward_schedule.h"
 
 void forward_pass(const AttnParams& p) { forward::run(p); }
 void backward_pass(const BwdParams& p) { backward::run(p); }

@@ -1,0 +1,72 @@
+// The CPU backward's one-pass schedule (backward.h states the sums): one item
+// per (batch, kv head), which walks the key tiles and, for each, the rows of
+// every query head of the group that see it, as a key item does, and adds
+// dq_i += ds_ij·k_j from the same dS: five products of a tile's size, each
+// once. dq of the item's rows is summed in a per-thread fp32 buffer (group ×
+// seqlen_q × padded head_dim) and written when the last key tile has passed.
+// Every sum keeps a fixed order (dk and dv: heads, then rows; dq: key tiles),
+// so the result is the same on every run. backward_schedule.h chooses between
+// this and the two passes. No include guard (see vec.h).
+
+namespace backward {
+
+// The most bytes an item's dq sums may take: beyond, the two passes run. A
+// thread holds one item's buffer at a time, so those in use add up to at most
+// dq's own size; the bound caps what each thread keeps between calls after a
+// long sequence: 8 MiB is seqlen 16384 at head_dim 128, one q head per kv head.
+constexpr size_t kMaxDqBytes = size_t(8) << 20;
+
+// Floats of an item's dq sums at the batch's longest query sequence.
+inline size_t item_dq_floats(const Sizes& sz) {
+  return size_t(sz.group()) * size_t(sz.seqlen_q) * size_t(padded(sz.head_dim));
+}
+
+// dq, dk and dv of kv head hk of sequence b and its group's query heads.
+template <typename Variant>
+void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& seq, int hk) {
+  const Sizes& sz = p.sizes;
+  const int d = sz.head_dim, dp = padded(d), group = sz.group();
+  const RowMask mask = row_mask(p, seq);
+  thread_local AlignedBuffer buffer, k_buffer, dq_buffer;
+  const KeyTile t = key_tile_in(buffer, dp);
+  float* k_tile = k_buffer.reserve(size_t(kBlockN) * dp);
+  const size_t head_dq = size_t(seq.seqlen_q) * dp;
+  float* dq = dq_buffer.reserve(group * head_dq);
+  std::fill(dq, dq + group * head_dq, 0.0f);
+  for (int n0 = 0; n0 < seq.seqlen_k; n0 += kBlockN) {
+    const int cols = std::min(kBlockN, seq.seqlen_k - n0);
+    start_key_tile(p, b, seq, hk, n0, cols, t);
+    const MatB k = rows_of(p, p.k, b, hk, int(seq.k_row0) + n0, cols, k_tile);
+    const RowRange seeing = mask.rows_seeing(n0, cols);
+    for (int g = 0; g < group; ++g) {
+      const int hq = hk * group + g;
+      const ScoreVariants variants = score_variants(p, hq, mask);
+      for (int m0 = seeing.begin; m0 < seeing.end; m0 += kBlockM) {
+        const int rows = std::min(kBlockM, seeing.end - m0);
+        add_row_block<Variant>(p, dots, b, seq, mask, hq, variants, n0, m0, rows, t);
+        // dQ += dS·K over the tile's real keys only.
+        float* dq_rows = dq + g * head_dq + size_t(m0) * dp;
+        gemm<Init::add>(rows, dp, cols, {t.ds, kBlockN, 1}, k, {dq_rows, dp});
+      }
+    }
+    finish_key_tile(p, b, seq, hk, n0, cols, t);
+  }
+  for (int g = 0; g < group; ++g) {
+    float* head = dq + g * head_dq;
+    for (int r = 0; r < seq.seqlen_q; ++r)
+      if (mask.empty(r)) std::fill(head + size_t(r) * dp, head + size_t(r + 1) * dp, 0.0f);
+    store_tile(p.dtype, p.grad.dq, d, b, hk * group + g, int(seq.q_row0), seq.seqlen_q, head, dp,
+               nullptr, p.softmax.scale);
+  }
+}
+
+template <typename Variant>
+void one_pass(const BwdParams& p, const float* dots) {
+  const Sizes& sz = p.sizes;
+  parallel_for(int64_t(sz.batch) * sz.heads_kv, [&](int64_t item, int) {
+    const int b = int(item / sz.heads_kv), hk = int(item % sz.heads_kv);
+    kv_head_item<Variant>(p, dots, b, sequence(p, b), hk);
+  });
+}
+
+}  // namespace backward

@@ -123,12 +123,15 @@ Backend select_backend(const Params& p) { return plan(p).backend->info.backend; 
 void forward(const Params& params) {
   const Plan pl = plan(params);
   const Sizes& s = pl.attn.sizes;
-  // A KV cache's new keys go into it first, whether or not any row attends.
+  const bool rows = s.batch > 0 && s.seqlen_q > 0;
+  // A KV cache's new keys go into it first, whether or not any row attends,
+  // unless the forward's own kernel writes them as it reads them.
   if (pl.attn.new_keys.rows > 0 && s.batch > 0) {
-    if (pl.device == DeviceKind::cuda) cuda::append_to_cache(pl.attn);
-    else cpu::append_to_cache(pl.attn);
+    if (pl.device == DeviceKind::cpu) cpu::append_to_cache(pl.attn);
+    else if (!rows || !cuda::forward_appends(pl.backend->forward, pl.attn))
+      cuda::append_to_cache(pl.attn);
   }
-  if (s.batch == 0 || s.seqlen_q == 0) return;  // no row to write: nothing runs
+  if (!rows) return;  // no row to write: nothing runs
   if (pl.device == DeviceKind::cuda) cuda::run_forward(pl.backend->forward, pl.attn);
   else pl.backend->forward(pl.attn);
 }

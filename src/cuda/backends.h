@@ -77,6 +77,10 @@ void wgmma_backward(const BwdParams& p);
 // the device: a sequence whose length would pass the capacity, or a page index
 // out of range, writes nothing (the attention gives that sequence NaN).
 void append_to_cache(const AttnParams& p);
+// Whether `forward` (a backend's entry point) appends p's new keys itself as it
+// reads them (cuda_mma's decode kernel), so that append_to_cache must not run
+// before it. Only when p has query rows: else the forward does not run.
+bool forward_appends(void (*forward)(const AttnParams&), const AttnParams& p);
 
 // Runs `backward` on p with p's device current: D = rowsum(dO∘O) into scratch
 // first; a problem without query rows or without keys by writing zeros (dk and

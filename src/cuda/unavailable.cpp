@@ -30,6 +30,8 @@ void append_to_cache(const AttnParams&) {
   fail(Status::unsupported, "device: this flashattn build has no CUDA support");
 }
 
+bool forward_appends(void (*)(const AttnParams&), const AttnParams&) { return false; }
+
 void naive_forward(const AttnParams&) { not_built("cuda_naive"); }
 void tiled_forward(const AttnParams&) { not_built("cuda_tiled"); }
 void tf32x3_forward(const AttnParams&) { not_built("cuda_tf32x3"); }

@@ -27,6 +27,15 @@ __device__ __forceinline__ void cp_async_16_partial(void* smem, const void* gmem
                "r"(src_bytes));
 }
 
+// As cp_async_16 to a shared-memory address, through the ignore-src predicate:
+// no source-size arithmetic per copy, for loops that issue many of them.
+__device__ __forceinline__ void cp_async_16_or_zeros(uint32_t smem, const void* gmem, bool zeros) {
+  asm volatile(
+      "{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n"
+      " cp.async.cg.shared.global [%0], [%1], 16, z;\n}" ::"r"(smem),
+      "l"(gmem), "r"(int(zeros)));
+}
+
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   cp_async_16_partial(smem, gmem, valid ? 16 : 0);
 }

@@ -18,17 +18,41 @@ constexpr int kHeadDimBuckets[] = {64, 128, 256};
 static_assert(kHeadDimBuckets[2] == kMaxHeadDim);
 constexpr int kMaxRows = 64;  // rows per kv head above which the cache runs on the prefill kernel
 
-// Splits of each sequence's key blocks: enough blocks to fill the GPU's slots
-// (blocks per SM × SMs) twice over, no split with fewer than two key blocks,
-// at most kMaxKeySplits; or the caller's count.
+// Splits of each sequence's key blocks (or the caller's count). Blocks run in
+// waves of `slots` (blocks per SM × SMs) at a rate the copy bandwidth shares
+// among them, so a split count is costed as waves × (key blocks per split +
+// a block's start and end), plus the merge when the keys are split; the
+// cheapest count up to kMaxKeySplits is taken. A count that only rounds the
+// grid up to one more wave costs a whole wave: this is what keeps the grid at
+// whole waves.
 int key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm) {
   const int key_blocks = std::max(1, (p.sizes.seqlen_k + kBlockN - 1) / kBlockN);
   const int asked = p.seqs.cache.key_splits;
   if (asked > 0) return std::min(asked, key_blocks);
+  constexpr double kBlockOverhead = 1.0;  // in key blocks: pipeline fill, the warps' merge
+  constexpr double kMergeCost = 1.0;      // the split merge, in key blocks
   const int64_t slots = int64_t(multiprocessors(p.device_index)) * blocks_per_sm;
-  if (blocks >= slots) return 1;
-  const int64_t want = (2 * slots + blocks - 1) / blocks;
-  return int(std::max<int64_t>(1, std::min<int64_t>({want, key_blocks / 2, kMaxKeySplits})));
+  int best = 1;
+  double best_cost = 0.0;
+  for (int splits = 1; splits <= std::min(key_blocks, kMaxKeySplits); ++splits) {
+    const int64_t waves = (blocks * splits + slots - 1) / slots;
+    const int per_split = (key_blocks + splits - 1) / splits;
+    const double cost =
+        double(waves) * (per_split + kBlockOverhead) + (splits > 1 ? kMergeCost : 0.0);
+    if (splits == 1 || cost < best_cost) best = splits, best_cost = cost;
+  }
+  return best;
+}
+
+// Whether every row the kernel reads (q, k, v and the new keys) is 16-byte
+// aligned and head_dim a multiple of 8: the kernel's copies are then 16 bytes.
+bool rows_aligned(const AttnParams& p) {
+  bool aligned = p.sizes.head_dim % 8 == 0;
+  for (const TensorRef* t : {&p.q, &p.k, &p.v}) aligned = aligned && rows_16b_aligned(*t, 2);
+  if (p.new_keys.rows > 0)
+    for (const TensorRef* t : {&p.new_keys.k, &p.new_keys.v})
+      aligned = aligned && rows_16b_aligned(*t, 2);
+  return aligned;
 }
 
 template <typename T, int kD, class Variant>
@@ -38,15 +62,16 @@ void launch(const AttnParams& p) {
   const int row_tiles = (s.group() * s.seqlen_q + kRows - 1) / kRows;
   const int64_t blocks = int64_t(row_tiles) * s.heads_kv * s.batch;
   if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "q: shape too large for cuda_mma's decode grid");
-  bool vec16 = s.head_dim % 8 == 0;
-  for (const TensorRef* t : {&p.q, &p.k, &p.v}) vec16 = vec16 && rows_16b_aligned(*t, 2);
+  const bool vec16 = rows_aligned(p);
+  const bool append = vec16 && p.new_keys.rows > 0;
   const auto kernel = decode_kernel<T, Shape, Variant>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   const int splits = key_splits(p, blocks, Shape::kMinBlocks);
   run_key_splits(p, splits, [&](const KeySplit& split) {
     kernel<<<dim3(unsigned(blocks), unsigned(split.count)), kThreads, Shape::kSmemBytes,
-             static_cast<cudaStream_t>(p.stream)>>>(p, split, row_tiles, vec16);
+             static_cast<cudaStream_t>(p.stream)>>>(p, split, row_tiles, vec16,
+                                                                    append);
     check_launch("cuda_mma decode_kernel");
   });
 }
@@ -73,6 +98,10 @@ bool takes(const AttnParams& p) {
   const KeyCache& c = p.seqs.cache;
   if (!c.present() || p.dtype == DType::f32 || p.sizes.head_dim > kMaxHeadDim) return false;
   return c.paged() || !c.checked || int64_t(p.sizes.group()) * p.sizes.seqlen_q <= kMaxRows;
+}
+
+bool appends_new_keys(const AttnParams& p) {
+  return takes(p) && p.new_keys.rows > 0 && rows_aligned(p);
 }
 
 void forward(const AttnParams& p) {

@@ -14,6 +14,10 @@ inline constexpr int kMaxHeadDim = kMmaDecodeMaxHeadDim;
 // device) or few rows per kv head (the GQA group times seqlen_q, at most 64).
 bool takes(const AttnParams& p);
 
+// Whether forward(p) writes p's new keys and values into the cache itself
+// (rows 16-byte aligned), so that append_to_cache must not run before it.
+bool appends_new_keys(const AttnParams& p);
+
 void forward(const AttnParams& p);
 
 }  // namespace flashattn::cuda::decode

@@ -15,13 +15,17 @@
 // each split then writes its rows normalised, with their lse, for the merge of
 // common/combine.h.
 //
-// Keys are addressed row by row through key_offset (core/params.h), so a paged
-// cache's pages need not be a multiple of the key block. An unchecked cache
+// Keys are addressed row by row, so a paged cache's pages need not be a
+// multiple of the key block. A call's new keys and values are appended here
+// too (when the rows are 16-byte aligned): one block per (sequence, kv head)
+// writes them into the cache while the blocks that attend to them read them
+// from the new tensors, which saves the separate append kernel's launch. An unchecked cache
 // (KeyCache::checked false) is checked here: a sequence whose length does not
 // fit or whose pages lie out of range gets NaN rows and lse, and nothing outside
 // the tensors is read.
 #pragma once
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -152,9 +156,175 @@ __device__ __forceinline__ void load_rows(char* tile, int valid_rows, int head_d
   }
 }
 
+// A thread's share of a key block's K and V loads, for rows 16-byte aligned and
+// head_dim a multiple of 8: one 16-byte column chunk of rows row_in,
+// row_in + kRowsPerPass, ... of the block. Each row is addressed once for K
+// and V together (a contiguous cache: a pointer step per row; a paged one: a
+// page lookup per row, all issued before the copies), since per-chunk
+// addressing kept the block's few warps on integer work instead of keeping
+// bytes in flight.
+template <typename Tile>
+struct KeyBlockLoader {
+  static constexpr int kRowsPerPass = kThreads / Tile::kChunks;
+  static constexpr int kPasses = kBlockN / kRowsPerPass;
+  static_assert(kThreads % Tile::kChunks == 0 && kBlockN % kRowsPerPass == 0);
+  int row_in;
+  bool in_head;  // this thread's column chunk lies inside head_dim
+  int seqlen_k;
+  const uint16_t* k_head;  // head hk, column 8·chunk: the sequence's row 0 (paged: the pool's)
+  const uint16_t* v_head;
+  const uint16_t* k_base;  // k's and v's first elements: the source of the copies of zeros
+  const uint16_t* v_base;
+  uint32_t dst0;  // this thread's chunk of row row_in in a tile
+  // With the new keys appended by this kernel (decode_kernel's `append`), keys
+  // from first_new on are read from p.new_keys, whose rows the cache does not
+  // hold yet; else first_new is past every key.
+  int first_new;
+  const uint16_t* k_new;  // p.new_keys' head hk, column 8·chunk, sequence b's row 0
+  const uint16_t* v_new;
+
+  __device__ __forceinline__ KeyBlockLoader(const AttnParams& p, const DecodeBlock& blk,
+                                            bool append) {
+    row_in = int(threadIdx.x) / Tile::kChunks;
+    const int chunk = int(threadIdx.x) % Tile::kChunks;
+    in_head = 8 * chunk < p.sizes.head_dim;
+    seqlen_k = blk.seq.seqlen_k;
+    const bool paged = p.seqs.cache.paged();
+    k_base = static_cast<const uint16_t*>(p.k.data);
+    v_base = static_cast<const uint16_t*>(p.v.data);
+    k_head = k_base + blk.hk * p.k.head_stride + 8 * chunk +
+             (paged ? 0 : row_offset(p.k, blk.b, blk.seq.k_row0));
+    v_head = v_base + blk.hk * p.v.head_stride + 8 * chunk +
+             (paged ? 0 : row_offset(p.v, blk.b, blk.seq.k_row0));
+    dst0 = Tile::offset(row_in, chunk);
+    const NewKeys& add = p.new_keys;
+    first_new = append ? seqlen_k - add.rows : INT_MAX;
+    k_new = static_cast<const uint16_t*>(add.k.data) + row_offset(add.k, blk.b, 0) +
+            blk.hk * add.k.head_stride + 8 * chunk;
+    v_new = static_cast<const uint16_t*>(add.v.data) + row_offset(add.v, blk.b, 0) +
+            blk.hk * add.v.head_stride + 8 * chunk;
+  }
+
+  // The tile offset of this thread's chunk in pass `pass`: with whole groups
+  // of eight rows per pass the swizzle repeats, so it is dst0 plus whole rows.
+  __device__ __forceinline__ uint32_t dst(int pass) const {
+    if constexpr (kRowsPerPass % 8 == 0) return dst0 + uint32_t(pass * kRowsPerPass * 128);
+    else return Tile::offset(row_in + pass * kRowsPerPass, int(threadIdx.x) % Tile::kChunks);
+  }
+
+  // Starts the copies of key block n into the K tile at k_tile (a shared
+  // address) and the V tile after it; rows past the sequence's keys and
+  // columns past head_dim are zeros.
+  __device__ __forceinline__ void load(const AttnParams& p, const DecodeBlock& blk,
+                                       uint32_t k_tile, int n) const {
+    const KeyCache& c = p.seqs.cache;
+    const int key0 = n * kBlockN + row_in;
+    if ((n + 1) * kBlockN > first_new) {
+      load_with_new_keys(p, blk, k_tile, key0);
+      return;
+    }
+    if (!c.paged()) {
+      const uint16_t* k_row = k_head + key0 * p.k.row_stride;
+      const uint16_t* v_row = v_head + key0 * p.v.row_stride;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const bool zeros = !in_head || key0 + pass * kRowsPerPass >= seqlen_k;
+        cp_async_16_or_zeros(k_tile + dst(pass), zeros ? k_base : k_row, zeros);
+        cp_async_16_or_zeros(k_tile + Tile::kBytes + dst(pass), zeros ? v_base : v_row, zeros);
+        k_row += kRowsPerPass * p.k.row_stride;
+        v_row += kRowsPerPass * p.v.row_stride;
+      }
+      return;
+    }
+    // Paged: the page of each row first (a running page and offset, no
+    // division per row), so that the table's loads are in flight together.
+    const int32_t* table = c.block_table + int64_t(blk.b) * c.pages_per_sequence;
+    int slot = key0 / c.page_size, in_page = key0 - slot * c.page_size;
+    int32_t page[kPasses];
+    int row_in_page[kPasses];
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      if (pass > 0) {
+        in_page += kRowsPerPass;
+        while (in_page >= c.page_size) in_page -= c.page_size, ++slot;
+      }
+      const bool valid = in_head && key0 + pass * kRowsPerPass < seqlen_k;
+      page[pass] = valid ? __ldg(table + slot) : -1;
+      row_in_page[pass] = in_page;
+    }
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const bool zeros = page[pass] < 0;
+      const int64_t page_at = page[pass];
+      cp_async_16_or_zeros(
+          k_tile + dst(pass),
+          zeros ? k_base : k_head + page_at * p.k.batch_stride + row_in_page[pass] * p.k.row_stride,
+          zeros);
+      cp_async_16_or_zeros(
+          k_tile + Tile::kBytes + dst(pass),
+          zeros ? v_base : v_head + page_at * p.v.batch_stride + row_in_page[pass] * p.v.row_stride,
+          zeros);
+    }
+  }
+
+  // A key block that reaches this call's new keys: row by row, from the cache
+  // (key_offset, core/params.h) or from p.new_keys. At most a block or two a
+  // sequence, so the per-row addressing costs nothing that shows.
+  __device__ void load_with_new_keys(const AttnParams& p, const DecodeBlock& blk, uint32_t k_tile,
+                                     int key0) const {
+#pragma unroll 1
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int key = key0 + pass * kRowsPerPass;
+      const bool zeros = !in_head || key >= seqlen_k;
+      const uint16_t *k_src = k_base, *v_src = v_base;
+      if (!zeros && key >= first_new) {
+        k_src = k_new + (key - first_new) * p.new_keys.k.row_stride;
+        v_src = v_new + (key - first_new) * p.new_keys.v.row_stride;
+      } else if (!zeros) {
+        const int64_t chunk_column = 8 * (int(threadIdx.x) % Tile::kChunks);
+        k_src = k_base + key_offset(p, p.k, blk.b, blk.seq, key) + blk.hk * p.k.head_stride +
+                chunk_column;
+        v_src = v_base + key_offset(p, p.v, blk.b, blk.seq, key) + blk.hk * p.v.head_stride +
+                chunk_column;
+      }
+      cp_async_16_or_zeros(k_tile + dst(pass), k_src, zeros);
+      cp_async_16_or_zeros(k_tile + Tile::kBytes + dst(pass), v_src, zeros);
+    }
+  }
+};
+
+// This call's new keys and values (p.new_keys, head_dim a multiple of 8 and
+// rows 16-byte aligned) written into the cache at the sequence's length, for
+// kv head blk.hk: one block of each (sequence, kv head) does it, while the
+// blocks that attend to those keys read them from p.new_keys. As
+// append_to_cache (cuda/kv_append.cu), a sequence that does not fit or a row
+// whose page is out of range is left unwritten.
+__device__ __forceinline__ void write_new_keys(const AttnParams& p, const DecodeBlock& blk) {
+  const KeyCache& c = p.seqs.cache;
+  const NewKeys& add = p.new_keys;
+  const int chunks = p.sizes.head_dim / 8, cached = blk.seq.seqlen_k - add.rows;
+  for (int e = int(threadIdx.x); e < add.rows * chunks; e += kThreads) {
+    const int r = e / chunks, column = 8 * (e % chunks), key = cached + r;
+    if (c.paged() &&
+        !c.page_in_range(c.block_table[int64_t(blk.b) * c.pages_per_sequence + key / c.page_size]))
+      continue;
+    const auto* k_src = static_cast<const uint16_t*>(add.k.data) + row_offset(add.k, blk.b, r) +
+                        blk.hk * add.k.head_stride + column;
+    const auto* v_src = static_cast<const uint16_t*>(add.v.data) + row_offset(add.v, blk.b, r) +
+                        blk.hk * add.v.head_stride + column;
+    auto* k_dst = static_cast<uint16_t*>(p.k.data) + key_offset(p, p.k, blk.b, blk.seq, key) +
+                  blk.hk * p.k.head_stride + column;
+    auto* v_dst = static_cast<uint16_t*>(p.v.data) + key_offset(p, p.v, blk.b, blk.seq, key) +
+                  blk.hk * p.v.head_stride + column;
+    *reinterpret_cast<uint4*>(k_dst) = *reinterpret_cast<const uint4*>(k_src);
+    *reinterpret_cast<uint4*>(v_dst) = *reinterpret_cast<const uint4*>(v_src);
+  }
+}
+
 template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
-    decode_kernel(const AttnParams p, const KeySplit split, int row_tiles, bool vec16) {
+    decode_kernel(const AttnParams p, const KeySplit split, int row_tiles, bool vec16,
+                  bool append) {
   constexpr int kD = Shape::kD, kOT = kD / 8;
   using QTile = typename Shape::QTile;
   using KVTile = typename Shape::KVTile;
@@ -178,8 +348,13 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
            hq * p.q.head_stride;
   };
   load_rows<QTile>(q_tile, blk.rows, s.head_dim, vec16, q_row);
+  const KeyBlockLoader<KVTile> loader(p, blk, append);
   const auto load_stage = [&](int slot, int n) {
     char* k_tile = stages + slot * Shape::kStageBytes;
+    if (vec16) {
+      loader.load(p, blk, smem_address(k_tile), n);
+      return;
+    }
     const int key0 = n * kBlockN;
     const int keys = min(kBlockN, blk.seq.seqlen_k - key0);
     const auto* k = static_cast<const uint16_t*>(p.k.data) + blk.hk * p.k.head_stride;
@@ -194,6 +369,8 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     if (st < n_count) load_stage(st, blk.n_first + st);
     cp_async_commit();
   }
+  if (append && blk.valid && blockIdx.x % row_tiles == 0 && blockIdx.y == 0)
+    write_new_keys(p, blk);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;

@@ -27,6 +27,10 @@ void run_bucket(const AttnParams& p) {
 
 }  // namespace
 
+bool forward_appends(void (*forward)(const AttnParams&), const AttnParams& p) {
+  return forward == &mma_forward && decode::appends_new_keys(p);
+}
+
 void mma_forward(const AttnParams& p) {
   if (decode::takes(p)) return decode::forward(p);
   if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);

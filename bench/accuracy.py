@@ -9,8 +9,10 @@ not the O(seqlen²) of a full reference, so it fits beside the largest points.
 Grouped-query attention: k and v may have fewer heads than q (a divisor of q's); query head
 h reads kv head h // (heads_q / heads_kv), and dk, dv of a kv head sum over its group.
 
-The variants (window, softcap, ALiBi) come as a score_variants.Variants, applied to the
-float64 scores by score_variants.scores, the same rule the baselines' masks are made from.
+The variants (window, softcap, ALiBi, a mask tensor) come as a score_variants.Variants,
+applied to the float64 scores by score_variants.scores, the same rule the baselines' masks
+are made from. A row that a mask tensor leaves no key gets output 0 and no gradient, as in
+flashattn and PyTorch's SDPA (probabilities).
 """
 import math
 
@@ -32,6 +34,13 @@ def per_query_head(t, heads_q):
     return t0.repeat_interleave(heads_q // t0.shape[0], dim=0)
 
 
+def probabilities(s):
+    """softmax(s) over the keys, each row that sees no key (all -inf) 0 where softmax would
+    give NaN."""
+    empty = torch.isneginf(s).all(dim=-1, keepdim=True)
+    return torch.softmax(s, dim=-1).masked_fill_(empty, 0.0)
+
+
 def reference_rows(q, k, v, causal, rows, variants=score_variants.NONE):
     """float64 softmax(q·kᵀ/√d)·v for batch 0 at query `rows`: (heads_q, rows, head_dim).
     q is (batch, seqlen, heads_q, head_dim), k and v (batch, seqlen, heads_kv, head_dim);
@@ -41,7 +50,7 @@ def reference_rows(q, k, v, causal, rows, variants=score_variants.NONE):
     keys = torch.arange(k.shape[1], device=q.device)
     s, _ = score_variants.scores(torch.matmul(q0, k0.transpose(-2, -1)) / math.sqrt(q.shape[-1]),
                                  rows, keys, causal, variants)
-    return torch.matmul(torch.softmax(s, dim=-1), v0)
+    return torch.matmul(probabilities(s), v0)
 
 
 def rel_l2_err(out, reference, rows):
@@ -82,7 +91,7 @@ def reference_gradients(q, k, v, dout, causal, rows, variants=score_variants.NON
         chunk = torch.arange(first, min(first + step, seqlen), device=q.device)
         s, capped = score_variants.scores(torch.matmul(q0[:, chunk], k0.transpose(-2, -1)) *
                                           scale, chunk, keys, causal, variants)
-        p = torch.softmax(s, dim=-1)
+        p = probabilities(s)
         row_dot = (do0[:, chunk] * torch.matmul(p, v0)).sum(-1, keepdim=True)  # D_i
         dp = torch.matmul(do0[:, chunk], v0[:, rows].transpose(-2, -1))  # sampled keys only
         ds = p[:, :, rows] * (dp - row_dot)

@@ -16,7 +16,10 @@ Eleven grids:
   forward and the backward alone: a causal sliding window (4096, 0) on 16384 tokens beside
   the dense causal problem of the same work (its seqlen chosen so); softcap 30 and ALiBi,
   causal and not, at 4096 and 16384 tokens (batch × seqlen = 16384), each beside the plain
-  problem of the same shape.
+  problem of the same shape; and a bias or boolean mask tensor passed as attn_mask
+  (ATTN_MASKS, MASK_POINTS), beside the plain problem of its shape too: a learned bias per
+  head, a key-padding mask and packed documents (causal) at 4 × 4096, one bias shared by
+  every head at 1 × 16384.
 - "models", "models_bwd": attention layers of models people run (model_shapes.py), each
   named by its model and layer: decoder LLMs' causal prefill with their grouped kv heads,
   encoders, vision transformers, diffusion U-Nets and DiTs up to a 119k-token video, many
@@ -85,6 +88,56 @@ VARIANT_PASSES = ("fwd", "bwd")
 # Sequence lengths of the equal-work dense problem are a multiple of this (a key block).
 BLOCK = 128
 
+MASK_ITEM_BYTES = {**ITEM_BYTES, "bool": 1}
+
+
+@dataclass(frozen=True)
+class AttnMask:
+    """A bias or boolean mask tensor a point passes as attn_mask (score_variants.attn_mask
+    draws it): what it holds and its shape in the letters B (batch), H (heads), N (seqlen)
+    and 1 (broadcast). A boolean mask is bool (True: attend); a bias has q's dtype, the only
+    float dtype PyTorch's SDPA takes for attn_mask."""
+
+    holds: str    # "bias", "key padding" or "documents"
+    shape: tuple  # four of "B", "H", "N", "1"
+
+    def dtype(self, q_dtype):
+        """"bool", or q's dtype (one of ITEM_BYTES's) for a bias."""
+        return q_dtype if self.holds == "bias" else "bool"
+
+    def sizes(self, batch, heads, seqlen):
+        size = {"B": batch, "H": heads, "N": seqlen, "1": 1}
+        return tuple(size[letter] for letter in self.shape)
+
+    def bytes(self, batch, heads, seqlen, q_dtype):
+        return (math.prod(self.sizes(batch, heads, seqlen)) *
+                MASK_ITEM_BYTES[self.dtype(q_dtype)])
+
+    def label(self, heads, q_dtype):
+        """"bias (1,16,N,N) bf16": the heads as their number, the other sizes as letters."""
+        shape = ",".join(str(heads) if letter == "H" else letter for letter in self.shape)
+        return f"{self.holds} ({shape}) {self.dtype(q_dtype)}"
+
+
+# The mask tensors of the variants grid, by the name a Point (and its row) carries.
+ATTN_MASKS = {
+    # A learned relative-position bias (T5's, or ALiBi's as a tensor): one per head, shared
+    # by the batch.
+    "head_bias": AttnMask("bias", ("1", "H", "N", "N")),
+    # An encoder's padded batch: each sequence attends to its own prefix of the keys.
+    "key_padding": AttnMask("key padding", ("B", "1", "1", "N")),
+    # Documents packed into one sequence, each attending within itself (with causal).
+    "documents": AttnMask("documents", ("1", "1", "N", "N")),
+    # One bias for every head of a long sequence (512 MiB in bf16 at 16384 tokens).
+    "shared_bias": AttnMask("bias", ("1", "1", "N", "N")),
+}
+# The points with a mask tensor, (seqlen, causal, mask), each beside the plain point of its
+# shape (batch × seqlen = 16384).
+MASK_POINTS = ((4096, "none", "head_bias"), (4096, "none", "key_padding"),
+               (4096, "top_left", "documents"), (16384, "none", "shared_bias"))
+# Times each pass must at least read a mask tensor.
+PASS_MASK_READS = {"fwd": 1, "bwd": 1, "fwd+bwd": 2}
+
 # The grids whose points the scripts' code measures (script_grids.py), not measure.py.
 SCRIPT_GRIDS = ("decode", "varlen")
 
@@ -110,6 +163,7 @@ class Point:
     softcap: float = 0.0    # > 0: each scaled score s becomes softcap·tanh(s / softcap)
     alibi: bool = False     # ALiBi with the standard slopes
     name: str = None        # the model and layer (grids models, models_bwd)
+    attn_mask: str = None   # a key of ATTN_MASKS: the tensor passed as attn_mask; None: none
 
     def __post_init__(self):
         if self.heads_kv is None:
@@ -127,10 +181,13 @@ class Point:
         return PASS_FLOPS[self.pass_] * (full / 2 if self.causal != "none" else full)
 
     def variant_label(self):
-        """"window(4096,0) softcap 30 alibi": the point's variants, "" for none."""
+        """"window(4096,0) softcap 30 alibi", "documents (1,1,N,N) bool": the point's
+        variants, "" for none."""
         parts = [f"window({self.window[0]},{self.window[1]})"] if self.window else []
         parts += [f"softcap {self.softcap:g}"] if self.softcap else []
         parts += ["alibi"] if self.alibi else []
+        parts += ([ATTN_MASKS[self.attn_mask].label(self.heads, self.dtype)]
+                  if self.attn_mask else [])
         return " ".join(parts)
 
     def tensor_bytes(self):
@@ -141,11 +198,19 @@ class Point:
         """Bytes of one of k, v (and dk, dv)."""
         return self.batch * self.seqlen * self.heads_kv * self.head_dim * ITEM_BYTES[self.dtype]
 
+    def mask_bytes(self):
+        """Bytes of the attn_mask tensor (its broadcast dimensions stored once), 0 without."""
+        if not self.attn_mask:
+            return 0
+        return ATTN_MASKS[self.attn_mask].bytes(self.batch, self.heads, self.seqlen,
+                                                self.dtype)
+
     def min_bytes(self):
         """The fewest bytes one call must move: each tensor of the pass read or written once
-        (the forward reads q, k, v and writes out)."""
+        (the forward reads q, k, v and the mask tensor and writes out)."""
         of_q, of_kv = PASS_TENSORS[self.pass_]
-        return of_q * self.tensor_bytes() + of_kv * self.kv_bytes()
+        return (of_q * self.tensor_bytes() + of_kv * self.kv_bytes() +
+                PASS_MASK_READS[self.pass_] * self.mask_bytes())
 
     def label(self):
         mask = "" if self.causal == "none" else " causal"
@@ -221,7 +286,8 @@ def wide_bwd_points(head_dims=WIDE_HEAD_DIMS, heads=WIDE_HEADS, seqlens=WIDE_SEQ
 
 def variants_points(seqlens=VARIANT_SEQLENS, masks=MASKS, passes=VARIANT_PASSES, window=True):
     """Per pass: the window point and its equal-work dense point (with `window`), then at each
-    seqlen and mask the plain, softcap and ALiBi points of one shape, side by side."""
+    seqlen and mask the plain, softcap and ALiBi points of one shape and the MASK_POINTS of
+    that shape, side by side."""
     shape = dict(grid="variants", dtype=VARIANT_DTYPE, heads=VARIANT_HEADS,
                  head_dim=VARIANT_HEAD_DIM)
     points = []
@@ -238,6 +304,9 @@ def variants_points(seqlens=VARIANT_SEQLENS, masks=MASKS, passes=VARIANT_PASSES,
                               **shape)
                 points += [plain, dataclasses.replace(plain, softcap=SOFTCAP),
                            dataclasses.replace(plain, alibi=True)]
+                points += [dataclasses.replace(plain, attn_mask=name)
+                           for seqlen, causal, name in MASK_POINTS
+                           if (seqlen, causal) == (n, mask)]
     return points
 
 
@@ -276,9 +345,9 @@ def quick_suite():
     shape (head_dim 128) short and long, two exercise shapes, memory at three sizes; the
     backward on the same headline shapes and one exercise shape; one wide-head backward
     point: d512, causal, Gemma 4's 8 query heads on 4 kv heads; the variants at 4096
-    tokens, causal, forward (with the window pair); the model layers users reported slow
-    and a long LLM prefill, forward, and one LLM training step; five decode steps (one
-    paged) and the 16k-token packed batch, both passes."""
+    tokens, causal, forward (with the window pair and the packed documents' mask); the
+    model layers users reported slow and a long LLM prefill, forward, and one LLM training
+    step; five decode steps (one paged) and the 16k-token packed batch, both passes."""
     return {"paper": paper_points(seqlens=(2048, 8192), head_dims=(128,), dtypes=("bf16",)),
             "exercise": exercise_points(shapes=((1000, 1024, 16), (4096, 1024, 16)),
                                         masks=("none",)),

@@ -23,7 +23,10 @@ takes them as its keywords; PyTorch's SDPA as an additive attn_mask holding the 
 causal mask and ALiBi's bias, made once per point where it fits (MASK_LIMIT_BYTES), so only
 the backends that take a mask run (efficient, cuDNN, math); softcap has no SDPA form, and
 standard attention here none of the variants: those decline the point (Declined), and the
-report says why.
+report says why. A mask tensor (a bias or bool attn_mask) goes to flashattn as it is, beside
+causal=True on a causal point; SDPA gets the same tensor, or on a causal point a copy with
+the causal mask folded in (it takes no is_causal beside an explicit mask), made once per
+point too; another build whose library predates attn_mask declines it.
 """
 import contextlib
 import math
@@ -167,16 +170,28 @@ def build_impl(backend, build, path):
     """`backend` of another build of the library (the file at `path`), named backend@build.
     Counted among the alternatives, so that the report's ratios are this build's speed-up
     over that one. That build may predate the backend table: the name maps to its value
-    through this build's table, and only flashattn_forward is called on the other one."""
+    through this build's table, and only flashattn_forward is called on the other one. It
+    may predate attn_mask too: then it declines the points with a mask tensor."""
     lib = _library.load(path)
+    reads_mask = reads_attn_mask(lib)
 
     def call(q, k, v, causal, variants=score_variants.NONE):
+        if variants.attn_mask is not None and not reads_mask:
+            raise Declined(f"build {build}'s library predates attn_mask (it would ignore it)")
         (window_left, window_right), softcap = variants.window, variants.softcap
         out, _ = _torch_op.run(q, k, v, causal, "top_left", None, backend, False, lib=lib,
                                window_left=window_left, window_right=window_right,
-                               softcap=softcap, alibi_slopes=variants.alibi_slopes)
+                               softcap=softcap, alibi_slopes=variants.alibi_slopes,
+                               attn_mask=variants.attn_mask)
         return out.transpose(1, 2)
     return Impl(f"{backend}@{build}", ALTERNATIVE, call, slow=backend in SLOW_BACKENDS)
+
+
+def reads_attn_mask(lib):
+    """Whether a library applies attn_mask: one from before it reads only the fields of
+    flashattn_variants it knows and would ignore the bias after them (the package asks it
+    once, _library.knows_bias)."""
+    return _library.knows_bias(lib)
 
 
 def parse_builds(spec):
@@ -196,15 +211,17 @@ def grouped(q, k):
 
 
 def sdpa_mask(q, causal, variants):
-    """The additive attn_mask of a point's variants (score_variants.sdpa_mask), made on the
-    first call and kept on its Variants for the point's other calls; Declined where SDPA has
-    no form of them or the mask would not fit."""
+    """The attn_mask of a point's variants (score_variants.sdpa_mask), made on the first
+    call and kept on its Variants for the point's other calls; Declined where SDPA has no
+    form of them or the mask would not fit."""
     if variants.softcap > 0:
         raise Declined("PyTorch's SDPA has no softcap: no PyTorch baseline")
+    if variants.attn_mask is not None and variants.alibi_slopes is not None:
+        raise Declined("the bench folds no ALiBi into an attn_mask tensor for SDPA")
     seqlen, heads = q.shape[1], q.shape[2]
     key = (seqlen, causal, q.dtype)
     if key not in variants.sdpa_masks:
-        size = score_variants.sdpa_mask_bytes(seqlen, heads, q.dtype, variants)
+        size = score_variants.sdpa_mask_bytes(seqlen, causal, heads, q.dtype, variants)
         if size > score_variants.MASK_LIMIT_BYTES:
             raise Declined(f"the attn_mask for SDPA would take {size / 2**30:.1f} GiB (over "
                            f"{score_variants.MASK_LIMIT_BYTES / 2**30:g} GiB)")

@@ -3,7 +3,7 @@ warm-up call and one call for peak extra memory and accuracy; on timed points, t
 timed calls of all of them in interleaved rounds (time_in_rounds). A backward point's
 call is its pass (implementations.py): the backward alone, or forward and backward; its
 accuracy is that of dq, dk and dv. A point of the variants grid gives every call and the
-reference its Variants (score_variants.py), made once for the point.
+reference its Variants (score_variants.py), made once for the point (its mask tensor too).
 
 A row's "status" says what happened: "ok"; "unsupported" (the implementation declines the
 dtype, head_dim or a variant); "oom" (torch.OutOfMemoryError); "skipped" (a slow implementation
@@ -22,8 +22,6 @@ import flashattn
 import implementations
 import score_variants
 import timing
-
-TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 # Calls shorter than this say more about launch overhead than about the rate.
 SLOW_MIN_OBSERVED_MS = 20
@@ -76,7 +74,7 @@ def make_inputs(point, copies):
     q_shape = (point.batch, point.seqlen, point.heads, point.head_dim)
     kv_shape = (point.batch, point.seqlen, point.heads_kv, point.head_dim)
     shapes = (q_shape, kv_shape, kv_shape, q_shape)[:tensors_per_copy(point)]
-    dtype = TORCH_DTYPES[point.dtype]
+    dtype = score_variants.TORCH_DTYPES[point.dtype]
     return [tuple(torch.randn(shape, dtype=dtype, device="cuda") for shape in shapes)
             for _ in range(copies)]
 
@@ -108,7 +106,7 @@ def base_row(point, impl):
         row["model"] = point.name
     if point.variant_label():
         row.update(variant=point.variant_label(), window=point.window, softcap=point.softcap,
-                   alibi=point.alibi)
+                   alibi=point.alibi, attn_mask=point.attn_mask)
     return row
 
 

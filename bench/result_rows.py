@@ -26,8 +26,8 @@ def heads_kv_of(row):
 
 
 def variant_of(row):
-    """A row's variants as labels show them ("window(4096,0)", "softcap 30", "alibi"), ""
-    for plain attention."""
+    """A row's variants as labels show them ("window(4096,0)", "softcap 30", "alibi",
+    "documents (1,1,N,N) bool"), "" for plain attention."""
     return row.get("variant", "")
 
 
@@ -50,7 +50,7 @@ def point_of(row):
                  row["head_dim"], row["causal"], pass_=pass_of(row), heads_kv=row.get("heads_kv"),
                  window=tuple(row["window"]) if row.get("window") else None,
                  softcap=row.get("softcap", 0.0), alibi=row.get("alibi", False),
-                 name=row.get("model"))
+                 name=row.get("model"), attn_mask=row.get("attn_mask"))
 
 
 def grouped(key):

@@ -4,6 +4,7 @@ The grids and the report run on a synthetic results file in the schema bench/run
 with torch installed, the implementations' layouts and the float64 reference are checked on
 the CPU (the timing itself needs a GPU and runs only there).
 """
+import dataclasses
 import importlib.util
 import json
 import math
@@ -30,7 +31,8 @@ def takes_part(point, impl):
     return impl not in (BACKWARD_ONLY if point.pass_ == "fwd" else FORWARD_ONLY)
 
 
-# Variant points (grid variants): our rates fall by this factor with softcap or ALiBi.
+# Variant points (grid variants): our rates fall by this factor with softcap, ALiBi or a
+# mask tensor.
 VARIANT_COST = 1.03
 
 
@@ -42,11 +44,11 @@ def synthetic_row(point, impl):
            "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
     if point.variant_label():
         row.update(variant=point.variant_label(), window=point.window, softcap=point.softcap,
-                   alibi=point.alibi)
+                   alibi=point.alibi, attn_mask=point.attn_mask)
     if point.name:
         row["model"] = point.name
     rate = RATES[impl]
-    if FAMILIES[impl] == "flashattn" and (point.softcap or point.alibi):
+    if FAMILIES[impl] == "flashattn" and (point.softcap or point.alibi or point.attn_mask):
         rate = rate / VARIANT_COST
     if point.variant_label() and FAMILIES[impl] != "flashattn" and (
             impl in ("flash", "standard_cublas") or point.softcap):
@@ -249,7 +251,7 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
-                             "paper_bwd": 144, "wide_bwd": 48, "variants": 28,
+                             "paper_bwd": 144, "wide_bwd": 48, "variants": 36,
                              "models": 45, "models_bwd": 8}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
@@ -473,7 +475,7 @@ def test_grouped_reference_is_the_reference_on_kv_heads_repeated_over_each_group
 
 def test_variants_grid_sets_each_variant_beside_its_plain_shape():
     points = grid.variants_points()
-    assert len(points) == 28 and grid.full_suite()["variants"] == points
+    assert len(points) == 36 and grid.full_suite()["variants"] == points
     assert {(p.dtype, p.head_dim, p.heads) for p in points} == {("bf16", 128, 16)}
     assert {p.pass_ for p in points} == {"fwd", "bwd"}
     labels = {p.label() for p in points}
@@ -483,15 +485,36 @@ def test_variants_grid_sets_each_variant_beside_its_plain_shape():
     shapes = {}
     for p in points:
         if p.window is None:
-            shapes.setdefault((p.pass_, p.batch, p.seqlen, p.causal), set()).add(
+            shapes.setdefault((p.pass_, p.batch, p.seqlen, p.causal), []).append(
                 p.variant_label())
-    triplets = {key: v for key, v in shapes.items() if len(v) > 1}
-    assert len(triplets) == 2 * 2 * 2  # passes × seqlens × masks
-    assert all(v == {"", "softcap 30", "alibi"} for v in triplets.values())
-    assert {(key[1], key[2]) for key in triplets} == {(4, 4096), (1, 16384)}
+    beside_plain = {key: v for key, v in shapes.items() if len(v) > 1}
+    assert len(beside_plain) == 2 * 2 * 2  # passes × seqlens × masks
+    masks = {(4, 4096, "none"): ["bias (1,16,N,N) bf16", "key padding (B,1,1,N) bool"],
+             (4, 4096, "top_left"): ["documents (1,1,N,N) bool"],
+             (1, 16384, "none"): ["bias (1,1,N,N) bf16"], (1, 16384, "top_left"): []}
+    for (pass_, *shape), variants in beside_plain.items():
+        assert variants == ["", "softcap 30", "alibi"] + masks[tuple(shape)]
     quick = grid.quick_suite()["variants"]
     assert [p.label() for p in quick][:2] == ["B1 N16384 H16 d128 bf16 causal window(4096,0)",
                                                "B1 N10880 H16 d128 bf16 causal"]
+    assert quick[-1].label() == "B4 N4096 H16 d128 bf16 causal documents (1,1,N,N) bool"
+
+
+def test_mask_points_count_the_mask_among_the_bytes_and_keep_it_in_their_rows():
+    import result_rows
+    by_label = {p.label(): p for p in grid.variants_points()}
+    head_bias = by_label["B4 N4096 H16 d128 bf16 bias (1,16,N,N) bf16 bwd"]
+    plain = dataclasses.replace(head_bias, attn_mask=None)
+    assert head_bias.mask_bytes() == 16 * 4096 * 4096 * 2 and plain.mask_bytes() == 0
+    assert head_bias.min_bytes() == plain.min_bytes() + head_bias.mask_bytes()
+    assert head_bias.flops() == plain.flops()  # hidden pairs counted, as for a dense mask
+    padding = by_label["B4 N4096 H16 d128 bf16 key padding (B,1,1,N) bool"]
+    assert padding.mask_bytes() == 4 * 4096  # one byte per key of each sequence
+    shared = by_label["B1 N16384 H16 d128 bf16 bias (1,1,N,N) bf16"]
+    assert shared.mask_bytes() == 512 << 20
+    documents = by_label["B4 N4096 H16 d128 bf16 causal documents (1,1,N,N) bool bwd"]
+    for point in (head_bias, padding, shared, documents):
+        assert result_rows.point_of(synthetic_row(point, "cuda_tiled")) == point
 
 
 def test_window_flops_count_the_visible_pairs_and_the_dense_point_matches_them():
@@ -519,12 +542,15 @@ def test_report_sets_each_variant_against_plain_and_the_window_against_equal_wor
     # Our rates fall by VARIANT_COST with softcap or ALiBi: +3.0% over plain, each.
     softcap = next(line for line in md.splitlines() if line.startswith("| 4×4096 |  | softcap"))
     assert f"{100 * (VARIANT_COST - 1):+.1f}%" in softcap
+    documents = next(line for line in md.splitlines()
+                     if line.startswith("| 4×4096 | causal | documents (1,1,N,N) bool |"))
+    assert f"{100 * (VARIANT_COST - 1):+.1f}%" in documents
     # The window at the same rate as its dense partner: TFLOP/s ratio 1.
     window = next(line for line in md.splitlines() if line.startswith("| fwd | cuda_tiled |"))
     assert window.endswith("| 1.00× |") and "1×10880" in window
     assert "`flash` unsupported" in md
     line = report.history_line(results, "x.json")
-    assert line["grids"] == {"variants": 28}
+    assert line["grids"] == {"variants": 36}
     assert "cuda_tiled/efficient variants bwd" in line["ratios"]
     rows = [synthetic_row(p, "auto") for p in grid.variants_points()[2:5]]
     assert len(report.merge_rounds(rows)) == 3  # plain, softcap, alibi: three points
@@ -535,8 +561,10 @@ def test_dry_run_lists_the_variants_grid():
     run = Path(__file__).resolve().parent / "run"
     listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "variants"],
                             capture_output=True, text=True, check=True).stdout
-    assert "variants: 28 points" in listed
+    assert "variants: 36 points" in listed
     assert "B1 N16384 H16 d128 bf16 causal window(4096,0) bwd" in listed
+    assert "B4 N4096 H16 d128 bf16 key padding (B,1,1,N) bool bwd" in listed
+    assert "B1 N16384 H16 d128 bf16 bias (1,1,N,N) bf16" in listed
 
 
 def test_the_variants_rule_of_the_bench_is_flashattns():
@@ -607,6 +635,113 @@ def test_implementations_take_the_variants_or_decline_them():
         implementations.sdpa_mask(huge, True, alibi)
     status, note = measure.failure(implementations.Declined("no softcap"), [])
     assert (status, note) == ("unsupported", "no softcap")
+
+
+def test_mask_tensors_are_drawn_as_the_grid_names_them():
+    torch = pytest.importorskip("torch")
+    import score_variants
+    by_name = {p.attn_mask: p for p in grid.variants_points() if p.attn_mask and p.pass_ == "fwd"}
+    bias = score_variants.attn_mask(dataclasses.replace(by_name["head_bias"], seqlen=64), "cpu")
+    assert bias.shape == (1, 16, 64, 64) and bias.dtype == torch.bfloat16
+    shared = score_variants.attn_mask(dataclasses.replace(by_name["shared_bias"], seqlen=64,
+                                                          dtype="f32"), "cpu")
+    assert shared.shape == (1, 1, 64, 64) and shared.dtype == torch.float32  # q's dtype
+    padding_point = by_name["key_padding"]
+    n = padding_point.seqlen
+    padding = score_variants.attn_mask(padding_point, "cpu")
+    assert padding.shape == (4, 1, n, n) and padding.dtype == torch.bool
+    assert padding.stride() == (n, n, 0, 1)  # one stored row per sequence, no copy
+    kept = padding[:, 0, 0].sum(-1)
+    assert torch.equal(padding[:, 0, 0], torch.arange(n) < kept[:, None])  # a prefix each
+    assert kept.min() >= 0.6 * n and len(set(kept.tolist())) > 1
+    assert torch.equal(score_variants.attn_mask(padding_point, "cpu"), padding)  # seeded
+    documents = score_variants.attn_mask(by_name["documents"], "cpu")
+    assert documents.shape == (1, 1, n, n) and documents.dtype == torch.bool
+    lengths, start = [], 0
+    while start < n:
+        lengths.append(int(documents[0, 0, start].sum()))
+        start += lengths[-1]
+    assert sum(lengths) == n and len(lengths) > 1
+    assert all(256 <= length <= 2048 for length in lengths[:-1]) and lengths[-1] <= 2048
+    block_diagonal = torch.block_diag(*(torch.ones(m, m) for m in lengths)).bool()
+    assert torch.equal(documents[0, 0], block_diagonal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_mask_tensor_rule_of_the_bench_is_flashattns(causal):
+    """score_variants and the float64 reference with an attn_mask (bool, bias, broadcast key
+    padding; rows with no key among them) against flashattn's reference backend, forward
+    and gradients, and PyTorch's SDPA on the mask sdpa_mask folds the causal mask into."""
+    torch = pytest.importorskip("torch")
+    flashattn = pytest.importorskip("flashattn")
+    import accuracy
+    import score_variants
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    heads, seqlen = 4, 40
+    rows = accuracy.sample_rows(seqlen, "cpu", count=8)
+    q, k, v, dout = (torch.randn(2, seqlen, heads, 16) for _ in range(4))
+    bool_mask = torch.rand(2, 1, seqlen, seqlen) < 0.7
+    bool_mask[0, 0, rows[2]] = False  # a sampled row that sees no key
+    bias = torch.randn(1, heads, seqlen, seqlen)
+    bias[0, 1, rows[3]] = float("-inf")
+    padding = (torch.arange(seqlen) < torch.tensor([30, 25])[:, None]).view(2, 1, 1, seqlen)
+    for mask in (bool_mask, bias, padding.expand(2, 1, seqlen, seqlen)):
+        variants = score_variants.Variants(attn_mask=mask)
+        reference = accuracy.reference_rows(q, k, v, causal, rows, variants)
+        out, lse = flashattn.attention(q, k, v, causal=causal, return_lse=True,
+                                       backend="reference", **variants.keywords())
+        assert accuracy.rel_l2_err(out.transpose(1, 2), reference, rows) < 1e-5
+        grads = flashattn.attention_backward(q, k, v, out, dout, lse, causal=causal,
+                                             backend="reference", **variants.keywords())
+        gradients = accuracy.reference_gradients(q, k, v, dout, causal, rows, variants)
+        assert accuracy.gradients_err(grads, gradients, rows) < 1e-5
+        sdpa_mask = score_variants.sdpa_mask(seqlen, causal, variants, q.dtype, "cpu")
+        assert (sdpa_mask is mask) == (not causal)  # the same tensor where nothing is folded
+        with sdpa_kernel([SDPBackend.MATH]):
+            theirs = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=sdpa_mask)
+        assert accuracy.rel_l2_err(theirs, reference, rows) < 1e-5
+    assert torch.count_nonzero(accuracy.reference_rows(
+        q, k, v, causal, rows, score_variants.Variants(attn_mask=bool_mask))[:, 2]) == 0
+
+
+def test_implementations_take_a_mask_tensor():
+    torch = pytest.importorskip("torch")
+    implementations = pytest.importorskip("implementations")
+    import accuracy
+    import measure
+    import score_variants
+    from flashattn import _library
+    impls = [implementations.flashattn_impl("cpu"),
+             implementations.flashattn_impl(implementations.AUTO),
+             implementations.sdpa_impl("math", implementations.SDPA_BACKENDS["math"]),
+             implementations.build_impl("cpu", "same", _library.library_path())]
+    for causal, name in (("none", "key_padding"), ("top_left", "head_bias"),
+                         ("top_left", "documents")):
+        point = grid.Point("variants", "f32", 2, 48, 4, 16, causal, attn_mask=name)
+        variants = score_variants.of_point(point, "cpu")
+        is_causal = causal != "none"
+        inputs = [tuple(torch.randn(2, 48, 4, 16) for _ in range(4))]
+        rows = accuracy.sample_rows(48, "cpu", count=8)
+        reference = accuracy.reference_rows(*inputs[0][:3], is_causal, rows, variants)
+        gradients = accuracy.reference_gradients(*inputs[0], is_causal, rows, variants)
+        for impl in impls:
+            with impl.context():
+                out = measure.operation(point, impl, [inputs[0][:3]], variants)(0)
+                assert accuracy.rel_l2_err(out, reference, rows) < 1e-5, (impl.name, name)
+                for pass_ in ("bwd", "fwd+bwd") if impl.gradients else ():
+                    grads = impl.gradients(pass_, inputs, is_causal, variants)(0)
+                    assert accuracy.gradients_err(grads, gradients, rows) < 1e-5, (
+                        impl.name, name, pass_)
+        sdpa_masks = list(variants.sdpa_masks.values())
+        assert len(sdpa_masks) == 1  # made once, kept for the point's calls
+        assert (sdpa_masks[0] is variants.attn_mask) == (not is_causal)
+    math_sdpa = impls[2]
+    alibi = score_variants.Variants(alibi_slopes=torch.ones(4), attn_mask=variants.attn_mask)
+    with pytest.raises(implementations.Declined, match="ALiBi"):
+        math_sdpa.call(*inputs[0][:3], True, alibi)
+    with pytest.raises(implementations.Declined, match="no variants"):
+        implementations.standard_attention(*inputs[0][:3], True, variants)
 
 
 def test_cpu_grid_sets_the_variants_beside_plain_points_of_their_shape():

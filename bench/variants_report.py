@@ -1,7 +1,7 @@
-"""The variants grid's tables (bench/run --grids variants): each variant beside plain attention
-of the same shape on the same implementation (the target: at most 5% slower), PyTorch's
-SDPA where it can express the problem, and the sliding window beside the dense causal
-problem of the same work."""
+"""The variants grid's tables (bench/run --grids variants): each variant (a mask tensor among
+them) beside plain attention of the same shape on the same implementation (the target: at
+most 5% slower), PyTorch's SDPA where it can express the problem, and the sliding window
+beside the dense causal problem of the same work."""
 from result_rows import (FLASHATTN, PASS_NAMES, best_alternative, by_point, family_of,
                          impl_order, pass_of, point_of, sig, status_mark, table, timed,
                          variant_of)
@@ -19,8 +19,13 @@ VARIANTS_NOTE = (
     f"at most +{100 * (TARGET - 1):.0f}%; a window does less work, so it is below). "
     "PyTorch's SDPA gets the window, the causal mask and ALiBi's bias as one additive "
     "attn_mask, made once per point, where it takes at most 1 GiB; softcap has no SDPA form "
-    "and no PyTorch baseline. n/a: the implementation cannot express the point (see *Not "
-    "run*).")
+    "and no PyTorch baseline. A mask tensor (bias, key padding, documents: its shape over "
+    "(batch, heads, seqlen_q, seqlen_k), N the seqlen, 1 a broadcast dimension) is "
+    "flashattn's attn_mask and the same tensor is SDPA's, with the causal mask folded in on "
+    "a causal point (ANDed into a bool mask), made once per point; its FLOPs are the plain "
+    "point's, the keys it hides counted, so a kernel that skips the blocks a mask hides "
+    "whole (the documents') can run below plain. n/a: the implementation cannot express "
+    "the point (see *Not run*).")
 
 WINDOW_NOTE = (
     "The causal sliding window (4096, 0) on 16384 tokens beside the dense causal problem "

@@ -43,6 +43,15 @@ typedef enum {
   FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT = 2
 } flashattn_mask;
 
+/* The element type of a bias (flashattn_variants.bias): a float added to the
+ * scores, or a boolean mask of one byte per element (nonzero: attend). */
+typedef enum {
+  FLASHATTN_BIAS_F32 = 0,
+  FLASHATTN_BIAS_F16 = 1,
+  FLASHATTN_BIAS_BF16 = 2,
+  FLASHATTN_BIAS_BOOL = 3
+} flashattn_bias_type;
+
 typedef enum {
   FLASHATTN_BACKEND_AUTO = 0,
   FLASHATTN_BACKEND_REFERENCE = 1,
@@ -120,6 +129,13 @@ typedef struct {
   int32_t window_right;        /* -1: no right end */
   float softcap;               /* > 0: s -> softcap * tanh(s / softcap); 0: none */
   const float* alibi_slopes;   /* float32 (heads_q) on the tensors' device, or NULL */
+  /* Since the second generation: an additive bias or a boolean mask (PyTorch's
+   * attn_mask; flashattn::ScoreBias says the math), element (b, h, i, j) of a
+   * (batch|1, heads_q|1, seqlen_q, seqlen_k) tensor at bias + the strides' sum. */
+  const void* bias;            /* NULL: none */
+  int32_t bias_type;           /* a flashattn_bias_type */
+  int64_t bias_shape[4];
+  int64_t bias_strides[4];     /* in elements */
 } flashattn_variants;
 
 static inline flashattn_variants flashattn_variants_defaults(void) {

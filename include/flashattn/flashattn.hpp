@@ -54,6 +54,26 @@ enum class Mask { none, causal_top_left, causal_bottom_right };
 // each other and with the causal masks (docs/guide.md). With off the mask's
 // alignment (0 for causal_top_left; seqlen_k - seqlen_q for causal_bottom_right
 // and for no mask, FlashAttention's convention):
+// An additive bias or a boolean mask on the scores, PyTorch's attn_mask: element
+// (b, h, i, j) of a (batch or 1, heads_q or 1, seqlen_q, seqlen_k) tensor lies at
+// data + b·stride[0] + h·stride[1] + i·stride[2] + j·stride[3] (in elements; a
+// dimension of size 1 is broadcast and its stride not read), on the tensors'
+// device; it is read tile by tile, never expanded. A float bias (f32, f16, bf16,
+// whatever q's dtype) is added to the scaled score of query head h, row i and key
+// j after the softcap and ALiBi; a boolean mask (one byte per element) keeps the
+// score where nonzero and masks it (−inf) where zero. With either, a row whose
+// every score is −inf (one the mask leaves without keys) gets output 0, lse −inf
+// and zero gradients, as PyTorch's SDPA gives a fully masked row. Dense batches
+// only (not with Sequences or KVCache); the bias itself gets no gradient.
+enum class BiasType { f32, f16, bf16, boolean };
+
+struct ScoreBias {
+  const void* data = nullptr;  // null: none
+  BiasType type = BiasType::f32;
+  int64_t shape[4] = {0, 0, 0, 0};   // (batch or 1, heads_q or 1, seqlen_q, seqlen_k)
+  int64_t stride[4] = {0, 0, 0, 0};  // elements; >= 0
+};
+
 struct Variants {
   // Sliding window: query i sees keys j with i + off - window_left <= j <=
   // i + off + window_right; -1 leaves that side open. A causal mask is
@@ -65,6 +85,8 @@ struct Variants {
   // ALiBi: float32 slopes (heads_q), on the tensors' device; score i, j of head
   // h gets -slope_h * |i + off - j| after the softcap. Null: none.
   const float* alibi_slopes = nullptr;
+  // An additive bias or a boolean mask (ScoreBias above); data null: none.
+  ScoreBias bias;
 };
 
 // A variable-length batch (FlashAttention's varlen layout): `batch` sequences

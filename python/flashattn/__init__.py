@@ -5,6 +5,7 @@ and PyTorch tensors, through libflashattn's C ABI.
     out = flashattn.attention(q, k, v, causal=True, window_size=(1024, 0), softcap=30.0,
                               alibi_slopes=slopes)       # FlashAttention's variant keywords
     out = flashattn.sdpa(query, key, value, is_causal=True)  # torch SDPA's signature
+    out = flashattn.sdpa(query, key, value, attn_mask=mask)  # bool or float, broadcast
     out.sum().backward()                                 # autograd on torch tensors
     dq, dk, dv = flashattn.attention_backward(q, k, v, out, dout, lse)  # the raw backward
     out = flashattn.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=True)

@@ -23,6 +23,12 @@ F32 = 0
 F16 = 1
 BF16 = 2
 
+# flashattn_bias_type: a float bias added to the scores, or a boolean mask of one byte per element
+BIAS_F32 = 0
+BIAS_F16 = 1
+BIAS_BF16 = 2
+BIAS_BOOL = 3
+
 # flashattn_device
 CPU = 0
 CUDA = 1
@@ -128,7 +134,8 @@ class BackwardParams(ctypes.Structure):
 
 class Variants(ctypes.Structure):
     """flashattn_variants: a sized struct; the caller sets struct_size to sizeof(Variants),
-    as flashattn_variants_defaults() does in C."""
+    as flashattn_variants_defaults() does in C. The bias fields are its second generation:
+    a library from before them reads only the fields up to alibi_slopes."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -136,11 +143,26 @@ class Variants(ctypes.Structure):
         ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
         ("alibi_slopes", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("bias_type", ctypes.c_int32),
+        ("bias_shape", ctypes.c_int64 * 4),
+        ("bias_strides", ctypes.c_int64 * 4),
     ]
 
 
-# flashattn_variants_defaults(): every variant off (window sides -1: open; softcap 0; no slopes).
-NO_VARIANTS = (-1, -1, 0.0, 0)
+def bias_view(data, bias_type, shape, strides):
+    """flashattn_variants' bias fields, in field order: the address of a (batch|1, heads_q|1,
+    seqlen_q, seqlen_k) bias or mask, its flashattn_bias_type, and 4 sizes and 4 strides (in
+    elements)."""
+    return (data, bias_type, *shape, *strides)
+
+
+# No bias (a NULL address), as flashattn_variants_defaults() leaves the fields.
+NO_BIAS = bias_view(0, BIAS_F32, (0, 0, 0, 0), (0, 0, 0, 0))
+
+# flashattn_variants_defaults(): every variant off (window sides -1: open; softcap 0; no slopes;
+# no bias). A variants tuple may stop after the slopes: its bias is then NO_BIAS.
+NO_VARIANTS = (-1, -1, 0.0, 0, NO_BIAS)
 
 
 class Sequences(ctypes.Structure):
@@ -238,10 +260,10 @@ def pack_backward_params(q, k, v, out, dout, lse, dq, dk, dv, has_scale, scale, 
                                 variants, sequences)
 
 
-def pack_variants(window_left, window_right, softcap, alibi_slopes):
+def pack_variants(window_left, window_right, softcap, alibi_slopes, bias=NO_BIAS):
     """flashattn_variants as bytes, struct_size set to its size; alibi_slopes an address (0 for
-    NULL)."""
-    return VARIANTS.pack(VARIANTS.size, window_left, window_right, softcap, alibi_slopes)
+    NULL), bias a bias_view() tuple."""
+    return VARIANTS.pack(VARIANTS.size, window_left, window_right, softcap, alibi_slopes, *bias)
 
 
 def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch):

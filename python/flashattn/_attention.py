@@ -14,8 +14,8 @@ except ModuleNotFoundError as e:
 
 
 def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
-              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, return_lse=False,
-              backend=None):
+              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, attn_mask=None,
+              return_lse=False, backend=None):
     """Exact attention softmax(q·kᵀ·scale)·v over (batch, seqlen, heads, head_dim) inputs.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), with
@@ -44,6 +44,18 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     alibi_slopes: float32 (heads_q,), on q's device, the same array type as q (a torch
     tensor or a NumPy array); score i, j of head h gets -slope_h·|i + off - j|, after the
     softcap. The slopes get no gradient. softcap and ALiBi need a nonzero scale.
+    attn_mask: PyTorch SDPA's, on q's device, the same array type as q: a bool mask (True:
+    attend; a False score becomes -inf) or a float bias (float32, float16, bfloat16 for
+    tensors, whatever q's dtype) added to score i, j of batch element b and head h after the
+    softcap and ALiBi. Its shape broadcasts to (batch, heads_q, seqlen_q, seqlen_k), as in
+    PyTorch: 2 to 4 dimensions aligned on the right, each of that size or 1 ((seqlen_q,
+    seqlen_k) for every batch element and head, (batch, 1, 1, seqlen_k) for key padding);
+    broadcast dimensions and strided views are read in place, never expanded or copied. A
+    row whose every score is -inf (all False, or all -inf in the bias) gets output 0, lse
+    -inf and no gradient, as in PyTorch's SDPA. Like softcap and ALiBi it needs a nonzero
+    scale. The mask gets no gradient (a torch mask that requires grad raises
+    UnsupportedError). Dense batches only: varlen_attention and attention_with_kvcache take
+    none.
 
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
@@ -55,7 +67,7 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     """
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend, return_lse=return_lse,
-                   **variant_options(window_size, softcap, alibi_slopes))
+                   attn_mask=attn_mask, **variant_options(window_size, softcap, alibi_slopes))
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
         out, lse = torch_op.attention(q, k, v, **options)
     elif isinstance(q, np.ndarray):
@@ -76,21 +88,22 @@ def variant_options(window_size, softcap, alibi_slopes):
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignment="top_left",
                        scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                       backend=None, deterministic=False):
+                       attn_mask=None, backend=None, deterministic=False):
     """The gradients (dq, dk, dv) of attention, given dout, the gradient of a loss with
     respect to the forward's output.
 
     q, k, v and the options causal, causal_alignment, scale and the variants (window_size,
-    softcap, alibi_slopes) are the forward's; out and lse are what flashattn.attention(q, k,
-    v, ..., return_lse=True) returned for them (the backward recomputes the probabilities
-    from q, k and lse, and reads out for the row sums D_i = Σ dout_i·out_i); dout has out's
-    shape. Same array types, devices and dtypes as flashattn.attention (PyTorch CUDA tensors
-    on the current stream, with no host synchronisation); lse is float32 (batch, heads_q,
-    seqlen_q).
+    softcap, alibi_slopes, attn_mask) are the forward's; out and lse are what
+    flashattn.attention(q, k, v, ..., return_lse=True) returned for them (the backward
+    recomputes the probabilities from q, k and lse, and reads out for the row sums D_i = Σ
+    dout_i·out_i); dout has out's shape. Same array types, devices and dtypes as
+    flashattn.attention (PyTorch CUDA tensors on the current stream, with no host
+    synchronisation); lse is float32 (batch, heads_q, seqlen_q).
 
     Returns dq, dk, dv: contiguous, in q's dtype, with the shapes of q, k and v. With
     grouped-query attention, dk and dv of a kv head sum over the query heads of its group. A
-    query row that sees no key gets dq 0; a key no row sees gets dk and dv 0.
+    query row that sees no key (attn_mask's fully masked rows included) gets dq 0; a key no
+    row sees gets dk and dv 0. attn_mask gets no gradient.
 
     backend: None (cpu for host arrays, cuda_tiled for fp32 GPU tensors, cuda_mma for 16-bit
     where its head_dim limit allows, else cuda_tiled) or the name of a backend with a
@@ -102,7 +115,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignmen
     """
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend,
-                   deterministic=deterministic,
+                   deterministic=deterministic, attn_mask=attn_mask,
                    **variant_options(window_size, softcap, alibi_slopes))
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
         return torch_op.attention_backward(q, k, v, out, dout, lse, **options)

@@ -50,9 +50,14 @@ def library():
 
 
 def has_any(variants):
-    """Whether a (window_left, window_right, softcap, alibi_slopes address) tuple, or None,
-    asks for any variant."""
-    return variants is not None and tuple(variants) != _abi.NO_VARIANTS
+    """Whether a (window_left, window_right, softcap, alibi_slopes address[, bias view])
+    tuple, or None, asks for any variant."""
+    return variants is not None and tuple(variants) != _abi.NO_VARIANTS[:len(variants)]
+
+
+def has_bias(variants):
+    """Whether a variants tuple (has_any's), or None, carries a bias or mask."""
+    return variants is not None and len(variants) > 4 and variants[4][0] != 0
 
 
 def require_variants(lib):
@@ -88,6 +93,34 @@ def option_structs(lib, variants, sequences):
 
 
 @functools.lru_cache(maxsize=None)
+def knows_bias(lib):
+    """Whether lib reads flashattn_variants' bias (its second generation): a library from
+    before it reads only the fields up to alibi_slopes and would attend without the bias.
+    Asked once per library by a call on an empty problem (batch 0) whose bias has no
+    flashattn_bias_type: a library that knows the field rejects that type before any work;
+    an older one runs the empty call."""
+    if not _abi.has_forward_with(lib):
+        return False
+    empty = _abi.view(0, _abi.F32, (0, 1, 1, 1), (1, 1, 1, 1), _abi.CPU)
+    params = _abi.pack_params(empty, empty, empty, empty, 0, False, 0.0, _abi.MASKS["none"],
+                              _abi.AUTO, 0)
+    unknown_type = _abi.bias_view(1, -1, (0, 1, 1, 1), (0, 0, 0, 0))
+    kept, address = _abi.pointed(_abi.pack_variants(-1, -1, 0.0, 0, unknown_type))
+    options = _abi.pack_forward_options(address, 0)
+    status = lib.flashattn_forward_with(params, options)
+    return status == _abi.ERR_INVALID_ARGUMENT and b"bias_type" in lib.flashattn_last_error()
+
+
+def require_bias(lib):
+    """Raises UnsupportedError naming the library for a build from before bias and mask
+    tensors (which would ignore them and attend without)."""
+    if not knows_bias(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no bias or mask tensors "
+            f"(flashattn_variants.bias); it predates them")
+
+
+@functools.lru_cache(maxsize=None)
 def knows_kv_cache(lib):
     """Whether lib takes KV-cache calls (flashattn_kv_cache through flashattn_forward_options):
     a library from before them would ignore the options' kv_cache field, and leaves
@@ -120,12 +153,13 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
     lse is the address of a float32 (batch, heads_q, seqlen_q) buffer or None (or 0: an
     empty one); scale None means 1/sqrt(head_dim); backend is a flashattn_backend value
     (_options.backend_value); stream is a cudaStream_t address or None (the default stream);
-    variants is None or (window_left, window_right, softcap, alibi_slopes address), as
-    flashattn_variants holds them; sequences is None (a dense batch) or (cu_seqlens_q
-    address, cu_seqlens_k address, batch), as flashattn_sequences holds them; kv_cache is
-    None (k and v are no cache) or (seqlens address, k_new view, v_new view, block_table
-    address, pages_per_sequence, checked, key_splits), as flashattn_kv_cache holds them; lib
-    is a load() result, by default library(). Calls flashattn_forward_with where lib has it;
+    variants is None or (window_left, window_right, softcap, alibi_slopes address) and
+    optionally an _abi.bias_view() tuple, as flashattn_variants holds them; sequences is
+    None (a dense batch) or (cu_seqlens_q address, cu_seqlens_k address, batch), as
+    flashattn_sequences holds them; kv_cache is None (k and v are no cache) or (seqlens
+    address, k_new view, v_new view, block_table address, pages_per_sequence, checked,
+    key_splits), as flashattn_kv_cache holds them; lib is a load() result, by default
+    library(). Calls flashattn_forward_with where lib has it;
     an older build gets the call it has (flashattn_forward_variants, flashattn_forward), and
     UnsupportedError for what it predates. Raises the _errors exception for a non-zero
     status, with the library's message.
@@ -136,6 +170,8 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
     lib = lib or library()
     if kv_cache is not None:
         require_kv_cache(lib)
+    if has_bias(variants):
+        require_bias(lib)
     if _abi.has_forward_with(lib):
         options = None  # NULL: every default, the plain call's cost
         if has_any(variants) or sequences is not None or kv_cache is not None:
@@ -172,6 +208,8 @@ def backward(q, k, v, out, dout, lse, dq, dk, dv, *, scale=None, mask="none",
         raise _errors.UnsupportedError(
             f"flashattn: {getattr(lib, '_name', lib)} has no backward (flashattn_backward); "
             f"it predates it")
+    if has_bias(variants):
+        require_bias(lib)
     # The params hold the structs' addresses: their buffers live until the call returns.
     kept, (variants_address, sequences_address) = option_structs(lib, variants, sequences)
     params = _abi.pack_backward_params(q, k, v, out, dout, lse or 0, dq, dk, dv,

@@ -1,9 +1,11 @@
 """attention() on NumPy arrays: the CPU backends, called on the arrays' own memory."""
 import numpy as np
 
-from . import _abi, _cache, _errors, _layout, _library, _options, _sequences
+from . import _abi, _bias, _cache, _errors, _layout, _library, _options, _sequences
 
 DTYPES = {np.dtype(np.float32): _abi.F32, np.dtype(np.float16): _abi.F16}
+MASK_TYPES = {np.dtype(np.bool_): _abi.BIAS_BOOL, np.dtype(np.float32): _abi.BIAS_F32,
+              np.dtype(np.float16): _abi.BIAS_F16}
 
 
 def _element_strides(a):
@@ -51,9 +53,37 @@ def slopes_array(alibi_slopes, heads_q):
     return np.require(alibi_slopes, requirements=("C_CONTIGUOUS", "ALIGNED"))
 
 
-def variant_values(window_left, window_right, softcap, slopes):
-    """The (window_left, window_right, softcap, slopes address) the library takes."""
-    return window_left, window_right, softcap, 0 if slopes is None else slopes.ctypes.data
+def mask_array(attn_mask, q_shape, seqlen_k):
+    """attn_mask as the library reads it (the array itself; one C-ordered copy where its
+    strides are negative or not whole elements, or its data unaligned) and its
+    _abi.bias_view(), broadcast to (batch, heads_q, seqlen_q, seqlen_k) by strides; (None,
+    NO_BIAS) without a mask. A bool array is a mask (True: attend), a float32 or float16 one
+    a bias added to the scaled scores."""
+    if attn_mask is None:
+        return None, _abi.NO_BIAS
+    if not isinstance(attn_mask, np.ndarray):
+        raise TypeError(f"attn_mask: is a {_options.type_name(attn_mask)}; with NumPy inputs "
+                        f"it must be a NumPy array (bool, float32 or float16) or None")
+    if attn_mask.dtype not in MASK_TYPES:
+        raise _errors.InvalidArgumentError(
+            f"attn_mask: dtype is {attn_mask.dtype}, must be bool (a mask, True: attend), "
+            f"float32 or float16 (a bias added to the scores)")
+    batch, seqlen_q, heads_q, _ = q_shape
+    target = (batch, heads_q, seqlen_q, seqlen_k)
+    strides = _element_strides(attn_mask)
+    if strides is None or min(strides, default=0) < 0 or not attn_mask.flags.aligned:
+        attn_mask = np.require(attn_mask, requirements=("C_CONTIGUOUS", "ALIGNED"))
+        strides = _element_strides(attn_mask)
+    shape, strides = _bias.broadcast(attn_mask.shape, strides, target)
+    return attn_mask, _abi.bias_view(attn_mask.ctypes.data, MASK_TYPES[attn_mask.dtype], shape,
+                                      strides)
+
+
+def variant_values(window_left, window_right, softcap, slopes, bias=_abi.NO_BIAS):
+    """The (window_left, window_right, softcap, slopes address, bias view) the library
+    takes."""
+    return (window_left, window_right, softcap, 0 if slopes is None else slopes.ctypes.data,
+            bias)
 
 
 def prefix_sums(sequences):
@@ -79,7 +109,7 @@ def prefix_sums(sequences):
 
 
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
-              window_right, softcap, alibi_slopes, sequences=None):
+              window_right, softcap, alibi_slopes, attn_mask=None, sequences=None):
     """out (and lse, else None) for NumPy q, k, v; see flashattn.attention. sequences: None
     (dense) or a variable-length batch's (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     max_seqlen_k), q, k, v then (1, total, heads, head_dim) (see flashattn.varlen_attention)."""
@@ -88,19 +118,20 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
     # The arrays stay referenced until the call returns: the views hold bare addresses.
     (q, qv), (k, kv), (v, vv) = (kernel_array(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
     slopes = slopes_array(alibi_slopes, q.shape[2])
+    attn_mask, bias = mask_array(attn_mask, q.shape, k.shape[1])
     kept, sequence_values = prefix_sums(sequences)
     out, out_view = kernel_array("out", np.empty(q.shape, q.dtype))
     lse = np.empty(_layout.lse_shape(q.shape), np.float32) if return_lse else None
     _library.forward(qv, kv, vv, out_view, lse=None if lse is None else lse.ctypes.data,
                      scale=scale, mask=mask, backend=backend,
-                     variants=variant_values(window_left, window_right, softcap, slopes),
+                     variants=variant_values(window_left, window_right, softcap, slopes, bias),
                      sequences=sequence_values)
     return out, lse
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
                        deterministic, window_left, window_right, softcap, alibi_slopes,
-                       sequences=None):
+                       attn_mask=None, sequences=None):
     """(dq, dk, dv) for NumPy arrays; see flashattn.attention_backward. sequences: as
     attention's (lse then (1, heads_q, total_q))."""
     mask = _options.mask_name(causal, causal_alignment)
@@ -110,6 +141,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
                                                ("dout", dout))]
     (q, qv), (k, kv), (v, vv), (out, ov), (dout, dov) = arrays
     slopes = slopes_array(alibi_slopes, q.shape[2])
+    attn_mask, bias = mask_array(attn_mask, q.shape, k.shape[1])
     if not isinstance(lse, np.ndarray):
         raise TypeError(f"lse: is a {type(lse).__module__}.{type(lse).__qualname__}; the "
                         f"inputs must all be NumPy arrays or all torch tensors")
@@ -121,7 +153,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
     (dq, dqv), (dk, dkv), (dv, dvv) = grads
     _library.backward(qv, kv, vv, ov, dov, lse.ctypes.data, dqv, dkv, dvv, scale=scale,
                       mask=mask, backend=backend, deterministic=deterministic,
-                      variants=variant_values(window_left, window_right, softcap, slopes),
+                      variants=variant_values(window_left, window_right, softcap, slopes,
+                                              bias),
                       sequences=sequence_values)
     return dq, dk, dv
 

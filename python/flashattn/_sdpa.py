@@ -21,16 +21,27 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
 
     query: (batch, heads_q, seqlen_q, head_dim); key, value: (batch, heads_kv, seqlen_k,
     head_dim). is_causal is top-left aligned, as in PyTorch. heads_q may differ from heads_kv
-    (a multiple of it) only with enable_gqa=True, as in PyTorch. attn_mask and dropout are
-    not supported. Returns (batch, heads_q, seqlen_q, head_dim): a transposed view of
+    (a multiple of it) only with enable_gqa=True, as in PyTorch. Dropout is not supported
+    (dropout_p must be 0). Returns (batch, heads_q, seqlen_q, head_dim): a transposed view of
     flashattn's contiguous (batch, seqlen, heads, head_dim) output.
+
+    attn_mask, as in PyTorch: a bool tensor (True: the key takes part in attention) or a
+    float tensor added to the scaled scores, on query's device, whose shape broadcasts to
+    (batch, heads_q, seqlen_q, seqlen_k) (2 to 4 dimensions, aligned on the right, each of
+    that size or 1). It is read in place through its strides: an expand()ed mask is never
+    materialised. With is_causal as well, a key must pass both. A float mask may be
+    float32, float16 or bfloat16 whatever query's dtype (PyTorch takes query's dtype or
+    float32). A fully masked row (every key False, or -inf) gives 0, as PyTorch's SDPA
+    gives it now, and no gradient.
 
     The arguments follow PyTorch's rules: is_causal and enable_gqa must be bools, dropout_p
     and scale real numbers (an int, a float, a NumPy number, a 0-d tensor; a string raises
     TypeError), scale any finite value, negative and zero included, and keyword-only. The
-    one deliberate difference: a NaN or infinite scale raises InvalidArgumentError, where
-    PyTorch computes NaN (or zero) rows. seqlen_q, seqlen_k and batch may be 0; a row
-    without keys (seqlen_k 0) gives 0. Messages name query, key and value.
+    deliberate differences: a NaN or infinite scale raises InvalidArgumentError, where
+    PyTorch computes NaN (or zero) rows; attn_mask gets no gradient (one that requires grad
+    raises UnsupportedError: detach it), and an attn_mask with scale 0 raises
+    InvalidArgumentError. seqlen_q, seqlen_k and batch may be 0; a row without keys
+    (seqlen_k 0) gives 0. Messages name query, key and value.
     """
     torch_op = _attention.torch_op
     if torch_op is None:
@@ -46,10 +57,6 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
     _options.require_bool("is_causal", is_causal)
     scale = _options.scale_value(scale)
     _options.require_bool("enable_gqa", enable_gqa)
-    if attn_mask is not None:
-        raise _errors.UnsupportedError(
-            "attn_mask: flashattn.sdpa supports no explicit mask, only is_causal; pass "
-            "attn_mask=None")
     if dropout_p != 0.0:
         raise _errors.UnsupportedError(
             f"dropout_p: is {dropout_p}; flashattn has no dropout, so it must be 0.0")
@@ -63,6 +70,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
             f"key: has {key.size(1)} heads and query {query.size(1)}; they may differ only "
             f"with enable_gqa=True (grouped-query attention)")
     try:
-        return torch_op.sdpa(query, key, value, causal=is_causal, scale=scale)
+        return torch_op.sdpa(query, key, value, causal=is_causal, scale=scale,
+                             attn_mask=attn_mask)
     except _errors.Error as e:
         raise type(e)(sdpa_message(str(e))) from None

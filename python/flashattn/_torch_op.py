@@ -7,22 +7,24 @@ autograd graph run the ops' bodies directly, without the dispatcher's per-call c
 run on the caller's current CUDA stream, never synchronise the host, and allocate only their
 outputs (plus one contiguous copy of an input whose strides the kernels cannot read). The
 forward saves q, k, v, out and lse; the backward recomputes the probabilities from them
-(flashattn_backward), so no score matrix is ever stored. The variants (window, softcap, ALiBi)
-and then a variable-length batch's prefix sums and max_seqlen values are trailing arguments
-of both ops, with defaults that turn them off (a dense batch); ALiBi's slopes and the prefix
-sums get no gradient.
+(flashattn_backward), so no score matrix is ever stored. The variants (window, softcap, ALiBi),
+then a variable-length batch's prefix sums and max_seqlen values, then attn_mask (a bias or
+boolean mask) are trailing arguments of both ops, with defaults that turn them off (a dense
+batch); ALiBi's slopes, the prefix sums and attn_mask get no gradient.
 """
 from typing import Optional
 
 import torch
 
-from . import _abi, _backends, _errors, _layout, _library, _options, _sequences
+from . import _abi, _backends, _bias, _errors, _layout, _library, _options, _sequences
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"flashattn needs torch >= 2.4 (torch.library.custom_op); "
                       f"found torch {torch.__version__}")
 
 DTYPES = {torch.float32: _abi.F32, torch.float16: _abi.F16, torch.bfloat16: _abi.BF16}
+MASK_TYPES = {torch.bool: _abi.BIAS_BOOL, torch.float32: _abi.BIAS_F32,
+              torch.float16: _abi.BIAS_F16, torch.bfloat16: _abi.BIAS_BF16}
 
 def check_tensor(name, t):
     """An input: a 4-d torch tensor of a dtype flashattn takes, on the CPU or a CUDA device.
@@ -85,13 +87,43 @@ def check_slopes(alibi_slopes, q):
             f"alibi_slopes: device is {alibi_slopes.device}, must be q's device ({q.device})")
 
 
-def variant_values(window_left, window_right, softcap, alibi_slopes):
-    """The (window_left, window_right, softcap, slopes address) the library takes, and the
-    slopes tensor behind the address (contiguous: a strided one is copied), which must stay
-    referenced until the call returns."""
+def check_mask(attn_mask, q, k, heads_first=False):
+    """attn_mask: a torch tensor of bool (a mask) or a float dtype flashattn takes (a bias),
+    on q's device, whose shape broadcasts to the scores' (batch, heads_q, seqlen_q,
+    seqlen_k). Returns the (shape, strides) the library reads it with (_bias.broadcast).
+    heads_first: q and k are (batch, heads, seqlen, head_dim), as in torch's SDPA."""
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask: is a {_options.type_name(attn_mask)}; with torch inputs "
+                        f"it must be a torch tensor (bool, or a float dtype) or None")
+    if attn_mask.dtype not in MASK_TYPES:
+        raise _errors.InvalidArgumentError(
+            f"attn_mask: dtype is {attn_mask.dtype}, must be torch.bool (a mask, True: "
+            f"attend), torch.float32, torch.float16 or torch.bfloat16 (a bias added to the "
+            f"scores)")
+    if attn_mask.device != q.device:
+        raise _errors.InvalidArgumentError(
+            f"attn_mask: device is {attn_mask.device}, must be q's device ({q.device})")
+    for name, t in (("q", q), ("k", k)):
+        _layout.require_4d(name, t.shape)
+    if heads_first:
+        target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    else:
+        target = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+    return _bias.broadcast(attn_mask.shape, attn_mask.stride(), target)
+
+
+def variant_values(window_left, window_right, softcap, alibi_slopes, attn_mask=None,
+                   mask_geometry=None):
+    """The (window_left, window_right, softcap, slopes address, bias view) the library takes,
+    and the slopes tensor behind the address (contiguous: a strided one is copied), which
+    must stay referenced until the call returns. attn_mask is read in place, with
+    mask_geometry, check_mask's (shape, strides)."""
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     address = 0 if slopes is None else slopes.data_ptr()
-    return (window_left, window_right, softcap, address), slopes
+    bias = _abi.NO_BIAS
+    if attn_mask is not None:
+        bias = _abi.bias_view(attn_mask.data_ptr(), MASK_TYPES[attn_mask.dtype], *mask_geometry)
+    return (window_left, window_right, softcap, address, bias), slopes
 
 
 def sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
@@ -153,7 +185,8 @@ def current_stream(device_index):
 
 def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False,
         lib=None, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
-        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+        attn_mask=None):
     """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention.
 
     heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
@@ -163,14 +196,17 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     window_left, window_right, softcap, alibi_slopes: the variants, checked as far as
     _options does (window_sides, softcap_value). cu_seqlens_q, cu_seqlens_k (None: dense):
     a variable-length batch packed in q, k, v of batch 1 (flashattn.varlen_attention);
-    lse is then (1, heads_q, total_q).
+    lse is then (1, heads_q, total_q). attn_mask: None or a bias or mask (check_mask), in
+    the scores' (batch, heads, seqlen_q, seqlen_k) order whatever heads_first says.
     """
     mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,
                           cu_seqlens_q, cu_seqlens_k)
-    # The inputs (the slopes and prefix sums too) stay referenced until the call returns; on
-    # CUDA, a copy freed after that goes back to the caching allocator in the order of this
-    # stream, so it is safe.
-    variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes)
+    geometry = None if attn_mask is None else check_mask(attn_mask, q, k, heads_first)
+    # The inputs (the slopes, prefix sums and mask too) stay referenced until the call
+    # returns; on CUDA, a copy freed after that goes back to the caching allocator in the
+    # order of this stream, so it is safe.
+    variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes,
+                                      attn_mask, geometry)
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                              max_seqlen_k)
     (q, qv), (k, kv), (v, vv) = [kernel_tensor(t, heads_first) for t in (q, k, v)]
@@ -197,13 +233,15 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   alibi_slopes: Optional[torch.Tensor] = None,
                   cu_seqlens_q: Optional[torch.Tensor] = None,
                   cu_seqlens_k: Optional[torch.Tensor] = None,
-                  max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None
+                  max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+                  attn_mask: Optional[torch.Tensor] = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): the custom op's body, which always computes lse (saved for backward)."""
     return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=True,
                window_left=window_left, window_right=window_right, softcap=softcap,
                alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-               cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+               cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+               attn_mask=attn_mask)
 
 
 attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args=())(
@@ -213,8 +251,11 @@ attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend, window_left=-1,
                         window_right=-1, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
-                        cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+                        cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                        attn_mask=None):
     check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+    if attn_mask is not None:
+        check_mask(attn_mask, q, k)
     return (q.new_empty(q.shape),
             q.new_empty(_layout.lse_shape(q.shape), dtype=torch.float32))
 
@@ -235,14 +276,16 @@ def backward_backend(backend, head_dim):
 def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                  deterministic, window_left=-1, window_right=-1, softcap=0.0,
                  alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                 max_seqlen_k=None, lib=None):
+                 max_seqlen_k=None, attn_mask=None, lib=None):
     """(dq, dk, dv), contiguous (batch, seqlen, heads, head_dim) in q's dtype: the gradients
     for dout, the gradient with respect to the forward's out, given that forward's out and
     lse, and the forward's variants and layout. See flashattn.attention_backward and
     flashattn.varlen_attention_backward."""
     mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,
                           cu_seqlens_q, cu_seqlens_k)
-    variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes)
+    geometry = None if attn_mask is None else check_mask(attn_mask, q, k)
+    variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes,
+                                      attn_mask, geometry)
     _options.require_bool("deterministic", deterministic)
     for name, t in (("out", out), ("dout", dout)):
         _layout.require_4d(name, t.shape)
@@ -256,8 +299,8 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
     lse = lse.contiguous()
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                              max_seqlen_k)
-    # The inputs, the slopes and the prefix sums stay referenced until the call returns
-    # (see run()).
+    # The inputs, the slopes, the prefix sums and the mask stay referenced until the call
+    # returns (see run()).
     views = [kernel_tensor(t) for t in (q, k, v, out, dout)]
     grads = [kernel_tensor(torch.empty(t.shape, dtype=q.dtype, device=q.device))
              for t in (q, k, v)]
@@ -276,12 +319,13 @@ def backward_eager(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    alibi_slopes: Optional[torch.Tensor] = None,
                    cu_seqlens_q: Optional[torch.Tensor] = None,
                    cu_seqlens_k: Optional[torch.Tensor] = None,
-                   max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None
+                   max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+                   attn_mask: Optional[torch.Tensor] = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the backward op's body."""
     return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                         deterministic, window_left, window_right, softcap, alibi_slopes,
-                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask)
 
 
 attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args=())(
@@ -292,32 +336,37 @@ attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                         deterministic, window_left=-1, window_right=-1, softcap=0.0,
                         alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                        max_seqlen_q=None, max_seqlen_k=None):
+                        max_seqlen_q=None, max_seqlen_k=None, attn_mask=None):
     check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+    if attn_mask is not None:
+        check_mask(attn_mask, q, k)
     return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, causal_alignment, scale, backend, window_left, window_right, softcap,
-     alibi_slopes, cu_seqlens_q, cu_seqlens_k, _, _) = inputs
+     alibi_slopes, cu_seqlens_q, cu_seqlens_k, _, _, attn_mask) = inputs
+    _bias.require_no_gradient(attn_mask is not None and attn_mask.requires_grad)
     out, lse = output
     ctx.mark_non_differentiable(lse)  # as the lse of torch's own fused attention
     # The forward checked the max_seqlen values: the backward need not again.
-    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                          attn_mask)
     ctx.options = (causal, causal_alignment, scale, backward_backend(backend, q.shape[-1]))
     ctx.variants = (window_left, window_right, softcap)
 
 
 def _backward(ctx, grad_out, grad_lse):
     """The op's gradients: one flashattn_backward for all three (the library computes dq, dk
-    and dv in one pass), those of inputs that need none dropped; ALiBi's slopes get none.
-    Bit-identical from run to run where torch.use_deterministic_algorithms(True) is in
-    force."""
-    q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    and dv in one pass), those of inputs that need none dropped; ALiBi's slopes and
+    attn_mask get none. Bit-identical from run to run where
+    torch.use_deterministic_algorithms(True) is in force."""
+    q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, attn_mask = ctx.saved_tensors
     args = (grad_out, q, k, v, out, lse, *ctx.options,
             torch.are_deterministic_algorithms_enabled(), *ctx.variants, alibi_slopes,
-            cu_seqlens_q, cu_seqlens_k)
-    if direct_call_is_safe(grad_out, q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k):
+            cu_seqlens_q, cu_seqlens_k, None, None, attn_mask)
+    if direct_call_is_safe(grad_out, q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                           attn_mask):
         dq, dk, dv = run_backward(*args)
     else:
         dq, dk, dv = attention_bwd(*args)
@@ -330,7 +379,7 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
-              window_right, softcap, alibi_slopes, sequences=None):
+              window_right, softcap, alibi_slopes, attn_mask=None, sequences=None):
     """(out, lse) for torch q, k, v through the custom op; see flashattn.attention. Without
     return_lse, lse may be None. sequences: None (dense) or a variable-length batch's
     (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k, v then (1, total, heads,
@@ -344,15 +393,25 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
     if alibi_slopes is not None:
         check_slopes(alibi_slopes, q)
     check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
+    check_mask_argument(attn_mask, q, k)
     variants = (window_left, window_right, softcap, alibi_slopes)
-    if direct_call_is_safe(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k):
+    if direct_call_is_safe(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, attn_mask):
         return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=return_lse,
                    window_left=window_left, window_right=window_right, softcap=softcap,
                    alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                   max_seqlen_k=max_seqlen_k)
+                   max_seqlen_k=max_seqlen_k, attn_mask=attn_mask)
     return attention_fwd(q, k, v, causal, causal_alignment, scale, backend, *variants,
-                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask)
+
+
+def check_mask_argument(attn_mask, q, k, heads_first=False):
+    """A caller's attn_mask, before the op (whose schema takes only a tensor for it): None,
+    or a mask check_mask takes that needs no gradient where grad mode is on."""
+    if attn_mask is None:
+        return
+    check_mask(attn_mask, q, k, heads_first)
+    _bias.require_no_gradient(torch.is_grad_enabled() and attn_mask.requires_grad)
 
 
 def direct_call_is_safe(*tensors):
@@ -368,20 +427,22 @@ def direct_call_is_safe(*tensors):
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
-def sdpa(query, key, value, *, causal, scale):
+def sdpa(query, key, value, *, causal, scale, attn_mask=None):
     """out for (batch, heads, seqlen, head_dim) torch tensors; see flashattn.sdpa."""
-    if direct_call_is_safe(query, key, value):
+    check_mask_argument(attn_mask, query, key, heads_first=True)
+    if direct_call_is_safe(query, key, value, attn_mask):
         return run(query, key, value, causal, "top_left", scale, None, with_lse=False,
-                   heads_first=True)[0]
+                   heads_first=True, attn_mask=attn_mask)[0]
     # The custom op takes (batch, seqlen, heads, head_dim): views, head_dim keeps stride 1.
+    # The mask is in the scores' order, (batch, heads, seqlen_q, seqlen_k), in either layout.
     out, _ = attention_fwd(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                           causal, "top_left", scale, None)
+                           causal, "top_left", scale, None, attn_mask=attn_mask)
     return out.transpose(1, 2)
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
                        deterministic, window_left, window_right, softcap, alibi_slopes,
-                       sequences=None):
+                       attn_mask=None, sequences=None):
     """(dq, dk, dv) for torch tensors; see flashattn.attention_backward. Eager calls on plain
     tensors run the body directly; torch.compile and tensor subclasses go through the op.
     sequences: as attention's."""
@@ -394,11 +455,13 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
     if alibi_slopes is not None:
         check_slopes(alibi_slopes, q)
     check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
+    if attn_mask is not None:
+        check_mask(attn_mask, q, k)
     args = (dout, q, k, v, out, lse, causal, causal_alignment, scale, backend, deterministic,
             window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-            max_seqlen_q, max_seqlen_k)
+            max_seqlen_q, max_seqlen_k, attn_mask)
     tensors = tuple(t for t in (q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
-                                cu_seqlens_k) if t is not None)
+                                cu_seqlens_k, attn_mask) if t is not None)
     if torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors):
         return attention_bwd(*args)
     return run_backward(*args)

@@ -28,6 +28,8 @@ BackwardPlan plan_backward(const BackwardParams& p) {
                        {"lse", p.lse, has_elements(p.q)},
                        {"variants.alibi_slopes", p.variants.alibi_slopes,
                         p.variants.alibi_slopes != nullptr},
+                       {"variants.bias", p.variants.bias.data,
+                        p.variants.bias.data != nullptr && has_elements(p.q) && p.k.shape[1] > 0},
                        {"dq", p.dq.data, has_elements(p.dq)},
                        {"dk", p.dk.data, has_elements(p.dk)},
                        {"dv", p.dv.data, has_elements(p.dv)},

@@ -60,6 +60,16 @@ flashattn::Variants to_variants(const flashattn_variants* caller) {
   v.window_right = c.window_right;
   v.softcap = c.softcap;
   v.alibi_slopes = c.alibi_slopes;
+  if (c.bias != nullptr) {
+    require(c.bias_type >= FLASHATTN_BIAS_F32 && c.bias_type <= FLASHATTN_BIAS_BOOL,
+            "variants.bias_type: ", c.bias_type, " is not a flashattn_bias_type value");
+    v.bias.data = c.bias;
+    v.bias.type = static_cast<flashattn::BiasType>(c.bias_type);
+    for (int d = 0; d < 4; ++d) {
+      v.bias.shape[d] = c.bias_shape[d];
+      v.bias.stride[d] = c.bias_strides[d];
+    }
+  }
   return v;
 }
 

@@ -30,6 +30,9 @@ Plan plan(const Params& p) {
                                          {"lse", p.lse, p.lse && has_elements(p.q)},
                                          {"variants.alibi_slopes", p.variants.alibi_slopes,
                                           p.variants.alibi_slopes != nullptr},
+                                         {"variants.bias", p.variants.bias.data,
+                                          p.variants.bias.data != nullptr && has_elements(p.q) &&
+                                              p.k.shape[1] > 0},
                                          {"sequences.cu_seqlens_q", p.sequences.cu_seqlens_q,
                                           attn.seqs.packed()},
                                          {"sequences.cu_seqlens_k", p.sequences.cu_seqlens_k,

@@ -93,6 +93,47 @@ ByteRange byte_range(const Named& v) {
 
 bool overlaps(ByteRange a, ByteRange b) { return a.first < b.last && b.first < a.last; }
 
+constexpr const char* kBiasDims[4] = {"batch", "heads", "seqlen_q", "seqlen_k"};
+
+// The bias's shape (batch or 1, heads_q or 1, seqlen_q, seqlen_k), strides
+// >= 0, a known element type and data aligned to it (check_variants rejects a
+// zero scale, which its raw form divides by, core/variant.h). Dense batches
+// only: a packed batch or a KV cache has no (batch, seqlen_q, seqlen_k) grid.
+// Returns the bytes it spans (empty without a bias).
+ByteRange check_bias(const ScoreBias& b, const AttnParams& a) {
+  if (b.data == nullptr) return {0, 0};
+  require(b.type == BiasType::f32 || b.type == BiasType::f16 || b.type == BiasType::bf16 ||
+              b.type == BiasType::boolean,
+          "variants.bias.type: is not one of f32, f16, bf16, boolean");
+  require(!a.seqs.packed(), "variants.bias: a variable-length batch takes no bias or mask tensor",
+          " (its sequences have no common (seqlen_q, seqlen_k) grid)");
+  require(!a.seqs.cache.present(), "variants.bias: a KV-cache call takes no bias or mask tensor");
+  const Sizes& s = a.sizes;
+  const int64_t full[4] = {s.batch, s.heads_q, s.seqlen_q, s.seqlen_k};
+  for (int d = 0; d < 4; ++d) {
+    require(b.shape[d] == full[d] || (d < 2 && b.shape[d] == 1), "variants.bias: ", kBiasDims[d],
+            " is ", b.shape[d], ", must be ", full[d], d < 2 ? " or 1 (broadcast)" : "");
+    require(b.stride[d] >= 0, "variants.bias: ", kBiasDims[d], " stride is ", b.stride[d],
+            ", must be >= 0");
+  }
+  const BiasParams bp = bias_params(b);
+  const int64_t strides[4] = {bp.batch_stride, bp.head_stride, bp.row_stride, bp.key_stride};
+  const auto base = reinterpret_cast<uintptr_t>(b.data);
+  int64_t last = 0, extent = 0, bytes = 0;
+  for (int d = 0; d < 4; ++d) {
+    if (full[d] == 0) return {base, base};
+    require(!__builtin_mul_overflow(b.shape[d] - 1, strides[d], &extent) &&
+                !__builtin_add_overflow(last, extent, &last),
+            "variants.bias: shape × strides overflow 64-bit offsets");
+  }
+  require(!__builtin_mul_overflow(last + 1, bias_type_size(b.type), &bytes) &&
+              base + uint64_t(bytes) >= base,
+          "variants.bias: shape × strides run past the end of the address space");
+  require(b.type == BiasType::boolean || base % uintptr_t(bias_type_size(b.type)) == 0,
+          "variants.bias: data is not aligned to its element size");
+  return {base, base + uintptr_t(bytes)};
+}
+
 }  // namespace
 
 bool has_elements(const TensorView& t) {
@@ -137,7 +178,8 @@ void check_variants(const Variants& v, const AttnParams& a) {
   require(std::isfinite(v.softcap) && v.softcap >= 0.0f, "variants.softcap: is ", v.softcap,
           ", must be finite and >= 0 (0: none)");
   require(!a.scores.any() || a.softmax.scale != 0.0f,
-          "scale: is 0, which softcap and ALiBi do not take (their scores divide by it)");
+          "scale: is 0, which softcap, ALiBi and a bias or mask do not take (their raw scores",
+          " divide by it)");
 }
 
 // A variable-length batch's arguments that need no read of its prefix sums:
@@ -252,6 +294,10 @@ AttnParams make_attn_params(const Params& p) {
   }
   require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
   check_variants(p.variants, a);
+  const ByteRange bias_bytes = check_bias(p.variants.bias, a);
+  require(!overlaps(byte_range(out), bias_bytes), "out: memory overlaps variants.bias");
+  if (p.lse != nullptr)
+    require(!overlaps(lse_range(p.lse, a), bias_bytes), "lse: memory overlaps variants.bias");
   return a;
 }
 
@@ -281,6 +327,9 @@ BwdParams make_bwd_params(const BackwardParams& p) {
   require(!overlaps(byte_range(dk), byte_range(dv)), "dv: memory overlaps dk");
   require(std::isfinite(a.softmax.scale), "scale: is ", a.softmax.scale, ", must be finite");
   check_variants(p.variants, a);
+  const ByteRange bias_bytes = check_bias(p.variants.bias, a);
+  for (const Named& g : {dq, dk, dv})
+    require(!overlaps(byte_range(g), bias_bytes), g.name, ": memory overlaps variants.bias");
   return a;
 }
 

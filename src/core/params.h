@@ -40,6 +40,13 @@ struct Sizes {
 inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e)
 inline constexpr float kLn2 = 0.69314718055994531f;   // ln(2)
 
+// lse·log2(e) as a backward subtracts it, P = 2^(s·c − lse2): +inf for a row of
+// lse −inf (one its mask or a bias left without keys), whose P is then 0, not
+// 2^(+inf).
+FLASHATTN_HOST_DEVICE float backward_lse2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
+
 struct SoftmaxParams {
   float scale = 1.0f;          // multiplies Q·Kᵀ; any finite value
   float scale_log2 = kLog2e;   // scale·log2(e): probabilities are 2^(s·scale_log2 − max)
@@ -92,6 +99,13 @@ inline TensorRef tensor_ref(const TensorView& t) {
   return {t.data, t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// A bias's strides, 0 on its broadcast dimensions (those of size 1).
+inline BiasParams bias_params(const ScoreBias& b) {
+  if (b.data == nullptr) return {};
+  auto stride = [&](int d) { return b.shape[d] == 1 ? 0 : b.stride[d]; };
+  return {b.data, b.type, stride(0), stride(1), stride(2), stride(3), b.shape[2]};
+}
+
 // The AttnParams of the problem q, k, v, out, scale and mask describe, unchecked.
 inline AttnParams problem_params(const TensorView& q, const TensorView& k, const TensorView& v,
                                  const TensorView& out, std::optional<float> scale_or_default,
@@ -106,7 +120,7 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
   a.rule = {mask != Mask::none, mask != Mask::causal_top_left, variants.window_left,
             variants.window_right};
   a.mask = resolve(a.rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
-  a.scores = {variants.softcap, variants.alibi_slopes};
+  a.scores = {variants.softcap, variants.alibi_slopes, bias_params(variants.bias)};
   const float scale = scale_or_default.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
   a.softmax = {scale, scale * kLog2e, nullptr};
   a.dtype = q.dtype;
@@ -174,6 +188,16 @@ inline BwdParams bwd_params(const BackwardParams& p) {
 // score variant, or a window's lower end (packed: in any sequence).
 FLASHATTN_HOST_DEVICE bool needs_any_variant(const AttnParams& p) {
   return p.scores.any() || p.mask.bounded_below || (p.seqs.ragged() && p.rule.window_left >= 0);
+}
+
+// Calls run(Variant{}) with the instantiation p needs (core/variant.h): Bias
+// for a bias or boolean mask, else Any for the other variants, else NoVariant.
+// The 16-bit tensor-core kernels pass AnyVariant16 and BiasVariant16.
+template <class Any, class Bias, typename Run>
+void with_variant(const AttnParams& p, Run&& run) {
+  if (p.scores.bias.data != nullptr) run(Bias{});
+  else if (needs_any_variant(p)) run(Any{});
+  else run(NoVariant{});
 }
 
 // Where sequence b lies and its lengths (core/seqlen.h).

@@ -93,6 +93,15 @@ FLASHATTN_HOST_DEVICE FinishedRow<F> finish_row(F m_natural, F l, bool empty) {
   return {false, reciprocal(l), l > F(0) ? m_natural + natural_log(l) : F(NAN)};
 }
 
+// Whether a finished row is empty: a row the mask leaves without keys, and,
+// with a bias or boolean mask (kZeroSumEmpty: the score functor's kBias), a row
+// whose every score was −inf (l = 0): the tensor's mask left it no key, and it
+// gets 0 and lse −inf as PyTorch's SDPA gives a fully masked row.
+template <bool kZeroSumEmpty, typename F>
+FLASHATTN_HOST_DEVICE bool finished_empty(bool mask_empty, F l) {
+  return mask_empty || (kZeroSumEmpty && l == F(0));
+}
+
 // The larger of two lse values, NaN if either is: merging partial rows
 // (split-KV) must not drop a NaN partial the way fmaxf would.
 FLASHATTN_HOST_DEVICE float lse_max(float a, float b) {

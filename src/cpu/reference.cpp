@@ -6,7 +6,8 @@
 // in plain IEEE arithmetic: a NaN score makes m NaN, an infinite m makes
 // s_j − m NaN, and either makes the row NaN, as standard attention does. Keys
 // the row does not see take no part (not even a NaN of theirs); a row that
-// sees no key gets o_i = 0, lse_i = −inf (core/softmax.h, finish_row).
+// sees no key gets o_i = 0, lse_i = −inf (core/softmax.h, finish_row), as does,
+// with a bias or boolean mask, a row whose every score is −inf.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -49,7 +50,8 @@ double attend_row(const AttnParams& p, int b, const Sequence& seq, int hq, int i
   const RowMask mask = row_mask(p, seq);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   const double scale = p.softmax.scale;
-  const SoftcapAlibi<double> variant = softcap_alibi<double>(p.scores, scale, hq, mask.alignment);
+  const SoftcapAlibiBias<double> variant =
+      softcap_alibi_bias<double>(p.scores, scale, b, hq, mask.alignment);
   double m = kNegInf;
   for (int j = key_begin; j < key_end; ++j) {
     double dot = 0.0;
@@ -57,14 +59,17 @@ double attend_row(const AttnParams& p, int b, const Sequence& seq, int hq, int i
     scores[j] = variant(dot, i, j) * scale;
     m = std::isnan(scores[j]) || std::isnan(m) ? NAN : std::max(m, scores[j]);
   }
+  // A bias or boolean mask that leaves the row only −inf scores empties it
+  // (core/softmax.h, finished_empty).
+  const bool emptied = p.scores.bias.data != nullptr && m == kNegInf;
   double l = 0.0;
   for (int c = 0; c < d; ++c) o[c] = 0.0;
-  for (int j = key_begin; j < key_end; ++j) {
+  for (int j = key_begin; j < key_end && !emptied; ++j) {
     const double pj = std::exp(scores[j] - m);
     l += pj;
     for (int c = 0; c < d; ++c) o[c] += pj * v[size_t(j) * d + c];
   }
-  const FinishedRow<double> row = finish_row(m, l, mask.empty(i));
+  const FinishedRow<double> row = finish_row(m, l, mask.empty(i) || emptied);
   for (int c = 0; c < d; ++c) o[c] = row.out(o[c]);
   return row.lse;
 }

@@ -55,7 +55,8 @@ void backward_slice(const BwdParams& p, int b, int hk) {
 
   for (int g = 0; g < s.group(); ++g) {
     const int hq = hk * s.group() + g;
-    const SoftcapAlibi<double> variant = softcap_alibi<double>(p.scores, scale, hq, mask.alignment);
+    const SoftcapAlibiBias<double> variant =
+        softcap_alibi_bias<double>(p.scores, scale, b, hq, mask.alignment);
     for (int i = 0; i < seq.seqlen_q; ++i) {
       std::fill(dq.begin(), dq.end(), 0.0);
       const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
@@ -68,6 +69,12 @@ void backward_slice(const BwdParams& p, int b, int hk) {
           for (int c = 0; c < d; ++c) dot += q[c] * k[size_t(j) * d + c];
           scores[j] = variant(dot, i, j, dscore[j]) * scale;
           m = std::isnan(scores[j]) || std::isnan(m) ? NAN : std::max(m, scores[j]);
+        }
+        // A row a bias or boolean mask leaves only −inf scores is empty: its
+        // gradients are 0, as those of a row the mask leaves without keys.
+        if (p.scores.bias.data != nullptr && m == -std::numeric_limits<double>::infinity()) {
+          store_row(p, p.grad.dq, b, hq, q0 + i, dq.data());
+          continue;
         }
         double l = 0.0;
         for (int j = key_begin; j < key_end; ++j) l += std::exp(scores[j] - m);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "bias.h"
 #include "grad_problem.h"
 #include "seed.h"
 
@@ -103,13 +104,22 @@ std::string case_name(const harness::Case& c) {
           : c.mask == Mask::causal_bottom_right ? "_causal_br"
                                                 : "")
       << (c.strided ? "_strided" : "") << (c.strided && c.strided_pad % 8 == 0 ? "_aligned" : "");
-  // The scale in thousandths keeps the name alphanumeric: 0.3 -> "scale300m".
-  if (c.scale) out << "_scale" << std::lround(*c.scale * 1000) << "m";
+  // The scale in thousandths keeps the name alphanumeric: 0.3 -> "scale300m",
+  // -0.5 -> "scale_minus500m".
+  if (c.scale)
+    out << "_scale" << (*c.scale < 0 ? "_minus" : "") << std::lround(std::fabs(*c.scale) * 1000)
+        << "m";
   if (c.input_std != 1.0f) out << "_std" << std::lround(c.input_std * 1000) << "m";
   if (c.window_left >= 0 || c.window_right >= 0)
     out << "_window_" << side_name(c.window_left) << "_" << side_name(c.window_right);
   if (c.softcap > 0.0f) out << "_softcap" << name_of(c.softcap);
   if (c.alibi) out << "_alibi";
+  if (c.bias) {
+    const harness::Case::Bias& b = *c.bias;
+    out << "_bias_" << harness::bias_type_name(b.type);
+    if (b.broadcast_batch || b.broadcast_heads) out << "_bcast_" << harness::bias_broadcast_name(b);
+    if (b.key_major) out << "_key_major";
+  }
   if (harness::is_packed(c)) {
     out << "_packed";
     for (const SequenceLengths& s : c.sequences) out << "_" << s.seqlen_q << "x" << s.seqlen_k;

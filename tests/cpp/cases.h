@@ -26,7 +26,7 @@ harness::Case make_case(harness::Shape shape, DType dtype, Mask mask, bool strid
                         int strided_pad = 3);
 
 // A unique, gtest-safe name, e.g. "B1_Nq17_Nk17_Hq1_Hkv1_d3_f16_causal_br_strided",
-// or with variants "..._window_3_open_softcap30_alibi".
+// or with variants "..._window_3_open_softcap30_alibi_bias_bool_bcast_heads".
 std::string case_name(const harness::Case& c);
 
 struct BackendCase {

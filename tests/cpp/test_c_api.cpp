@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -80,6 +81,10 @@ TEST(CApi, EnumValuesMatchTheCppApi) {
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_MMA), int(Backend::cuda_mma));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_WGMMA), int(Backend::cuda_wgmma));
   EXPECT_EQ(int(FLASHATTN_BACKEND_CUDA_F16X3), int(Backend::cuda_f16x3));
+  EXPECT_EQ(int(FLASHATTN_BIAS_F32), int(BiasType::f32));
+  EXPECT_EQ(int(FLASHATTN_BIAS_F16), int(BiasType::f16));
+  EXPECT_EQ(int(FLASHATTN_BIAS_BF16), int(BiasType::bf16));
+  EXPECT_EQ(int(FLASHATTN_BIAS_BOOL), int(BiasType::boolean));
 }
 
 TEST(CApi, ContiguousFillsShapeStridesAndDevice) {
@@ -192,6 +197,97 @@ TEST_P(CApiForward, VariantsMatchCppApiBitForBit) {
   }
 }
 
+// A bias of each type for Tensors' problem, (2, 4, 5, 7), contiguous, or of
+// size 1 over the heads (whose stride is then never read): values in [-2, 2)
+// with every 5th element −inf (float), or 2 in 3 kept (boolean; kept bytes of
+// any nonzero value).
+struct BiasTensor {
+  static constexpr int64_t kElems = 2 * 4 * 5 * 7;
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(kElems * 4);
+  BiasType type;
+  bool over_heads;
+
+  BiasTensor(BiasType t, bool broadcast_heads, uint64_t seed)
+      : type(t), over_heads(broadcast_heads) {
+    uint64_t state = seed;
+    for (int64_t e = 0; e < kElems; ++e) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const float x = float((state >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+      if (t == BiasType::boolean) {
+        bytes[size_t(e)] = e % 3 == 0 ? 0 : uint8_t(1 + (state >> 56) % 255);
+        continue;
+      }
+      const DType d = t == BiasType::f32   ? DType::f32
+                      : t == BiasType::f16 ? DType::f16
+                                           : DType::bf16;
+      store_float(bytes.data(), d, e, e % 5 == 0 ? -INFINITY : x);
+    }
+  }
+  int64_t shape(int d) const {
+    const int64_t full[4] = {2, 4, 5, 7};
+    return d == 1 && over_heads ? 1 : full[d];
+  }
+  int64_t stride(int d) const {
+    const int64_t contiguous[4] = {140, 35, 7, 1};
+    return d == 1 && over_heads ? 999999 : contiguous[d];
+  }
+  void set(flashattn_variants& v) const {
+    v.bias = bytes.data();
+    v.bias_type = int32_t(type);
+    for (int d = 0; d < 4; ++d) {
+      v.bias_shape[d] = shape(d);
+      v.bias_strides[d] = stride(d);
+    }
+  }
+  ScoreBias cpp() const {
+    ScoreBias b;
+    b.data = bytes.data();
+    b.type = type;
+    for (int d = 0; d < 4; ++d) {
+      b.shape[d] = shape(d);
+      b.stride[d] = stride(d);
+    }
+    return b;
+  }
+};
+
+// flashattn_forward_with and a second-generation flashattn_variants carrying a
+// bias or mask of each type, alone and with every other variant: the C++ API's
+// bytes, under each mask.
+TEST_P(CApiForward, BiasMatchesCppApiBitForBit) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(replay_hint(seed));
+  Tensors plain(GetParam(), seed);
+  flashattn_params pp = plain.c_params();
+  ASSERT_EQ(flashattn_forward(&pp), FLASHATTN_OK) << flashattn_last_error();
+  for (BiasType type : {BiasType::f32, BiasType::f16, BiasType::bf16, BiasType::boolean})
+    for (bool others : {false, true})
+      for (Mask mask : {Mask::none, Mask::causal_bottom_right}) {
+        SCOPED_TRACE("bias type " + std::to_string(int(type)) + (others ? ", with variants" : "") +
+                     ", mask " + std::to_string(int(mask)));
+        const BiasTensor bias(type, others, seed);
+        Tensors c(GetParam(), seed), cpp(GetParam(), seed);
+        flashattn_params cp = c.c_params();
+        cp.mask = int32_t(mask);
+        flashattn_variants v = others ? c_variants() : flashattn_variants_defaults();
+        bias.set(v);
+        flashattn_forward_options options = flashattn_forward_options_defaults();
+        options.variants = &v;
+        ASSERT_EQ(flashattn_forward_with(&cp, &options), FLASHATTN_OK) << flashattn_last_error();
+        Params p = cpp.cpp_params();
+        p.mask = mask;
+        if (others) p.variants = cpp_variants();
+        p.variants.bias = bias.cpp();
+        forward(p);
+        EXPECT_EQ(std::memcmp(c.out.data(), cpp.out.data(), c.out.size() * sizeof(float)), 0)
+            << "out differs from the C++ API's";
+        EXPECT_EQ(std::memcmp(c.lse.data(), cpp.lse.data(), c.lse.size() * sizeof(float)), 0)
+            << "lse differs from the C++ API's";
+        EXPECT_NE(std::memcmp(c.out.data(), plain.out.data(), c.out.size() * sizeof(float)), 0)
+            << "the bias changed nothing";
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CApiForward, testing::Values(DType::f32, DType::f16, DType::bf16),
                          [](const testing::TestParamInfo<DType>& info) {
                            return std::string(to_string(info.param));
@@ -284,6 +380,7 @@ TEST(CApiVariants, DefaultsTurnEveryVariantOff) {
   EXPECT_EQ(v.window_right, -1);
   EXPECT_EQ(v.softcap, 0.0f);
   EXPECT_EQ(v.alibi_slopes, nullptr);
+  EXPECT_EQ(v.bias, nullptr);
 }
 
 // A struct_size short of the first generation's fields (up to alibi_slopes)
@@ -298,6 +395,24 @@ TEST(CApiVariants, RejectedVariantsNameTheirField) {
        "variants: struct_size is"},
       {[](flashattn_variants& v) { v.window_left = -2; }, "variants.window_left: is -2"},
       {[](flashattn_variants& v) { v.softcap = -1.0f; }, "variants.softcap: is -1"},
+      {[](flashattn_variants& v) {
+         static const BiasTensor bias(BiasType::f32, false, 1);
+         bias.set(v);
+         v.bias_type = 4;
+       },
+       "variants.bias_type: 4 is not a flashattn_bias_type value"},
+      {[](flashattn_variants& v) {
+         static const BiasTensor bias(BiasType::f32, false, 1);
+         bias.set(v);
+         v.bias_type = -1;
+       },
+       "variants.bias_type: -1 is not a flashattn_bias_type value"},
+      {[](flashattn_variants& v) {
+         static const BiasTensor bias(BiasType::boolean, false, 1);
+         bias.set(v);
+         v.bias_shape[2] = 4;
+       },
+       "variants.bias: seqlen_q is 4, must be 5"},
   };
   for (const auto& error : errors) {
     SCOPED_TRACE(error.message);
@@ -311,6 +426,26 @@ TEST(CApiVariants, RejectedVariantsNameTheirField) {
   }
   EXPECT_EQ(flashattn_forward_variants(nullptr, nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
   EXPECT_THAT(flashattn_last_error(), HasSubstr("params: pointer is null"));
+}
+
+// A caller built against the first-generation header passes a struct that ends
+// at alibi_slopes: it still works, and means no bias, whatever lies past its
+// struct_size.
+TEST(CApiVariants, FirstGenerationMeansNoBias) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(replay_hint(seed));
+  Tensors old(DType::f32, seed), cpp(DType::f32, seed);
+  flashattn_params p = old.c_params();
+  flashattn_variants v = c_variants();
+  const BiasTensor bias(BiasType::boolean, false, seed);
+  bias.set(v);  // past the struct_size below: not read
+  v.struct_size = offsetof(flashattn_variants, alibi_slopes) + sizeof(const float*);
+  ASSERT_EQ(flashattn_forward_variants(&p, &v), FLASHATTN_OK) << flashattn_last_error();
+  Params pp = cpp.cpp_params();
+  pp.variants = cpp_variants();
+  forward(pp);
+  EXPECT_EQ(std::memcmp(old.out.data(), cpp.out.data(), old.out.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(old.lse.data(), cpp.lse.data(), old.lse.size() * sizeof(float)), 0);
 }
 
 TEST(CApi, NullParamsIsAnInvalidArgument) {
@@ -479,6 +614,34 @@ TEST(CApiBackward, PreviousGenerationMeansNoVariants) {
   ASSERT_EQ(flashattn_backward(&bwd), FLASHATTN_OK) << flashattn_last_error();
   backward(t.cpp_params());
   t.expect_same_gradients();
+}
+
+// A boolean mask (1, 2, 6, 6) through flashattn_backward_params.variants, with
+// the forward's other variants: the C++ API's gradients, bit for bit. Its row 2
+// of head 1 is all false (dq 0 there), and every 4th element is.
+TEST(CApiBackward, BiasMatchesCppApiBitForBit) {
+  std::vector<uint8_t> mask(72);
+  for (int e = 0; e < 72; ++e) mask[size_t(e)] = e % 4 == 1 || (e >= 48 && e < 54) ? 0 : 1;
+  flashattn_variants v = c_variants();
+  v.bias = mask.data();
+  v.bias_type = FLASHATTN_BIAS_BOOL;
+  const int64_t shape[4] = {1, 2, 6, 6}, strides[4] = {72, 36, 6, 1};
+  std::copy(shape, shape + 4, v.bias_shape);
+  std::copy(strides, strides + 4, v.bias_strides);
+  BackwardTensors t(&v);
+  flashattn_backward_params bwd = t.c_params();
+  bwd.variants = &v;
+  ASSERT_EQ(flashattn_backward(&bwd), FLASHATTN_OK) << flashattn_last_error();
+  BackwardParams p = t.cpp_params();
+  p.variants = cpp_variants();
+  p.variants.bias.data = mask.data();
+  p.variants.bias.type = BiasType::boolean;
+  std::copy(shape, shape + 4, p.variants.bias.shape);
+  std::copy(strides, strides + 4, p.variants.bias.stride);
+  backward(p);
+  t.expect_same_gradients();
+  for (int c = 0; c < BackwardTensors::kD; ++c)  // row 2, head 1: fully masked
+    EXPECT_EQ(t.dq[(2 * BackwardTensors::kH + 1) * BackwardTensors::kD + c], 0.0f);
 }
 
 TEST(CApiBackward, BackendInfoReportsTheBackward) {

@@ -214,6 +214,49 @@ TEST_F(Cli, RunTwoDimensionalGroupedQueryMatchesReference) {
   EXPECT_LE(rel_l2(out.values, want), 1e-5);
 }
 
+// check and bench with a bias: check's sweep passes (forward, and backward with
+// a boolean mask broadcast over the heads), naming the bias in its labels and
+// its replay line; bench times the flash backends with it and skips standard
+// attention, which has none; bad values and --bias on `run` are usage errors.
+TEST_F(Cli, CheckAndBenchTakeABias) {
+  const CliResult forward =
+      run_cli("check --device cpu --quick --cases 8 --bias f16 --bias-broadcast batch");
+  EXPECT_EQ(forward.exit_code, 0) << forward.output;
+  EXPECT_THAT(forward.output, HasSubstr("--bias f16 --bias-broadcast batch --seed"));
+  EXPECT_THAT(forward.output, HasSubstr("bias f16 broadcast batch"));
+  EXPECT_THAT(forward.output, HasSubstr(" 0 failed"));
+  const CliResult backward =
+      run_cli("check --device cpu --quick --cases 6 --backward --bias bool --bias-broadcast heads");
+  EXPECT_EQ(backward.exit_code, 0) << backward.output;
+  EXPECT_THAT(backward.output, HasSubstr("bias bool broadcast heads"));
+  EXPECT_THAT(backward.output, HasSubstr(" 0 failed"));
+
+  const CliResult bench = run_cli("bench --device cpu --seqlen 64 --heads 2 --head-dim 16 --reps 1 "
+                                  "--bias bf16 --json '" + path("bench.json") + "'");
+  EXPECT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_THAT(bench.output, HasSubstr("bias bf16"));
+  EXPECT_THAT(bench.output, HasSubstr("has no window, softcap, ALiBi or bias"));
+  std::ifstream json(path("bench.json"));
+  std::stringstream text;
+  text << json.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("\"bias\": \"bf16\", \"bias_broadcast\": \"none\""));
+
+  const CliResult bad_type = run_cli("check --device cpu --bias int8");
+  EXPECT_EQ(bad_type.exit_code, 2) << bad_type.output;
+  EXPECT_THAT(bad_type.output, HasSubstr("--bias is 'int8', must be f32, f16, bf16 or bool"));
+  const CliResult bad_dims = run_cli("bench --device cpu --bias f32 --bias-broadcast rows");
+  EXPECT_EQ(bad_dims.exit_code, 2) << bad_dims.output;
+  EXPECT_THAT(bad_dims.output, HasSubstr("--bias-broadcast is 'rows'"));
+  const CliResult alone = run_cli("check --device cpu --bias-broadcast both");
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_THAT(alone.output, HasSubstr("--bias-broadcast needs --bias"));
+  const CliResult on_run = run_cli("run " + files() + " --bias f32");
+  EXPECT_NE(on_run.exit_code, 0) << on_run.output;
+  EXPECT_THAT(on_run.output, HasSubstr("--bias"));
+  const CliResult help = run_cli("check --help");
+  EXPECT_THAT(help.output, HasSubstr("--bias-broadcast none|batch|heads|both"));
+}
+
 // The backend tables in README.md and docs/guide.md are copies of
 // `flashattn backends --markdown`, kept between marker comments; a registry change
 // that is not copied there fails here.

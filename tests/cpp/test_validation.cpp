@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <functional>
@@ -24,12 +25,14 @@ constexpr const char* kTensors[4] = {"q", "k", "v", "out"};
 constexpr const char* kDims[4] = {"batch", "seqlen", "heads", "head_dim"};
 
 // A valid f32 problem: q, out (2, 3, 4, 8); k, v (2, 5, 2, 8); lse (2, 4, 3).
-// `arena` is spare memory for views placed next to or across each other.
+// `arena` is spare memory for views placed next to or across each other;
+// `bias` a (2, 4, 3, 5) bias for the problem (with_bias).
 struct Buffers {
   std::vector<float> q = std::vector<float>(192, 0.5f), k = std::vector<float>(160, 0.25f),
                      v = std::vector<float>(160, 1.0f), out = std::vector<float>(192, kSentinel),
                      lse = std::vector<float>(24, kSentinel),
-                     arena = std::vector<float>(400, kSentinel);
+                     arena = std::vector<float>(400, kSentinel),
+                     bias = std::vector<float>(120, 0.5f);
   bool operator==(const Buffers&) const = default;  // float ==: the sentinel is not NaN
 };
 
@@ -48,6 +51,18 @@ TensorView& view(Params& p, int tensor) {
   return *views[tensor];
 }
 
+// p with the f32 bias of b, (batch, heads_q, seqlen_q, seqlen_k) contiguous.
+void with_bias(Params& p, Buffers& b) {
+  ScoreBias& bias = p.variants.bias;
+  bias.data = b.bias.data();
+  bias.type = BiasType::f32;
+  const int64_t shape[4] = {2, 4, 3, 5}, stride[4] = {60, 15, 5, 1};
+  std::copy(shape, shape + 4, bias.shape);
+  std::copy(stride, stride + 4, bias.stride);
+}
+
+constexpr const char* kBiasDims[4] = {"batch", "heads", "seqlen_q", "seqlen_k"};
+
 struct Rule {
   std::string name;
   std::function<void(Params&, Buffers&)> breaks;
@@ -56,6 +71,102 @@ struct Rule {
 };
 
 void PrintTo(const Rule& rule, std::ostream* out) { *out << rule.name; }
+
+// The bias (flashattn::ScoreBias): each dimension of its shape wrong (batch and
+// heads may be 1, seqlen_q and seqlen_k may not), each stride negative, an
+// element type not in the enum, data not aligned to its element, a packed batch
+// or a KV cache with it, a float bias with scale 0, and out or lse over it.
+void add_bias_rules(std::vector<Rule>& r) {
+  const Status invalid = Status::invalid_argument;
+  for (int d = 0; d < 4; ++d) {
+    const std::string dim = kBiasDims[d];
+    r.push_back({"bias_" + dim + "_one_more",
+                 [d](Params& p, Buffers& b) {
+                   with_bias(p, b);
+                   p.variants.bias.shape[d] += 1;
+                 },
+                 invalid,
+                 {"variants.bias: " + dim + " is", d < 2 ? " or 1 (broadcast)" : "must be"}});
+    r.push_back({"bias_" + dim + "_stride_negative",
+                 [d](Params& p, Buffers& b) {
+                   with_bias(p, b);
+                   p.variants.bias.stride[d] = -1;
+                 },
+                 invalid,
+                 {"variants.bias: " + dim + " stride is -1", "must be >= 0"}});
+  }
+  for (int d = 2; d < 4; ++d) {
+    const std::string dim = kBiasDims[d];
+    r.push_back({"bias_" + dim + "_one_is_no_broadcast",
+                 [d](Params& p, Buffers& b) {
+                   with_bias(p, b);
+                   p.variants.bias.shape[d] = 1;
+                 },
+                 invalid,
+                 {"variants.bias: " + dim + " is 1, must be " + (d == 2 ? "3" : "5")}});
+  }
+  r.push_back({"bias_type_not_an_enum_value",
+               [](Params& p, Buffers& b) {
+                 with_bias(p, b);
+                 p.variants.bias.type = static_cast<BiasType>(9);
+               },
+               invalid,
+               {"variants.bias", "is not one of f32, f16, bf16, boolean"}});
+  r.push_back({"bias_f32_data_misaligned",
+               [](Params& p, Buffers& b) {
+                 with_bias(p, b);
+                 p.variants.bias.data = reinterpret_cast<const char*>(b.bias.data()) + 2;
+               },
+               invalid,
+               {"variants.bias: data is not aligned"}});
+  r.push_back({"bias_with_a_packed_batch",
+               [](Params& p, Buffers& b) {
+                 static const int32_t cu_q[] = {0, 3, 6}, cu_k[] = {0, 5, 10};
+                 p.q = contiguous_view(b.q.data(), DType::f32, 1, 6, 4, 8);
+                 p.out = contiguous_view(b.out.data(), DType::f32, 1, 6, 4, 8);
+                 p.k = contiguous_view(b.k.data(), DType::f32, 1, 10, 2, 8);
+                 p.v = contiguous_view(b.v.data(), DType::f32, 1, 10, 2, 8);
+                 p.sequences = {cu_q, cu_k, 2};
+                 with_bias(p, b);
+               },
+               invalid,
+               {"variants.bias: a variable-length batch takes no bias"}});
+  r.push_back({"bias_with_a_kv_cache",
+               [](Params& p, Buffers& b) {
+                 static const int32_t seqlens[] = {3, 5};
+                 p.kv_cache.seqlens = seqlens;
+                 with_bias(p, b);
+               },
+               invalid,
+               {"variants.bias: a KV-cache call takes no bias"}});
+  const std::pair<const char*, BiasType> types[] = {{"f32", BiasType::f32},
+                                                    {"f16", BiasType::f16},
+                                                    {"bf16", BiasType::bf16},
+                                                    {"bool", BiasType::boolean}};
+  for (const auto& [label, type] : types)
+    r.push_back({std::string("scale_zero_with_a_bias_") + label,
+                 [type](Params& p, Buffers& b) {
+                   with_bias(p, b);
+                   p.variants.bias.type = type;
+                   p.scale = 0.0f;
+                 },
+                 invalid,
+                 {"scale: is 0", "a bias or mask"}});
+  r.push_back({"out_over_bias",
+               [](Params& p, Buffers& b) {
+                 with_bias(p, b);
+                 p.variants.bias.data = b.out.data() + 72;  // out's last 120 elements
+               },
+               invalid,
+               {"out: memory overlaps variants.bias"}});
+  r.push_back({"lse_inside_bias",
+               [](Params& p, Buffers& b) {
+                 with_bias(p, b);
+                 p.lse = b.bias.data() + 119;  // the bias's last element
+               },
+               invalid,
+               {"lse: memory overlaps variants.bias"}});
+}
 
 std::vector<Rule> rules() {
   const Status invalid = Status::invalid_argument;
@@ -244,14 +355,15 @@ std::vector<Rule> rules() {
                  p.variants.softcap = 5.0f;
                },
                invalid,
-               {"scale: is 0", "softcap and ALiBi"}});
+               {"scale: is 0", "softcap, ALiBi"}});
   r.push_back({"scale_zero_with_alibi",
                [](Params& p, Buffers& b) {
                  p.scale = 0.0f;
                  p.variants.alibi_slopes = b.arena.data();
                },
                invalid,
-               {"scale: is 0", "softcap and ALiBi"}});
+               {"scale: is 0", "softcap, ALiBi"}});
+  add_bias_rules(r);
   for (Backend b : {Backend::cuda_naive, Backend::cuda_tiled, Backend::cuda_tf32x3,
                     Backend::cuda_f16x3, Backend::cuda_mma, Backend::cuda_wgmma}) {
     const std::string name(to_string(b));
@@ -377,13 +489,75 @@ TEST(ValidationAccepts, EveryVariantTogether) {
 }
 
 TEST(ValidationAccepts, ZeroScaleWithAWindowAlone) {
-  // Only softcap and ALiBi divide by the scale.
+  // Only softcap, ALiBi and a bias divide by the scale.
   Buffers b;
   Params p = valid_params(b);
   p.scale = 0.0f;
   p.variants.window_left = 1;
   p.variants.window_right = 3;
   expect_accepted(p, b.out);
+}
+
+TEST(ValidationAccepts, BiasBroadcastDimensionsIgnoreTheirStrides) {
+  // Size 1 on batch and heads: their strides are never used, however far they reach.
+  Buffers b;
+  Params p = valid_params(b);
+  with_bias(p, b);
+  ScoreBias& bias = p.variants.bias;
+  bias.shape[0] = bias.shape[1] = 1;
+  bias.stride[0] = bias.stride[1] = int64_t(1) << 40;
+  expect_accepted(p, b.out);
+}
+
+TEST(ValidationAccepts, BiasOfAnotherFloatTypeThanQ) {
+  // A bf16 bias on f32 tensors; a stride-0 key dimension reads one element per row.
+  Buffers b;
+  Params p = valid_params(b);
+  with_bias(p, b);
+  p.variants.bias.type = BiasType::bf16;
+  p.variants.bias.stride[3] = 0;
+  expect_accepted(p, b.out);
+}
+
+TEST(ValidationAccepts, NullBiasDataIsNoBias) {
+  // ScoreBias::data null means no bias, whatever its other fields say.
+  Buffers b;
+  Params p = valid_params(b);
+  p.variants.bias.type = static_cast<BiasType>(9);
+  p.variants.bias.shape[0] = -4;
+  p.variants.bias.stride[2] = -1;
+  expect_accepted(p, b.out);
+}
+
+TEST(ValidationBackward, RejectsGradientsOverTheBias) {
+  Buffers b;
+  Params p = valid_params(b);
+  with_bias(p, b);
+  forward(p);
+  std::vector<float> dout(192, 1.0f), dk(160, kSentinel), dv(160, kSentinel);
+  BackwardParams g;
+  g.q = p.q;
+  g.k = p.k;
+  g.v = p.v;
+  g.out = p.out;
+  g.lse = p.lse;
+  g.variants = p.variants;
+  g.dout = contiguous_view(dout.data(), DType::f32, 2, 3, 4, 8);
+  g.dq = contiguous_view(b.arena.data(), DType::f32, 2, 3, 4, 8);
+  g.dk = contiguous_view(dk.data(), DType::f32, 2, 5, 2, 8);
+  g.dv = contiguous_view(dv.data(), DType::f32, 2, 5, 2, 8);
+  g.variants.bias.data = b.arena.data() + 100;  // inside dq
+  const std::vector<float> arena = b.arena;
+  try {
+    backward(g);
+    ADD_FAILURE() << "the call was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("dq: memory overlaps variants.bias"));
+  }
+  EXPECT_EQ(b.arena, arena);
+  for (float x : dk) EXPECT_EQ(x, kSentinel);
+  for (float x : dv) EXPECT_EQ(x, kSentinel);
 }
 
 TEST(ValidationAccepts, CpuDeviceIndexIsIgnored) {

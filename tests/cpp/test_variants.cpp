@@ -1,5 +1,6 @@
-// The attention variants (flashattn::Variants: sliding windows, softcap, ALiBi)
-// on every backend of the registry, forward and backward, alone and combined
+// The attention variants (flashattn::Variants: sliding windows, softcap, ALiBi,
+// a bias or boolean mask) on every backend of the registry, forward and
+// backward, alone and combined
 // with each other and with both causal alignments, against the float64
 // reference (tools/harness; the reference itself against the harness's own
 // float64 standard attention, which writes the variants out apart from core).
@@ -48,8 +49,73 @@ harness::Case all_variants(harness::Case c, Window w, float softcap, float input
   return with_alibi(capped(windowed(c, w), softcap, input_std));
 }
 
+struct Broadcast {
+  bool batch = false, heads = false;
+};
+
+// A bias or boolean mask of `type` (tools/harness/bias.h draws it, whole rows
+// and whole tiles masked among its elements), of size 1 where it broadcasts.
+harness::Case biased(harness::Case c, BiasType type, Broadcast over = {}, bool key_major = false) {
+  c.bias = harness::Case::Bias{type, over.batch, over.heads, key_major};
+  return c;
+}
+
 constexpr Mask kMasks[] = {Mask::none, Mask::causal_top_left, Mask::causal_bottom_right};
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr BiasType kBiasTypes[] = {BiasType::f32, BiasType::f16, BiasType::bf16,
+                                   BiasType::boolean};
+constexpr Broadcast kBroadcasts[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+
+// The bias cases every backend runs. Its pattern empties whole rows (output 0,
+// lse −inf, no gradient), the first half of other rows' keys and, on 257 rows
+// or keys and more, 128 × 128 blocks: whole key tiles of whole query tiles.
+// Each bias type under each broadcast, over four shapes in turn (GQA, seqlen_q
+// above and below seqlen_k, both causal masks, batch > 1, strided views with
+// padded bias rows) and the three dtypes of q; each type with a window, a
+// softcap and ALiBi under either causal mask (once with its keys outermost in
+// memory); then the awkward shapes, negative scales, and a zero scale with a
+// boolean mask (every kept key weighs the same).
+void add_bias_cases(std::vector<harness::Case>& cases) {
+  const harness::Case shapes[] = {
+      make_case({2, 300, 280, 4, 2, 64}, DType::f32, Mask::none),
+      make_case({2, 257, 300, 2, 1, 32}, DType::f32, Mask::causal_bottom_right),
+      make_case({2, 130, 50, 2, 2, 80}, DType::f32, Mask::causal_top_left),
+      make_case({3, 70, 90, 3, 3, 16}, DType::f32, Mask::causal_bottom_right, true),
+  };
+  for (int t = 0; t < 4; ++t)
+    for (int w = 0; w < 4; ++w) {
+      harness::Case c = shapes[(t + w) % 4];
+      c.dtype = kDtypes[(t + 2 * w) % 3];
+      cases.push_back(biased(c, kBiasTypes[t], kBroadcasts[w]));
+    }
+  for (int t = 0; t < 4; ++t) {
+    cases.push_back(biased(all_variants(make_case({1, 300, 333, 4, 1, 80}, kDtypes[t % 3],
+                                                  Mask::causal_bottom_right),
+                                        {64, 0}, 30, 3),
+                           kBiasTypes[t], {false, true}));
+    cases.push_back(biased(all_variants(make_case({1, 333, 300, 4, 2, 48}, kDtypes[(t + 1) % 3],
+                                                  Mask::causal_top_left, true),
+                                        {100, 7}, 5, 3),
+                           kBiasTypes[t], {true, false}, true));
+  }
+  cases.push_back(biased(make_case({1, 1, 1, 1, 1, 1}, DType::f32, Mask::none), BiasType::boolean));
+  cases.push_back(biased(make_case({1, 1, 300, 2, 2, 200}, DType::f16, Mask::none), BiasType::f16));
+  cases.push_back(biased(make_case({1, 300, 1, 2, 1, 64}, DType::bf16, Mask::causal_bottom_right),
+                         BiasType::bf16, {false, true}));
+  cases.push_back(biased(windowed(make_case({1, 130, 50, 2, 2, 1}, DType::f32, Mask::none), {3, 2}),
+                         BiasType::f32));
+  cases.push_back(biased(make_case({2, 17, 17, 2, 2, 80}, DType::bf16, Mask::none, true),
+                         BiasType::boolean, {}, true));
+  cases.push_back(
+      biased(make_case({1, 40, 70, 8, 2, 32}, DType::f16, Mask::causal_bottom_right, true),
+             BiasType::f32, {true, false}));
+  cases.push_back(biased(make_case({1, 2, 3000, 2, 1, 128}, DType::bf16, Mask::none),
+                         BiasType::boolean, {true, true}));
+  harness::Case negative = make_case({1, 65, 65, 2, 2, 32}, DType::f32, Mask::causal_top_left);
+  negative.scale = -0.5f;
+  cases.push_back(biased(negative, BiasType::boolean));
+  cases.push_back(biased(negative, BiasType::bf16, {false, true}));
+}
 
 // Every backend: windows of each kind (both sides, the left or the right side
 // alone, zero width, as wide as a key tile, wider than the sequence) under
@@ -94,6 +160,7 @@ std::vector<harness::Case> variant_cases() {
     cases.push_back(
         all_variants(make_case({1, 2, 3000, 2, 1, 128}, dtype, Mask::none), {500, 100}, 30, 3));
   }
+  add_bias_cases(cases);
   return cases;
 }
 
@@ -118,6 +185,29 @@ std::vector<harness::Case> gpu_variant_cases() {
         all_variants(make_case({1, 513, 700, 2, 1, 128}, dtype, Mask::causal_bottom_right, true),
                      {128, 0}, 30, 3));
   }
+  // A bias at the tile edges too: whole 128 × 128 blocks masked inside long
+  // rows, with windows, softcap and ALiBi; head dims 64 to 256; one query row
+  // per head of a GQA group (the tensor-core kernels may put a group's heads in
+  // one tile, each with its own bias rows); cuda_f16x3's widest heads.
+  for (DType dtype : kDtypes) {
+    cases.push_back(biased(make_case({1, 1000, 1000, 2, 1, 128}, dtype, Mask::causal_top_left),
+                           BiasType::boolean, {false, true}));
+    cases.push_back(biased(
+        windowed(make_case({2, 1000, 1000, 2, 2, 64}, dtype, Mask::none), {200, 300}),
+        BiasType::f16));
+    cases.push_back(biased(
+        capped(make_case({1, 257, 1000, 4, 2, 64}, dtype, Mask::causal_bottom_right), 30, 3),
+        BiasType::f32, {true, true}));
+    cases.push_back(biased(
+        all_variants(make_case({1, 513, 700, 2, 1, 128}, dtype, Mask::causal_bottom_right, true),
+                     {128, 0}, 30, 3),
+        BiasType::bf16, {}, true));
+    cases.push_back(biased(make_case({1, 300, 300, 2, 1, 256}, dtype, Mask::none),
+                           BiasType::boolean, {true, false}));
+    cases.push_back(biased(make_case({2, 1, 1000, 8, 2, 128}, dtype, Mask::none), BiasType::f32));
+  }
+  cases.push_back(biased(make_case({1, 40, 1000, 2, 1, 1000}, DType::f32, Mask::causal_bottom_right),
+                         BiasType::boolean, {false, true}));
   return cases;
 }
 

@@ -32,8 +32,18 @@ def alibi_bias(alibi_slopes, seqlen_q, seqlen_k, off):
     return -np.asarray(alibi_slopes, dtype=np.float64)[:, None, None] * distance
 
 
+def mask_bias(attn_mask):
+    """attn_mask as the float64 addend of the scores, in a shape that broadcasts to (batch,
+    heads_q, seqlen_q, seqlen_k) as PyTorch broadcasts it: a bool mask is 0 where True and
+    -inf where False, a float one its values."""
+    attn_mask = np.asarray(attn_mask)
+    if attn_mask.dtype == bool:
+        return np.where(attn_mask, 0.0, -np.inf)
+    return attn_mask.astype(np.float64)
+
+
 def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
-                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, attn_mask=None):
     """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), float64.
 
     Query head h reads kv head h // (heads_q // heads_kv). The mask comes first: a key a row
@@ -42,7 +52,9 @@ def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", s
     non-finite values included (NaN in a score it sees, or a largest score of ±Inf, makes
     the row NaN; NaN or Inf in a v row it sees reaches that column). The variants as
     flashattn.attention defines them: window_size masks (visible_keys), softcap c > 0 turns
-    each scaled score s into c·tanh(s/c), then ALiBi adds -slope_h·|i + off - j|.
+    each scaled score s into c·tanh(s/c), then ALiBi adds -slope_h·|i + off - j|, then
+    attn_mask adds its bias (mask_bias). With attn_mask, a row whose every score is -inf
+    sees no key: out 0, lse -inf.
     """
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -52,7 +64,6 @@ def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", s
     if scale is None:
         scale = 1.0 / np.sqrt(head_dim)
     visible = visible_keys(seqlen_q, seqlen_k, causal, causal_alignment, window_size)
-    has_keys = visible.any(axis=1)  # (seqlen_q,)
     with np.errstate(invalid="ignore", over="ignore"):
         scores = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
         if softcap > 0:
@@ -60,20 +71,24 @@ def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", s
         if alibi_slopes is not None:
             off = alignment(seqlen_q, seqlen_k, causal, causal_alignment)
             scores = scores + alibi_bias(alibi_slopes, seqlen_q, seqlen_k, off)
+        if attn_mask is not None:
+            scores = scores + mask_bias(attn_mask)
         scores = np.where(visible, scores, -np.inf)
+        # (seqlen_q, 1), or with a mask (batch, heads_q, seqlen_q, 1).
+        has_keys = (visible.any(axis=-1) if attn_mask is None
+                    else ~np.isneginf(scores).all(axis=-1))[..., None]
         # Rows without keys get max 0 so their (all -inf) scores give weights 0, not NaN.
-        row_max = np.where(has_keys[:, None], scores.max(axis=-1, keepdims=True, initial=-np.inf),
-                           0.0)
+        row_max = np.where(has_keys, scores.max(axis=-1, keepdims=True, initial=-np.inf), 0.0)
         weights = np.exp(scores - row_max)
         row_sum = weights.sum(axis=-1, keepdims=True)
-        probs = weights / np.where(has_keys[:, None], row_sum, 1.0)
+        probs = weights / np.where(has_keys, row_sum, 1.0)
         if np.isfinite(v).all():
             out = np.einsum("bhqk,bkhd->bqhd", probs, v)
         else:  # 0 · Inf is NaN: keys a row does not see must not reach it at all
             terms = probs[..., None] * v.transpose(0, 2, 1, 3)[:, :, None]  # (b, h, q, k, d)
             out = np.where(visible[..., None], terms, 0.0).sum(axis=3).transpose(0, 2, 1, 3)
     with np.errstate(divide="ignore", invalid="ignore"):
-        lse = np.where(has_keys, (row_max + np.log(row_sum))[..., 0], -np.inf)
+        lse = np.where(has_keys, row_max + np.log(row_sum), -np.inf)[..., 0]
     return out, lse
 
 
@@ -96,7 +111,7 @@ def assert_lse_close(lse, expected, tol):
 
 def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="top_left",
                              scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                             dtype=np.float64):
+                             attn_mask=None, dtype=np.float64):
     """(out, dq, dk, dv) of standard attention with every step done in NumPy's `dtype`:
     float64 is the oracle for the backward, a 16-bit dtype the same computation at that
     precision (the error a plain implementation in that dtype makes).
@@ -104,8 +119,9 @@ def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="t
     With P = softmax(S) (masked), S = scale·q·kᵀ through the variants (reference_attention):
     dv = Pᵀ·dout, dP = dout·vᵀ, dS = P∘(dP − D) with D_i = Σ_c dout_ic·out_ic, times the
     softcap's derivative 1 − tanh², dq = scale·dS·k, dk = scale·dSᵀ·q (ALiBi's bias has
-    none). A row that sees no key has P 0, so dq 0; grouped-query dk and dv sum over the
-    query heads of a kv head's group. Finite inputs only.
+    none, nor attn_mask's). A row that sees no key (attn_mask's fully masked rows too) has
+    P 0, so dq 0; grouped-query dk and dv sum over the query heads of a kv head's group.
+    Finite inputs only (attn_mask's -inf apart).
     """
     q, k, v, dout = (np.asarray(x, dtype=dtype) for x in (q, k, v, dout))
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -125,6 +141,8 @@ def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="t
     if alibi_slopes is not None:
         off = alignment(seqlen_q, seqlen_k, causal, causal_alignment)
         scores = (scores + alibi_bias(alibi_slopes, seqlen_q, seqlen_k, off)).astype(dtype)
+    if attn_mask is not None:
+        scores = (scores + mask_bias(attn_mask)).astype(dtype)
     scores = np.where(visible, scores, -np.inf).astype(dtype)
     row_max = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
     row_max = np.where(np.isneginf(row_max), 0, row_max).astype(dtype)

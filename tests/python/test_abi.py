@@ -124,6 +124,25 @@ def test_no_variants_are_the_headers_defaults(tmp_path):
     assert _abi.NO_VARIANTS[3] == 0
 
 
+def test_no_variants_pack_as_the_headers_defaults(tmp_path):
+    """What the package sends for "every variant off", the bias fields included, is
+    flashattn_variants_defaults() byte for byte."""
+    printed = c_program_output(tmp_path, [
+        '#include <stdio.h>', '#include "flashattn/flashattn.h"', 'int main(void) {',
+        'flashattn_variants v = flashattn_variants_defaults();',
+        'fwrite(&v, sizeof v, 1, stdout);', 'return 0;', '}'])
+    assert printed == _abi.pack_variants(*_abi.NO_VARIANTS)
+
+
+def test_bias_types_are_the_headers(tmp_path):
+    printed = c_program_output(tmp_path, [
+        '#include <stdio.h>', '#include "flashattn/flashattn.h"', 'int main(void) {',
+        'printf("%d %d %d %d", FLASHATTN_BIAS_F32, FLASHATTN_BIAS_F16, FLASHATTN_BIAS_BF16, '
+        'FLASHATTN_BIAS_BOOL);', 'return 0;', '}']).decode()
+    assert printed.split() == [str(t) for t in (_abi.BIAS_F32, _abi.BIAS_F16, _abi.BIAS_BF16,
+                                                _abi.BIAS_BOOL)]
+
+
 def test_kv_cache_defaults_are_the_headers(tmp_path):
     """What the package sends for "nothing appended" (NO_TENSOR) and a checked call match
     flashattn_kv_cache_defaults() apart from the fields every call sets."""

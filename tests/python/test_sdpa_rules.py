@@ -1,7 +1,8 @@
 """flashattn.sdpa takes PyTorch's rule for each argument it shares with
 torch.nn.functional.scaled_dot_product_attention. Every case makes the same call on both and
 expects the same outcome: both succeed with the same result, or both raise the same exception
-class. The one deliberate difference (a NaN or infinite scale) is tested as such."""
+class. The deliberate differences (a NaN or infinite scale; a float attn_mask of another
+dtype than query's; a mask that requires grad) are tested as such."""
 import contextlib
 import re
 from decimal import Decimal
@@ -33,6 +34,18 @@ def outcome(sdpa, call):
         return None, e
 
 
+def drawn_masks():
+    """attn_mask values for inputs()' sizes (batch 2, heads 4, seqlen_q 5, seqlen_k 7): bool
+    masks that leave every row a key, and float biases (some -inf)."""
+    generator = torch.Generator().manual_seed(12)
+    keep = torch.rand(2, 4, 5, 7, generator=generator) < 0.7
+    keep[..., 0] = True
+    bias = torch.randn(2, 4, 5, 7, generator=generator).masked_fill(~keep, -float("inf"))
+    return keep, bias
+
+
+KEEP, BIAS = drawn_masks()
+
 # Calls PyTorch accepts: flashattn gives the same output (fp32: within 1e-5 relative L2).
 ACCEPTED = {
     "scale_negative": lambda f, q, k, v: f(q, k, v, scale=-0.7),
@@ -57,6 +70,21 @@ ACCEPTED = {
     "dropout_p_false": lambda f, q, k, v: f(q, k, v, dropout_p=False),
     "dropout_p_tensor_zero": lambda f, q, k, v: f(q, k, v, dropout_p=torch.tensor(0.0)),
     "enable_gqa_true": lambda f, q, k, v: f(q, k[:, :2], v[:, :2], enable_gqa=True),
+    "attn_mask_none": lambda f, q, k, v: f(q, k, v, attn_mask=None),
+    "attn_mask_bool_2d": lambda f, q, k, v: f(q, k, v, attn_mask=KEEP[0, 0]),
+    "attn_mask_bool_3d": lambda f, q, k, v: f(q, k, v, attn_mask=KEEP[0]),
+    "attn_mask_bool_4d": lambda f, q, k, v: f(q, k, v, attn_mask=KEEP),
+    "attn_mask_bool_positional": lambda f, q, k, v: f(q, k, v, KEEP[:, :1]),
+    "attn_mask_bool_key_padding": lambda f, q, k, v: f(q, k, v, attn_mask=KEEP[:, :1, :1]),
+    "attn_mask_bool_expanded": lambda f, q, k, v: f(q, k, v,
+                                                    attn_mask=KEEP[0, 0].expand(2, 4, 5, 7)),
+    "attn_mask_bool_is_causal": lambda f, q, k, v: f(q, k, v, attn_mask=KEEP, is_causal=True),
+    "attn_mask_float_2d": lambda f, q, k, v: f(q, k, v, attn_mask=BIAS[1, 2]),
+    "attn_mask_float_4d": lambda f, q, k, v: f(q, k, v, attn_mask=BIAS),
+    "attn_mask_float_strided": lambda f, q, k, v: f(q, k, v, attn_mask=BIAS.transpose(0, 1)[:, 0]),
+    "attn_mask_float_scale": lambda f, q, k, v: f(q, k, v, attn_mask=BIAS, scale=-0.3),
+    "attn_mask_float_gqa": lambda f, q, k, v: f(q, k[:, :2], v[:, :2], attn_mask=BIAS,
+                                                enable_gqa=True),
 }
 
 # Calls PyTorch refuses: flashattn raises the same class, and both messages contain the word.
@@ -118,6 +146,51 @@ def test_refused_as_in_torch(call, word):
     _, error = outcome(flashattn.sdpa, call)
     assert type(error) is type(torch_error), f"torch: {torch_error!r}; flashattn: {error!r}"
     assert word in str(torch_error) and word in str(error)
+
+
+# Masks both refuse: torch raises RuntimeError (IndexError for fewer than 2 dimensions),
+# flashattn InvalidArgumentError naming attn_mask and the rule.
+MASKS_REFUSED = {
+    "keys": (KEEP[..., :6], r"attn_mask: has shape \(2, 4, 5, 6\), must broadcast to"),
+    "batch": (KEEP[:1].expand(3, 4, 5, 7), r"attn_mask: has shape \(3, 4, 5, 7\)"),
+    "one_dim": (KEEP[0, 0, 0], r"attn_mask: has shape \(7,\)"),
+    "five_dims": (KEEP[None], r"attn_mask: has shape \(1, 2, 4, 5, 7\)"),
+    "float64": (BIAS.double(), "attn_mask: dtype is torch.float64"),
+    "int": (KEEP.int(), "attn_mask: dtype is torch.int32"),
+    "uint8": (KEEP.to(torch.uint8), "attn_mask: dtype is torch.uint8"),
+}
+
+
+@pytest.mark.parametrize("mask,words", list(MASKS_REFUSED.values()), ids=list(MASKS_REFUSED))
+def test_masks_refused_as_in_torch(mask, words):
+    _, torch_error = outcome(F.scaled_dot_product_attention,
+                             lambda f, q, k, v: f(q, k, v, attn_mask=mask))
+    assert isinstance(torch_error, (RuntimeError, IndexError)), repr(torch_error)
+    with pytest.raises(flashattn.InvalidArgumentError, match=words):
+        flashattn.sdpa(*inputs(), attn_mask=mask)
+
+
+def test_a_bias_of_another_float_dtype_is_a_deliberate_difference():
+    """torch takes a float attn_mask of query's dtype (or float32) only; flashattn takes any
+    of its float dtypes, the same values giving the same result."""
+    query, key, value = inputs()
+    half = BIAS.half()
+    with pytest.raises(RuntimeError, match="attn_mask dtype"):
+        F.scaled_dot_product_attention(query, key, value, attn_mask=half)
+    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=half.float())
+    assert rel_l2(flashattn.sdpa(query, key, value, attn_mask=half).numpy(),
+                  expected.numpy()) <= 1e-5
+
+
+def test_a_mask_that_requires_grad_is_a_deliberate_difference():
+    """torch differentiates attn_mask; flashattn computes no gradient for it and says so."""
+    query, key, value = inputs()
+    bias = BIAS.clone().requires_grad_()
+    F.scaled_dot_product_attention(query, key, value, attn_mask=bias).sum().backward()
+    assert bias.grad is not None
+    with pytest.raises(flashattn.UnsupportedError,
+                       match="gradients with respect to attn_mask are not computed; detach it"):
+        flashattn.sdpa(query, key, value, attn_mask=bias)
 
 
 @pytest.mark.parametrize("scale", [float("nan"), float("inf"), -float("inf"), 1e39],

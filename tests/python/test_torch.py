@@ -112,9 +112,9 @@ def attention_bhsd(q, k, v, **options):
 
 
 SDPA_ERRORS = [
-    ("attn_mask", lambda q, k, v: flashattn.sdpa(q, k, v, attn_mask=torch.ones(5, 6, dtype=bool),
+    ("attn_mask", lambda q, k, v: flashattn.sdpa(q, k, v, attn_mask=torch.ones(5, 7, dtype=bool),
                                                  enable_gqa=True),
-     NotImplementedError, "attn_mask"),
+     ValueError, r"attn_mask: has shape \(5, 7\), must broadcast to"),
     ("dropout", lambda q, k, v: flashattn.sdpa(q, k, v, dropout_p=0.1, enable_gqa=True),
      NotImplementedError, "dropout_p: is 0.1"),
     ("gqa", lambda q, k, v: flashattn.sdpa(q, k, v), ValueError, "enable_gqa=True"),

@@ -6,7 +6,7 @@ import torch
 import flashattn
 from attention_reference import (alibi_bias, alignment, reference_attention, rel_l2,
                                  visible_keys)
-from variant_cases import options_with_slopes
+from variant_cases import options_with_mask, options_with_slopes
 from varlen_cases import packed_problem
 
 
@@ -55,11 +55,12 @@ def causal_mask(seqlen_q, seqlen_k, alignment, device):
 
 
 def plain_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
-                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, attn_mask=None):
     """Standard attention on (batch, seqlen, heads, head_dim) tensors, every step in their
     dtype and differentiable by torch: the scores materialised, through the variants as
-    attention_reference defines them, grouped-query k and v repeated per query head. A row
-    that sees no key gives 0 (and no gradient)."""
+    attention_reference defines them (attn_mask: a bool mask, or a float bias taken in q's
+    dtype), grouped-query k and v repeated per query head. A row that sees no key, or whose
+    every score attn_mask makes -inf, gives 0 (and no gradient)."""
     group = q.shape[2] // k.shape[2]
     k, v = (x.repeat_interleave(group, dim=2) for x in (k, v))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -71,10 +72,16 @@ def plain_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale
         off = alignment(seqlen_q, seqlen_k, causal, causal_alignment)
         bias = alibi_bias(as_float64(alibi_slopes), seqlen_q, seqlen_k, off)
         scores = scores + torch.from_numpy(bias).to(device=q.device, dtype=q.dtype)
+    if attn_mask is not None:
+        attn_mask = attn_mask.to(q.device)
+        scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                  else scores + attn_mask.to(q.dtype))
     visible = torch.from_numpy(visible_keys(seqlen_q, seqlen_k, causal, causal_alignment,
                                             window_size)).to(q.device)
-    has_keys = visible.any(dim=1)[:, None]
-    scores = scores.masked_fill(~visible, float("-inf")).masked_fill(~has_keys, 0.0)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    has_keys = (visible.any(dim=1)[:, None] if attn_mask is None
+                else ~torch.isneginf(scores).all(dim=-1, keepdim=True))
+    scores = scores.masked_fill(~has_keys, 0.0)
     probs = torch.softmax(scores, dim=-1).masked_fill(~has_keys, 0.0)
     return torch.einsum("bhqk,bkhd->bqhd", probs, v)
 
@@ -127,6 +134,19 @@ def variant_case(case, heads=(4, 2), head_dim=32, dtype=torch.float32, device="c
         options, heads[0], lambda slopes: torch.from_numpy(slopes).to(device))
 
 
+def mask_case(case, heads=(4, 2), head_dim=32, dtype=torch.float32, device="cpu",
+              bias_dtype=None):
+    """variant_case for one of variant_cases.MASK_CASES: its attn_mask a torch tensor on
+    `device` (a float bias in bias_dtype where given, else the case's dtype)."""
+    q, k, v, dout, options = variant_case(case, heads, head_dim, dtype, device)
+
+    def as_tensor(mask):
+        mask = torch.from_numpy(mask).to(device)
+        return mask.to(bias_dtype) if bias_dtype and mask.is_floating_point() else mask
+    return q, k, v, dout, options_with_mask(options, q.shape[0], heads[0], q.shape[1],
+                                            k.shape[1], as_tensor)
+
+
 def varlen_case(case, heads=(4, 2), head_dim=16, dtype=torch.float32, device="cpu"):
     """q, k, v, dout (packed (total, heads, head_dim)), cu_seqlens_q, cu_seqlens_k (int32)
     and the options of one of varlen_cases.CASES as torch tensors on `device`."""
@@ -141,9 +161,14 @@ def varlen_case(case, heads=(4, 2), head_dim=16, dtype=torch.float32, device="cp
 
 
 def numpy_options(options):
-    """options with ALiBi's slopes as a NumPy array, for the NumPy reference and path."""
-    slopes = options.get("alibi_slopes")
-    return options if slopes is None else dict(options, alibi_slopes=slopes.cpu().numpy())
+    """options with ALiBi's slopes and attn_mask as NumPy arrays, for the NumPy reference and
+    path (a bfloat16 bias as float32, which holds its values)."""
+    arrays = {}
+    for name in ("alibi_slopes", "attn_mask"):
+        t = options.get(name)
+        if t is not None:
+            arrays[name] = (t.float() if t.dtype == torch.bfloat16 else t).cpu().numpy()
+    return dict(options, **arrays)
 
 
 def gpu_backends(backward=False):

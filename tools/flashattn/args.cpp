@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "bias.h"
+
 namespace flashattn::cli {
 namespace {
 
@@ -188,8 +190,36 @@ std::string VariantOptions::command_line() const {
   return out;
 }
 
+BiasOptions parse_bias(Options& options) {
+  const std::optional<std::string> type = options.value("bias");
+  const std::optional<std::string> broadcast = options.value("bias-broadcast");
+  BiasOptions b;
+  if (!type) {
+    if (broadcast) throw UsageError("--bias-broadcast needs --bias");
+    return b;
+  }
+  const std::optional<BiasType> t = harness::bias_type_from_string(*type);
+  if (!t) throw UsageError("--bias is '" + *type + "', must be f32, f16, bf16 or bool");
+  const std::string dims = broadcast.value_or("none");
+  if (dims != "none" && dims != "batch" && dims != "heads" && dims != "both")
+    throw UsageError("--bias-broadcast is '" + dims + "', must be none, batch, heads or both");
+  b.bias = harness::Case::Bias{*t, dims == "batch" || dims == "both",
+                               dims == "heads" || dims == "both", false};
+  return b;
+}
+
+void BiasOptions::apply_to(harness::Case& c) const { c.bias = bias; }
+
+std::string BiasOptions::command_line() const {
+  if (!bias) return "";
+  const std::string dims = harness::bias_broadcast_name(*bias);
+  return " --bias " + harness::bias_type_name(bias->type) +
+         (dims == "none" ? "" : " --bias-broadcast " + dims);
+}
+
 bool has_variants(const harness::Case& c) {
-  return c.window_left >= 0 || c.window_right >= 0 || c.softcap > 0.0f || c.alibi;
+  return c.window_left >= 0 || c.window_right >= 0 || c.softcap > 0.0f || c.alibi ||
+         c.bias.has_value();
 }
 
 std::vector<std::string> split_list(const std::string& list) {

@@ -57,6 +57,15 @@ struct VariantOptions {
   std::string command_line() const;  // " --window 4096,0 --softcap 30 --alibi", "" for none
 };
 VariantOptions parse_variants(Options& options);
+// The bias options of check and bench, --bias TYPE and --bias-broadcast DIMS, as
+// harness::Case holds them.
+struct BiasOptions {
+  std::optional<harness::Case::Bias> bias;  // none: no bias
+  void apply_to(harness::Case& c) const;
+  std::string command_line() const;  // " --bias bool --bias-broadcast heads", "" for none
+};
+BiasOptions parse_bias(Options& options);
+// Whether c has a window, softcap, ALiBi or a bias (standard attention has none).
 bool has_variants(const harness::Case& c);
 // The variant options' --help lines, the same for every subcommand that takes them.
 inline constexpr const char* kVariantsHelp = R"(
@@ -68,6 +77,20 @@ variants (each off by default; any combination, with --causal too):
   --softcap C          each scaled score s becomes C*tanh(s/C) (C > 0)
   --alibi              ALiBi: score i, j of query head h gets -slope_h*|i+off-j|,
                        slope_h = 2^(-8(h+1)/H) for H query heads
+)";
+// The bias options' --help lines (check and bench).
+inline constexpr const char* kBiasHelp = R"(
+bias (off by default; with any variant and --causal too):
+  --bias f32|f16|bf16|bool
+                       a bias tensor (B, H, Nq, Nk) added to each scaled score
+                       after softcap and ALiBi, or a boolean mask (zero: the
+                       key is masked), drawn at random per case: normal values
+                       of standard deviation 2 with a tenth of them -inf, or 7
+                       in 10 keys kept; every 7th row and 128x128 blocks wholly
+                       masked (a row with only -inf scores gives 0, lse -inf)
+  --bias-broadcast none|batch|heads|both
+                       the dimensions the bias has size 1 on, broadcast
+                       (default none)
 )";
 std::vector<std::string> split_list(const std::string& list);  // "a,b,c"
 std::string device_label(Device device);  // "cpu", "cuda:0"

@@ -21,9 +21,10 @@ at least 3 runs, more until --reps or about 1 s), TFLOP/s (4·B·H·Nq·Nk·d, h
 for causal), peak extra memory (CPU: measured heap high-water mark; GPU: device
 buffers held), max abs and relative L2 error against the float64 reference
 (on at most 256 sampled query rows) and the speed-up over standard attention.
-Without shape options it runs a default table for the device. The variant
-options apply to every shape (TFLOP/s then count the (row, key) pairs a window
-leaves visible); standard attention has no variants and is skipped with them.
+Without shape options it runs a default table for the device. The variant and
+bias options apply to every shape (TFLOP/s then count the (row, key) pairs a
+window leaves visible, masked by a bias or not); standard attention has no
+variants and is skipped with them.
 
 shape options (any of them benchmarks that one shape instead of the table):
   --batch B            default 1
@@ -122,13 +123,14 @@ std::vector<std::string> implementations(Options& options, DeviceKind device) {
 
 int bench_main(Options& options) {
   if (options.help()) {
-    std::cout << kHelp << kVariantsHelp;
+    std::cout << kHelp << kVariantsHelp << kBiasHelp;
     return 0;
   }
   BenchConfig config;
   config.device = parse_device(options);
   const std::optional<harness::Case> one_shape = shape_from_flags(options);
   const VariantOptions variants = parse_variants(options);
+  const BiasOptions bias = parse_bias(options);
   const std::vector<std::string> impls = implementations(options, config.device.kind);
   config.max_reps = int(options.integer("reps", 1, 1000000).value_or(config.max_reps));
   config.seed = uint64_t(options.integer("seed", 0, INT64_MAX).value_or(int64_t(config.seed)));
@@ -139,7 +141,10 @@ int bench_main(Options& options) {
   std::vector<harness::Case> shapes = one_shape ? std::vector<harness::Case>{*one_shape}
                                       : on_gpu  ? default_gpu_table()
                                                 : default_cpu_table();
-  for (harness::Case& c : shapes) variants.apply_to(c);
+  for (harness::Case& c : shapes) {
+    variants.apply_to(c);
+    bias.apply_to(c);
+  }
   BenchRecord record{on_gpu ? gpu::device_name(config.device.index) : "cpu: " + cpu_model(),
                      git_commit(), utc_now_iso8601(), {}};
   std::cout << "device: " << record.device << " (" << device_label(config.device) << ")\n";

@@ -59,7 +59,7 @@ Runner standard_runner(const harness::Problem& problem, Device device) {
   const AttnParams attn = attn_params(problem.params(Backend::automatic));
   Runner r;
   if (has_variants(problem.spec())) {
-    r.skip = "skipped: standard attention (tools/baselines) has no window, softcap or ALiBi";
+    r.skip = "skipped: standard attention (tools/baselines) has no window, softcap, ALiBi or bias";
     return r;
   }
   if (device.kind == DeviceKind::cpu) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "args.h"
+#include "bias.h"
 #include "format.h"
 
 namespace flashattn::cli {
@@ -78,7 +79,11 @@ std::string json_row(const BenchRow& row) {
     out += ", \"window_left\": " + std::to_string(row.shape.window_left) +
            ", \"window_right\": " + std::to_string(row.shape.window_right) +
            ", \"softcap\": " + json_number(row.shape.softcap) +
-           ", \"alibi\": " + (row.shape.alibi ? "true" : "false");
+           ", \"alibi\": " + (row.shape.alibi ? "true" : "false") +
+           ", \"bias\": " +
+           (row.shape.bias ? json_string(harness::bias_type_name(row.shape.bias->type)) : "null") +
+           ", \"bias_broadcast\": " +
+           (row.shape.bias ? json_string(harness::bias_broadcast_name(*row.shape.bias)) : "null");
   if (!m) out += ", \"note\": " + json_string(row.note);
   return out + "}";
 }

@@ -20,10 +20,10 @@ Runs each backend on a sweep of cases and scores its output and lse against the
 float64 reference: fixed awkward shapes first (seqlen 1, 17, 1000; head_dim 1,
 3, 80, 200; seqlen_q != seqlen_k; grouped-query heads; strided views; both
 causal alignments; on the GPU also head_dim 1024 and seqlen 4097), then random
-shapes, dtypes, masks, scales and input spreads. The variant options apply to
-every case. Prints PASS or FAIL per case and backend (with the error summary for
-failures; SKIP where the backend declines the case), then "N passed, M failed";
-exits 1 if any case failed.
+shapes, dtypes, masks, scales and input spreads. The variant and bias options
+apply to every case. Prints PASS or FAIL per case and backend (with the error
+summary for failures; SKIP where the backend declines the case), then "N passed,
+M failed"; exits 1 if any case failed.
 
 options:
   --device cpu|cuda[:N]  default: cuda when a GPU is visible, else cpu
@@ -118,7 +118,7 @@ bool runs(Backend backend, const harness::Case& c, bool backward) {
 
 int check_main(Options& options) {
   if (options.help()) {
-    std::cout << kHelp << kVariantsHelp;
+    std::cout << kHelp << kVariantsHelp << kBiasHelp;
     return 0;
   }
   const Device device = parse_device(options);
@@ -126,6 +126,7 @@ int check_main(Options& options) {
   const bool quick = options.flag("quick");
   const bool backward = options.flag("backward");
   const VariantOptions variants = parse_variants(options);
+  const BiasOptions bias = parse_bias(options);
   const int count =
       int(options.integer("cases", 1, 1000000).value_or(default_check_cases(quick)));
   const std::optional<int64_t> given_seed = options.integer("seed", 0, INT64_MAX);
@@ -138,12 +139,15 @@ int check_main(Options& options) {
             << " for " << join(names, ", ") << "\nreplay: flashattn check --device "
             << device_label(device) << " --backends " << join(names, ",") << " --cases " << count
             << (quick ? " --quick" : "") << (backward ? " --backward" : "")
-            << variants.command_line() << " --seed " << seed << "\n";
+            << variants.command_line() << bias.command_line() << " --seed " << seed << "\n";
 
   const auto start = std::chrono::steady_clock::now();
   int passed = 0, failed = 0, skipped = 0;
   std::vector<CheckCase> cases = check_cases(device.kind, count, seed, quick);
-  for (CheckCase& c : cases) variants.apply_to(c.spec);
+  for (CheckCase& c : cases) {
+    variants.apply_to(c.spec);
+    bias.apply_to(c.spec);
+  }
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string index = counter(i + 1, cases.size());
     if (backward && harness::flop_count(cases[i].spec) > kBackwardFlopLimit) continue;

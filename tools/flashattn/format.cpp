@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "bias.h"
+
 namespace flashattn::cli {
 
 std::string format_bytes(size_t bytes) {
@@ -56,6 +58,11 @@ std::string shape_label(const harness::Case& c) {
     out += softcap;
   }
   if (c.alibi) out += " alibi";
+  if (c.bias) {
+    out += " bias " + harness::bias_type_name(c.bias->type);
+    if (c.bias->broadcast_batch || c.bias->broadcast_heads)
+      out += " broadcast " + harness::bias_broadcast_name(*c.bias);
+  }
   return out;
 }
 

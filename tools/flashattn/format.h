@@ -13,7 +13,7 @@ std::string format_fixed(double x, int digits);  // "%.*f"
 std::string format_sci(double x);                // "1.2e-07"
 std::string counter(size_t i, size_t n);         // "[ 3/40]"
 // "B1 N1024 H16 d64 f16 causal-br", with "Nq.. Nk.." and "Hq.. Hkv.." where they differ,
-// and the variants: "window(4096,0) softcap 30 alibi".
+// and the variants: "window(4096,0) softcap 30 alibi bias bool broadcast heads".
 std::string shape_label(const harness::Case& c);
 std::string mask_name(Mask mask);  // "none", "top_left", "bottom_right"
 

@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "bias.h"
 #include "buffer.h"
 #include "core/half.h"
 #include "standard_backward.h"
@@ -80,6 +81,7 @@ struct GradProblem::Storage {
   std::vector<float> lse;
   DeviceBuffer lse_device;
   SlopeBuffer slopes;
+  BiasBuffer bias;
   SequenceBuffer sequences;
 };
 
@@ -101,6 +103,7 @@ GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
   std::normal_distribution<float> normal(0.0f, c.input_std);
   fill({&st.q, &st.k, &st.v, &st.dout}, c.dtype, [&] { return normal(rng); });
   st.slopes = SlopeBuffer(c, device);
+  st.bias = BiasBuffer(c, device, rng);
   if (device.kind == DeviceKind::cuda) {
     for (Buffer* buf : {&st.q, &st.k, &st.v, &st.out, &st.dout, &st.dq, &st.dk, &st.dv}) {
       buf->device = DeviceBuffer(buf->host.size(), device.index);
@@ -124,7 +127,7 @@ Params GradProblem::forward_params(Backend backend) const {
                                            : const_cast<float*>(st.lse.data());
   p.scale = case_.scale;
   p.mask = case_.mask;
-  p.variants = variants_of(case_, st.slopes.on(device_.kind));
+  p.variants = variants_of(case_, st.slopes.on(device_.kind), st.bias.on(device_.kind));
   p.sequences = st.sequences.on(device_.kind);
   p.backend = backend;
   return p;
@@ -196,9 +199,11 @@ struct PartGradients {
 };
 
 // The part of case c whose inputs are q, k, v and dout (its values,
-// contiguous); sizes and mask are the part's own.
-PartGradients part_gradients(const Case& c, const float* slopes, Backend backend, Sizes sizes,
-                             const std::vector<float> (&x)[4]) {
+// contiguous); sizes and mask are the part's own; `bias` the whole (dense)
+// case's, on the host (packed cases take none).
+PartGradients part_gradients(const Case& c, const float* slopes, const BiasBuffer& bias,
+                             Backend backend, Sizes sizes, const std::vector<float> (&x)[4]) {
+  const ScoreBias host_bias = bias.on(DeviceKind::cpu);
   const AttnParams shape = [&] {
     Params p;
     p.q = contiguous_view(nullptr, DType::f32, sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim);
@@ -207,11 +212,11 @@ PartGradients part_gradients(const Case& c, const float* slopes, Backend backend
     p.out = p.q;
     p.scale = c.scale;
     p.mask = c.mask;
-    p.variants = variants_of(c, slopes);
+    p.variants = variants_of(c, slopes, host_bias);
     return attn_params(p);
   }();
-  const HostProblem host{shape.sizes, shape.mask, shape.softmax.scale, score_rule(c, slopes),
-                         &x[0], &x[1], &x[2], &x[3]};
+  const HostProblem host{shape.sizes, shape.mask, shape.softmax.scale,
+                         score_rule(c, slopes, bias.addends()), &x[0], &x[1], &x[2], &x[3]};
   PartGradients g;
   g.independent = standard_backward_float64(host);
   if (backend == Backend::reference) {
@@ -239,7 +244,7 @@ PartGradients part_gradients(const Case& c, const float* slopes, Backend backend
     p.dv = view(grads[2], sizes.seqlen_k, sizes.heads_kv);
     p.scale = c.scale;
     p.mask = c.mask;
-    p.variants = variants_of(c, slopes);
+    p.variants = variants_of(c, slopes, host_bias);
     p.backend = Backend::reference;
     flashattn::backward(p);
     g.oracle.dq.assign(grads[0].begin(), grads[0].end());
@@ -283,7 +288,7 @@ GradAccuracy GradProblem::evaluate(Backend backend) {
                                      values(st.v, case_.dtype, k0, ps.seqlen_k),
                                      values(st.dout, case_.dtype, q0, ps.seqlen_q)};
     const Sizes sizes{ps.batch, ps.seqlen_q, ps.seqlen_k, ps.heads_q, ps.heads_kv, ps.head_dim};
-    const PartGradients g = part_gradients(part, slopes, backend, sizes, x);
+    const PartGradients g = part_gradients(part, slopes, st.bias, backend, sizes, x);
     append(all.oracle, g.oracle);
     append(all.independent, g.independent);
     append(all.standard, g.standard);

@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "bias.h"
 #include "buffer.h"
 #include "core/half.h"
 #include "core/mask.h"
@@ -47,6 +48,7 @@ struct Problem::Storage {
   std::vector<float> lse;
   DeviceBuffer lse_device;
   SlopeBuffer slopes;
+  BiasBuffer bias;
   SequenceBuffer sequences;
   std::vector<Part> parts;
 };
@@ -154,6 +156,12 @@ std::string describe(const Case& c) {
     out << " window(" << c.window_left << "," << c.window_right << ")";
   if (c.softcap > 0.0f) out << " softcap " << c.softcap;
   if (c.alibi) out << " alibi";
+  if (c.bias) {
+    const Case::Bias& b = *c.bias;
+    out << " bias " << bias_type_name(b.type);
+    if (b.broadcast_batch || b.broadcast_heads) out << " broadcast " << bias_broadcast_name(b);
+    if (b.key_major) out << " key-major";
+  }
   return out.str();
 }
 
@@ -193,12 +201,13 @@ const float* SlopeBuffer::on(DeviceKind kind) const {
   return kind == DeviceKind::cuda ? static_cast<const float*>(device.data()) : host.data();
 }
 
-Variants variants_of(const Case& c, const float* slopes) {
+Variants variants_of(const Case& c, const float* slopes, const ScoreBias& bias) {
   Variants v;
   v.window_left = c.window_left;
   v.window_right = c.window_right;
   v.softcap = c.softcap;
   v.alibi_slopes = c.alibi ? slopes : nullptr;
+  v.bias = bias;
   return v;
 }
 
@@ -221,6 +230,7 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
   std::normal_distribution<float> normal(0.0f, c.input_std);
   fill({&st.q, &st.k, &st.v}, c.dtype, [&] { return normal(rng); });
   st.slopes = SlopeBuffer(c, device);
+  st.bias = BiasBuffer(c, device, rng);
   if (is_cache(c)) make_cache(rng, normal);
   if (device.kind == DeviceKind::cuda) {
     std::vector<Buffer*> buffers = {&st.q, &st.k, &st.v, &st.out};
@@ -315,7 +325,7 @@ Params Problem::views(Backend backend, Device device) const {
   p.lse = on_gpu ? static_cast<float*>(st.lse_device.data()) : const_cast<float*>(st.lse.data());
   p.scale = case_.scale;
   p.mask = case_.mask;
-  p.variants = variants_of(case_, st.slopes.on(device.kind));
+  p.variants = variants_of(case_, st.slopes.on(device.kind), st.bias.on(device.kind));
   p.sequences = st.sequences.on(device.kind);
   if (is_cache(case_)) {
     const CacheBuffers& cb = st.cache;
@@ -439,7 +449,7 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
   Accuracy acc;
   double err2 = 0, ref2 = 0, std_err2 = 0;
   for (Part& part : st.parts) {
-    const ScoreRule rule = score_rule(part.spec, st.slopes.host.data());
+    const ScoreRule rule = score_rule(part.spec, st.slopes.host.data(), st.bias.addends());
     const AttnParams part_params = attn_params(part.params);
     if (independent && part.independent.empty())
       part.independent =

@@ -36,6 +36,17 @@ struct Case {
   int window_left = -1, window_right = -1;
   float softcap = 0.0f;
   bool alibi = false;
+  // A bias or boolean mask (flashattn::ScoreBias) of this element type, drawn
+  // at random per problem (bias.h says the pattern), of size 1 on the
+  // dimensions it broadcasts over; strided cases pad its rows. key_major: each
+  // (seqlen_q, seqlen_k) slice stored transposed (row stride 1, key stride
+  // seqlen_q + pad).
+  struct Bias {
+    BiasType type = BiasType::f32;
+    bool broadcast_batch = false, broadcast_heads = false;
+    bool key_major = false;
+  };
+  std::optional<Bias> bias;
   // A variable-length batch (flashattn::Sequences): these sequences packed
   // along seqlen in tensors of batch 1; shape.batch is their number and
   // shape.seqlen_q/k the longest (packed_case() sets both). Empty: dense.
@@ -76,8 +87,8 @@ double flop_count(const Case& c);
 // ALiBi's standard slopes for `heads` query heads: 2^(−8(h+1)/heads).
 std::vector<float> alibi_slopes(int heads);
 // The public Variants of case c, with ALiBi's slopes at `slopes` (on the
-// tensors' device) if c.alibi.
-Variants variants_of(const Case& c, const float* slopes);
+// tensors' device) if c.alibi, and `bias` (BiasBuffer::on; data null: none).
+Variants variants_of(const Case& c, const float* slopes, const ScoreBias& bias = {});
 
 // A case's ALiBi slopes (none without ALiBi) on the host and, for a problem
 // on a GPU, on its device too.

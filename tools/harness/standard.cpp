@@ -34,9 +34,10 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const ScoreRule&
       float dot = 0.0f;
       for (int c = 0; c < s.head_dim; ++c)
         dot += element(p, p.q, b, i, hq, c) * element(p, p.k, b, j, hk, c);
-      prob[j] = rule(round_to(p.dtype, dot) * p.softmax.scale, hq, i, j);
+      prob[j] = rule(round_to(p.dtype, dot) * p.softmax.scale, b, hq, i, j);
       m = std::max(m, prob[j]);
     }
+    if (rule.empties(m)) return;  // output 0
     float sum = 0.0f;
     for (int j = key_begin; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
     double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
@@ -73,8 +74,12 @@ std::vector<double> standard_rows_float64(const AttnParams& p, const ScoreRule& 
       double dot = 0.0;
       for (int c = 0; c < s.head_dim; ++c)
         dot += double(element(p, p.q, b, i, hq, c)) * element(p, p.k, b, j, hk, c);
-      score[j] = rule(dot * p.softmax.scale, hq, i, j);
+      score[j] = rule(dot * p.softmax.scale, b, hq, i, j);
       m = std::isnan(m) || std::isnan(score[j]) ? std::nan("") : std::max(m, score[j]);
+    }
+    if (rule.empties(m)) {  // the bias masked every key it sees: 0 and −inf
+      row_lse = -std::numeric_limits<double>::infinity();
+      return;
     }
     // Pass 2: softmax weights and the weighted sum of values.
     double sum = 0.0;

@@ -4,7 +4,9 @@
 // cuBLAS does; the variants' rule in fp32, as a fused elementwise kernel would
 // apply it). Its error sets the fp16/bf16 tolerance: ours may be at most about
 // twice that. Both computations here take the keys a row sees from p's mask
-// (the window included) and softcap and ALiBi from `rule` (score_rule.h).
+// (the window included) and softcap, ALiBi and the bias from `rule`
+// (score_rule.h), p's own variants unread. With a bias, a row whose every score
+// is −inf gives 0 (and lse −inf), as a row without keys does.
 #pragma once
 
 #include <vector>
@@ -22,8 +24,9 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const ScoreRule&
 // from the library's reference backend (src/cpu/reference.cpp), so that
 // `flashattn check` and the tests can check that backend against something
 // other than itself: outputs laid out like reference_rows, lse into `lse`
-// (batch, heads_q, rows.size()). Rows the mask leaves without keys give 0 and
-// −inf; any other row follows IEEE arithmetic (0/0 is NaN).
+// (batch, heads_q, rows.size()). Rows the mask leaves without keys, and with a
+// bias rows of only −inf scores, give 0 and −inf; any other row follows IEEE
+// arithmetic (0/0 is NaN).
 std::vector<double> standard_rows_float64(const AttnParams& p, const ScoreRule& rule,
                                           const std::vector<int>& rows, std::vector<double>& lse);
 

@@ -54,9 +54,10 @@ HostGradients standard_backward(const HostProblem& p, Round round,
             for (int c = 0; c < d; ++c) dot32 += q[c] * k[c];
             prob[j] = F(dot32 * p.scale);
           }
-          prob[j] = p.rule(prob[j], hq, i, j, derivative[j]);
+          prob[j] = p.rule(prob[j], b, hq, i, j, derivative[j]);
           m = std::isnan(m) || std::isnan(prob[j]) ? F(NAN) : std::max(m, prob[j]);
         }
+        if (p.rule.empties(m)) continue;  // the bias masked every key it sees: dq stays 0
         F sum = 0;
         for (int j = key_begin; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
         // A flash backward's P is e^(s − lse) with the forward's lse in fp32, from
@@ -69,7 +70,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
             const float* k = &(*p.k)[at_k(b, j, hk)];
             float dot32 = 0.0f;
             for (int c = d - 1; c >= 0; --c) dot32 += q[c] * k[c];
-            s32[j] = p.rule(dot32 * p.scale, hq, i, j);
+            s32[j] = p.rule(dot32 * p.scale, b, hq, i, j);
             m32 = std::max(m32, s32[j]);
           }
           for (int j = key_begin; j < key_end; ++j) l32 += std::exp(s32[j] - m32);

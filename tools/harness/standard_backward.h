@@ -2,15 +2,15 @@
 //   S = Q·Kᵀ, X = rule(scale·S), P = softmax(X), O = P·V,
 //   dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dP∘P))∘rule', dQ = scale·dS·K,
 //   dK = scale·dSᵀ·Q,
-// with rule the variants' change of a scaled score (score_rule.h; softcap and
-// ALiBi) and rule' its derivative, and every product's sum in the
+// with rule the variants' change of a scaled score (score_rule.h; softcap,
+// ALiBi and a bias) and rule' its derivative, and every product's sum in the
 // arithmetic's own precision. Two uses:
 //   - in float64 with no rounding: an oracle apart from the library's reference
 //     backend (src/cpu/reference_backward.cpp), to check that backend against;
 //   - in fp32 with each product's result rounded to a 16-bit dtype (as PyTorch's
 //     math backend in that dtype does): its error sets the 16-bit tolerance.
-// Keys a row does not see take no part; a row that sees no key gets dq 0 and
-// adds nothing (the library's rule).
+// Keys a row does not see take no part; a row that sees no key, or with a bias
+// one whose every score is −inf, gets dq 0 and adds nothing (the library's rule).
 #pragma once
 
 #include <vector>

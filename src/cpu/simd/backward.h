@@ -18,7 +18,10 @@
 // Each pass transposes only its own item's tiles, once: a key item takes Kᵀ
 // and Vᵀ (keys across the lanes) and multiplies row-major Q and dO tiles
 // against them; a query item takes Qᵀ and dOᵀ (rows across the lanes), as the
-// forward does. A row that sees no key adds nothing and gets dq 0.
+// forward does. A row that sees no key adds nothing and gets dq 0; so does,
+// with a bias or boolean mask (BiasVariant: x_ij gains bias_ij, whose
+// derivative is 1), a row whose every score was −inf, which the forward
+// finished with lse −inf.
 // No include guard (see vec.h).
 
 namespace backward {
@@ -28,10 +31,17 @@ constexpr int kBlockM = 64;  // query rows per query tile
 
 using forward::padded;
 
-// lse as the exponent's offset: +inf for a row that sees no key, so that its
-// probabilities are e^(s − inf) = 0 and it adds nothing.
+// Whether row (its lse at p.grad.lse[at]) has no probabilities: it sees no
+// key, or its lse is −inf (a bias left it only −inf scores). Its gradients
+// are 0.
+inline bool without_probabilities(const BwdParams& p, const RowMask& mask, int64_t at, int row) {
+  return mask.empty(row) || p.grad.lse[at] == -INFINITY;
+}
+
+// lse as the exponent's offset: +inf for a row without probabilities, so that
+// they are e^(s − inf) = 0 (not e^(−inf + inf)) and it adds nothing.
 inline float lse_offset(const BwdParams& p, const RowMask& mask, int64_t at, int row) {
-  return mask.empty(row) ? INFINITY : p.grad.lse[at];
+  return without_probabilities(p, mask, at, row) ? INFINITY : p.grad.lse[at];
 }
 
 // D for every (batch, q head, row), laid out as lse: over the tensors' own
@@ -168,6 +178,14 @@ void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence&
   gemm<Init::zero>(rows, kBlockN, d, {q.p, q.ld, 1}, {t.k_t, kBlockN}, {t.s, kBlockN});
   const bool cut = n0 + kBlockN > mask.key_end(m0) ||
                    (Variant::kLowerEnds && n0 < mask.key_begin(m0 + rows - 1));
+  // A bias waits in dS's tile (rows × kBlockN, 0 past the sequence's keys)
+  // until dP overwrites it; the next block of rows' bias is requested now.
+  if constexpr (Variant::Score::kBias) {
+    const BiasRows<float> bias = scaled_bias(p, b, hq);
+    const int cols = std::min(kBlockN, seq.seqlen_k - n0);
+    bias_by_rows<false>(bias, m0, rows, n0, cols, kBlockN, t.ds, kBlockN);
+    prefetch_bias(bias, m0 + rows, std::min(kBlockM, seq.seqlen_q - m0 - rows), n0, cols);
+  }
   const Vec minus_inf = splat(-INFINITY);
   const IVec lane = lane_index();
   probabilities(t.s, rows, kBlockN, t.lse, true, p.softmax.scale, [&](Vec x, int r, int y) {
@@ -177,6 +195,7 @@ void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence&
       x = variants(x, splat_int(m0 + r), key, dx);
       store(t.derivative + r * kBlockN + y, dx);
     }
+    if constexpr (Variant::Score::kBias) x += load(t.ds + r * kBlockN + y);
     if (!cut) return x;
     IVec seen = key < splat_int(mask.key_end(m0 + r));
     if constexpr (Variant::kLowerEnds) seen &= key >= splat_int(mask.key_begin(m0 + r));
@@ -261,6 +280,13 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
     // Sᵀ = K·Qᵀ (keys × rows); keys outside a row's range hidden.
     gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {q_t, lanes}, {s, lanes});
     const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
+    // A bias waits in dSᵀ's tile (cols × lanes) until dPᵀ overwrites it; the
+    // next key tile's bias is requested now.
+    if constexpr (Variant::Score::kBias) {
+      const BiasRows<float> bias = scaled_bias(p, b, hq);
+      bias_by_keys<false>(bias, m0, lanes, n0, cols, ds, lanes);
+      prefetch_bias(bias, m0, rows, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
+    }
     probabilities(s, cols, lanes, lse, false, p.softmax.scale, [&](Vec x, int j, int y) {
       const IVec key = splat_int(n0 + j);
       if constexpr (!Variant::Score::kIdentity) {
@@ -268,6 +294,7 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
         x = variants(x, lane_index() + (m0 + y), key, dx);
         store(derivative + j * lanes + y, dx);
       }
+      if constexpr (Variant::Score::kBias) x += load(ds + j * lanes + y);
       if (!cut) return x;
       IVec end;
       __builtin_memcpy(&end, key_end + y, sizeof end);
@@ -285,7 +312,8 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
     gemm<Init::add>(rows, dp, cols, {ds, 1, lanes}, k, {dq, dp});
   }
   for (int r = 0; r < rows; ++r)
-    if (mask.empty(m0 + r)) std::fill(dq + int64_t(r) * dp, dq + int64_t(r + 1) * dp, 0.0f);
+    if (without_probabilities(p, mask, at + r, m0 + r))
+      std::fill(dq + int64_t(r) * dp, dq + int64_t(r + 1) * dp, 0.0f);
   store_tile(p.dtype, p.grad.dq, d, b, hq, q0 + m0, rows, dq, dp, nullptr, p.softmax.scale);
 }
 

@@ -52,11 +52,14 @@ void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& 
     finish_key_tile(p, b, seq, hk, n0, cols, t);
   }
   for (int g = 0; g < group; ++g) {
+    const int hq = hk * group + g;
     float* head = dq + g * head_dq;
+    const int64_t at = stats_row0(p, b, hq, seq);
     for (int r = 0; r < seq.seqlen_q; ++r)
-      if (mask.empty(r)) std::fill(head + size_t(r) * dp, head + size_t(r + 1) * dp, 0.0f);
-    store_tile(p.dtype, p.grad.dq, d, b, hk * group + g, int(seq.q_row0), seq.seqlen_q, head, dp,
-               nullptr, p.softmax.scale);
+      if (without_probabilities(p, mask, at + r, r))
+        std::fill(head + size_t(r) * dp, head + size_t(r + 1) * dp, 0.0f);
+    store_tile(p.dtype, p.grad.dq, d, b, hq, int(seq.q_row0), seq.seqlen_q, head, dp, nullptr,
+               p.softmax.scale);
   }
 }
 

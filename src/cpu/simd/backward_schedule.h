@@ -50,8 +50,7 @@ void run_with(const BwdParams& p) {
 }
 
 inline void run(const BwdParams& p) {
-  if (needs_any_variant(p)) run_with<AnyVariant>(p);
-  else run_with<NoVariant>(p);
+  with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) { run_with<decltype(variant)>(p); });
 }
 
 }  // namespace backward

@@ -24,7 +24,8 @@
 // The kernels are instantiated per Variant (core/variant.h): NoVariant for
 // plain attention, whose rows see keys from 0 and whose scores stay as they
 // are, so its code is that of no variants at all; AnyVariant for windows'
-// lower ends, softcap and ALiBi.
+// lower ends, softcap and ALiBi; BiasVariant adds a bias or boolean mask after
+// them, and finishes a row whose every score was −inf as empty.
 // No include guard (see vec.h).
 
 namespace forward {
@@ -151,6 +152,7 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
     t.key_begin[r] = real ? mask.key_begin(m0 + r) : 0;
   }
   const ScoreVariants variants = score_variants(p, hq, mask);
+  const BiasRows<float> bias = Variant::Score::kBias ? scaled_bias(p, b, hq) : BiasRows<float>{};
   std::fill(t.o, t.o + int64_t(rows) * dp, 0.0f);
   // K is the matrix kernel's A, read at any stride; the dot products load it
   // as vectors, which need rows padded to the lanes. fp32 tiles within one
@@ -192,14 +194,21 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
     if (dots) {
       if constexpr (!Variant::Score::kIdentity)
         if (variants.any()) vary_score_rows(t, variants, rows, m0, n0, cols);
+      if constexpr (Variant::Score::kBias)
+        bias_by_rows<true>(bias, m0, rows, n0, cols, padded(cols), t.s, kBlockN);
       if (cut) mask_score_rows<Variant::kLowerEnds>(t, rows, n0, cols);
       softmax_rows(t, rows, cols);
     } else {
       if constexpr (!Variant::Score::kIdentity)
         if (variants.any()) vary_scores(t, variants, lanes, m0, n0, cols);
+      if constexpr (Variant::Score::kBias)
+        bias_by_keys<true>(bias, m0, lanes, n0, cols, t.s, lanes);
       if (cut) mask_scores<Variant::kLowerEnds>(t, lanes, n0, cols);
       softmax_tile(t, lanes, cols);
     }
+    // The next tile's bias rows, requested while this tile's P·V runs.
+    if constexpr (Variant::Score::kBias)
+      prefetch_bias(bias, m0, rows, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
     if (by_runs) update_by_runs(p, t, b, seq, hk, rows, dp, n0, cols);
     else if (cut) masked_update<Variant::kLowerEnds>(t, probs, rows, dp, n0, cols, v);
     else gemm<Init::scale_rows>(rows, dp, cols, probs, v, {t.o, dp}, t.alpha);
@@ -207,13 +216,16 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
 }
 
 // Finishes the rows in the tiles: out = O / l and lse (natural units), or 0 and
-// −inf where `empty` says the row saw no key. Writes rows of `out` (out's
-// layout and dtype) and lse at lse[r·lse_stride] if lse is non-null.
-template <typename Empty>
+// −inf where `empty` says the row saw no key or, with a bias (kZeroSumEmpty),
+// where every score it saw was −inf (core/softmax.h, finished_empty). Writes
+// rows of `out` (out's layout and dtype) and lse at lse[r·lse_stride] if lse
+// is non-null.
+template <bool kZeroSumEmpty, typename Empty>
 void finish_rows(const Tiles& t, int rows, int d, Empty empty, float* lse, int64_t lse_stride) {
   const int dp = padded(d);
   for (int r = 0; r < rows; ++r) {
-    const FinishedRow<float> row = finish_row(t.m[r], t.l[r], empty(r));
+    const bool row_empty = finished_empty<kZeroSumEmpty>(empty(r), t.l[r]);
+    const FinishedRow<float> row = finish_row(t.m[r], t.l[r], row_empty);
     if (row.empty) std::fill(t.o + int64_t(r) * dp, t.o + int64_t(r + 1) * dp, 0.0f);
     t.alpha[r] = row.inv_l;  // reused as the output's row scale
     if (lse) lse[r * lse_stride] = row.lse;
@@ -249,7 +261,7 @@ void run_with(const AttnParams& p) {
       const Tiles t = tiles(d, bm);
       walk_keys<Variant>(p, t, b, seq, hq, m0, rows, 0, seq.seqlen_k);
       const RowMask mask = row_mask(p, seq);
-      finish_rows(t, rows, d, [&](int r) { return mask.empty(m0 + r); },
+      finish_rows<Variant::Score::kBias>(t, rows, d, [&](int r) { return mask.empty(m0 + r); },
                   lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1);
       store_tile(p.dtype, p.o, d, b, hq, int(seq.q_row0) + m0, rows, t.o, padded(d), t.alpha);
     });
@@ -277,8 +289,11 @@ void run_with(const AttnParams& p) {
     walk_keys<Variant>(p, t, b, seq, hq, m0, rows, key_lo, std::max(key_lo, key_hi));
     const RowMask mask = row_mask(p, seq);
     const int64_t row0 = stats_row0(p, b, hq, seq) + m0;
-    finish_rows(t, rows, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
-                partial_lse + split * all_rows + row0, 1);
+    // A partial whose keys the bias masked entirely finishes empty too: lse
+    // −inf, weighed 0 by the merge.
+    finish_rows<Variant::Score::kBias>(
+        t, rows, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
+        partial_lse + split * all_rows + row0, 1);
     // Partial (split, row): out at partial_out[(split·all_rows + row)·d].
     const TensorRef out{partial_out + (split * all_rows + row0) * d, 0, d, 0};
     store_tile(DType::f32, out, d, 0, 0, 0, rows, t.o, padded(d), t.alpha);
@@ -307,8 +322,7 @@ void run_with(const AttnParams& p) {
 }
 
 inline void run(const AttnParams& p) {
-  if (needs_any_variant(p)) run_with<AnyVariant>(p);
-  else run_with<NoVariant>(p);
+  with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) { run_with<decltype(variant)>(p); });
 }
 
 }  // namespace forward

@@ -1,7 +1,10 @@
 // Softcap and ALiBi (core/variant.h states them) on vectors of scores. The
 // CPU kernels pre-scale Q, so their scores are already scaled (x = scale·q·k)
 // and the variants apply to them as the public rule has it, with no raw-score
-// form:  x → c·tanh(x/c), then x − slope_h·|i + off − j|.
+// form:  x → c·tanh(x/c), then x − slope_h·|i + off − j|. A bias or boolean
+// mask (BiasVariant) comes last, x + bias_ij, read with scale 1 (its value as
+// it is, a masked element −inf) a tile at a time, kLanes keys of a row per
+// vector where its keys are contiguous.
 // No include guard (see vec.h).
 
 // The variants of one query head.
@@ -45,4 +48,110 @@ inline ScoreVariants score_variants(const AttnParams& p, int hq, const RowMask& 
   if (p.scores.alibi_slopes) v.slope = p.scores.alibi_slopes[hq];
   v.alignment = int32_t(mask.alignment);
   return v;
+}
+
+// The bias of query head hq of batch index b on scaled scores: its values as
+// they are, −inf where a boolean mask is zero.
+inline BiasRows<float> scaled_bias(const AttnParams& p, int b, int hq) {
+  return bias_rows<float>(p.scores.bias, 1.0f, b, hq);
+}
+
+// The addends of kLanes consecutive bias elements from `at` (key stride 1),
+// one overload per element type (BiasRows::read's readers).
+using FloatBias = BiasRows<float>;
+inline Vec bias_lanes(const FloatBias::Reader<float, FloatBias::FloatValue>& reader,
+                      const float* at) {
+  return load(at) * splat(reader.inv_scale);
+}
+inline Vec bias_lanes(const FloatBias::Reader<uint16_t, FloatBias::F16Value>& reader,
+                      const uint16_t* at) {
+  return f16_to_vec(at) * splat(reader.inv_scale);
+}
+inline Vec bias_lanes(const FloatBias::Reader<uint16_t, FloatBias::BF16Value>& reader,
+                      const uint16_t* at) {
+  return bf16_to_vec(at) * splat(reader.inv_scale);
+}
+inline Vec bias_lanes(const FloatBias::Reader<uint8_t, FloatBias::BoolValue>& reader,
+                      const uint8_t* at) {
+  typedef uint8_t Bytes __attribute__((vector_size(kLanes)));
+  Bytes attend;
+  __builtin_memcpy(&attend, at, sizeof attend);
+  return __builtin_convertvector(attend, IVec) != 0 ? splat(0.0f) : splat(reader.masked);
+}
+
+// Lanes j < n of the addends of keys key0 + j of a bias row (`row`, from
+// reader.row_at), 0 in the lanes past n.
+template <typename Reader, typename T>
+Vec bias_keys(const Reader& reader, const T* row, int64_t key0, int n) {
+  if (n == kLanes && reader.key_stride == 1) return bias_lanes(reader, row + key0);
+  Vec x{};
+  for (int j = 0; j < n; ++j) x[j] = reader.at(row, key0 + j);
+  return x;
+}
+
+// A tile's bias, with keys across the lanes: out[r·ld + j] (kAdd: +=) the
+// addend of query row row0 + r and key n0 + j, for r < rows and j < width (a
+// multiple of kLanes, at least cols), 0 for keys j >= cols. Every key below
+// cols is read: all lie within the bias's seqlen_k, and the caller's mask
+// hides those a row does not see after the bias is added.
+template <bool kAdd>
+void bias_by_rows(const BiasRows<float>& bias, int row0, int rows, int n0, int cols, int width,
+                  float* out, int64_t ld) {
+  bias.read([&](const auto& reader) {
+    for (int r = 0; r < rows; ++r) {
+      const auto* row = reader.row_at(row0 + r);
+      for (int j = 0; j < width; j += kLanes) {
+        const Vec x = bias_keys(reader, row, n0 + j, std::clamp(cols - j, 0, kLanes));
+        float* at = out + r * ld + j;
+        store(at, kAdd ? load(at) + x : x);
+      }
+    }
+  });
+}
+
+// A tile's bias, with the rows across the lanes (Sᵀ): out[j·ld + r] (kAdd:
+// +=) the addend of query row row0 + r and key n0 + j, for r < lanes (a
+// multiple of kLanes; rows past the bias's last read its last) and j < cols.
+// Read as bias_by_rows reads (kLanes keys of a row at a time), then
+// transposed in registers (vec.h, transpose_lanes) kLanes rows at a time.
+template <bool kAdd>
+void bias_by_keys(const BiasRows<float>& bias, int row0, int lanes, int n0, int cols, float* out,
+                  int64_t ld) {
+  bias.read([&](const auto& reader) {
+    for (int r0 = 0; r0 < lanes; r0 += kLanes) {
+      decltype(reader.row_at(0)) rows[kLanes];
+      for (int i = 0; i < kLanes; ++i) rows[i] = reader.row_at(row0 + r0 + i);
+      for (int j0 = 0; j0 < cols; j0 += kLanes) {
+        const int keys = std::min(kLanes, cols - j0);
+        Vec x[kLanes];
+        for (int i = 0; i < kLanes; ++i) x[i] = bias_keys(reader, rows[i], n0 + j0, keys);
+        transpose_lanes(x);
+        for (int j = 0; j < keys; ++j) {
+          float* at = out + (j0 + j) * ld + r0;
+          store(at, kAdd ? load(at) + x[j] : x[j]);
+        }
+      }
+    }
+  });
+}
+
+// Requests the bias of query rows row0 + r (r < rows) and keys [n0, n0 + cols)
+// into the cache, for a tile to come: the rows lie a row stride apart, too
+// many streams for the hardware prefetchers to follow, and a bias too large
+// for the cache otherwise costs its memory latency on every tile's rows. Keys
+// at a stride other than 1 (a bias laid out key-major) are left to the
+// hardware. Inlined always: GCC infers a function whose only effect is
+// __builtin_prefetch to be pure, and drops the call whose result is unused.
+[[gnu::always_inline]] inline void prefetch_bias(const BiasRows<float>& bias, int row0, int rows,
+                                                 int n0, int cols) {
+  if (bias.key_stride != 1 || cols <= 0) return;
+  constexpr int64_t kLine = 64;
+  const int64_t size = bias_type_size(bias.type);
+  for (int r = 0; r < rows; ++r) {
+    const int64_t row = std::min<int64_t>(row0 + r, bias.last_row);
+    const char* first = static_cast<const char*>(bias.head) + (row * bias.row_stride + n0) * size;
+    const char* last = first + (cols - 1) * size;
+    for (const char* at = first; at <= last; at += kLine) __builtin_prefetch(at);
+    __builtin_prefetch(last);
+  }
 }

@@ -58,6 +58,32 @@ inline Vec lane_sums(Vec* x) {
   else return x[0];
 }
 
+// Transposes the kLanes × kLanes matrix whose row i is x[i], in place (lane l
+// of x[i] becomes lane i of x[l]). Each level swaps, in every block of 2W × 2W,
+// the upper-right W × W block with the lower-left one (x[i]'s lanes of the
+// block's upper half with x[i + W]'s of its lower half, one two-source shuffle
+// per vector); with the levels for W = kLanes/2, …, 1 every row bit has
+// traded places with its column bit: kLanes·log2(kLanes) shuffles in all.
+template <int W = kLanes / 2>
+inline void transpose_lanes(Vec* x) {
+  // Lane indices into (x[i], x[i + W]), x[i + W]'s from kLanes on: x[i] keeps
+  // the lower half of each block, x[i + W] the upper.
+  IVec keep_lower, keep_upper;
+  for (int l = 0; l < kLanes; ++l) {
+    const bool upper = l & W;
+    keep_lower[l] = upper ? kLanes + l - W : l;
+    keep_upper[l] = upper ? kLanes + l : l + W;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < kLanes; ++i) {
+    if (i & W) continue;
+    const Vec a = x[i], b = x[i + W];
+    x[i] = __builtin_shuffle(a, b, keep_lower);
+    x[i + W] = __builtin_shuffle(a, b, keep_upper);
+  }
+  if constexpr (W > 1) transpose_lanes<W / 2>(x);
+}
+
 // The NaN-blind max of a running max and new values: a NaN x leaves m alone
 // (as fmaxf), so NaN scores reach the row through their probabilities instead.
 inline Vec max_nan_blind(Vec m, Vec x) { return x > m ? x : m; }

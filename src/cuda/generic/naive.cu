@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   const RowMask mask = row_mask(p, seq);
   const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
   const float c = p.softmax.scale_log2;
-  const SoftcapAlibi<float> variant = softcap_alibi(p.scores, p.softmax.scale, hq, mask.alignment);
+  const SoftcapAlibiBias<float> variant =
+      softcap_alibi_bias(p.scores, p.softmax.scale, b, hq, mask.alignment);
 
   // The raw score of key j after the variant (core/variant.h), computed in both passes.
   const auto score = [&](int j) {
@@ -62,7 +63,9 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
     state.raise_max(sj, c);
     state.l += exp2f(fmaf(sj, c, state.neg_max_c(c)));
   }
-  const FinishedRow<float> finished = finish_row(state.m * p.softmax.scale, state.l, mask.empty(i));
+  // A bias can leave a row with only −inf scores: empty (core/softmax.h, finished_empty).
+  const bool empty = mask.empty(i) || (p.scores.bias.data != nullptr && state.l == 0.0f);
+  const FinishedRow<float> finished = finish_row(state.m * p.softmax.scale, state.l, empty);
 
   for (int c0 = 0; c0 < s.head_dim; c0 += kOutChunk) {
     float acc[kOutChunk] = {};

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
                 hk * p.v.head_stride + col0;
   const float c = p.softmax.scale_log2;
   const RowMask mask = row_mask(p, seq);
-  const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
+  const auto score = Variant::score(p.scores, p.softmax.scale, b, hq, mask.alignment);
 
   OnlineRow row[kPerThread];  // l: this thread's partial, summed over the row at the end
   float acc[kPerThread][kPerThread];
@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
     const int r = ty + kSide * a;
     const float l = row_sum(row[a].l);
     if (r >= rows) continue;
-    const FinishedRow<float> finished = finish_row(row[a].m * p.softmax.scale, l, mask.empty(m0 + r));
+    const FinishedRow<float> finished = finish_row(
+        row[a].m * p.softmax.scale, l, finished_empty<Variant::Score::kBias>(mask.empty(m0 + r), l));
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
       const int col = tx + kSide * e;
@@ -179,8 +180,7 @@ void tiled_forward(const AttnParams& p) {
     tiny_forward(p);
     return;
   }
-  if (needs_any_variant(p)) launch<AnyVariant>(p);
-  else launch<NoVariant>(p);
+  with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) { launch<decltype(variant)>(p); });
 }
 
 }  // namespace flashattn::cuda

@@ -98,13 +98,13 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, const Sequ
   }
   const RowMask mask = row_mask(p, seq);
   const float c = p.softmax.scale_log2;
-  const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
+  const auto score = Variant::score(p.scores, p.softmax.scale, b, hq, mask.alignment);
 #pragma unroll
   for (int a = 0; a < kPer; ++a) {
     const int row = m0 + ty + kSide * a;
     const bool real = row < seq.seqlen_q;
     const int64_t at = stats_row0(p, b, hq, seq) + (real ? row : 0);
-    const float neg_lse_log2 = -p.grad.lse[at] * kLog2e, row_dot = p.grad.row_dot[at];
+    const float neg_lse_log2 = -backward_lse2(p.grad.lse[at]), row_dot = p.grad.row_dot[at];
     // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
     const int key_begin = Variant::kLowerEnds ? mask.key_begin(row) : 0;
     const int key_end = real ? mask.key_end(row) : 0;
@@ -112,8 +112,8 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, const Sequ
     for (int e = 0; e < kPer; ++e) {
       const int key = n0 + tx + kSide * e;
       const bool visible = key >= key_begin && key < key_end;
-      float dr_ds;
-      const float r = score(s_ij[a][e], row, key, dr_ds);
+      float dr_ds = 1.0f;  // a bias is read at visible keys only (past seqlen_k it has none)
+      const float r = visible ? score(s_ij[a][e], row, key, dr_ds) : 0.0f;
       prob[a][e] = visible ? exp2f(fmaf(r, c, neg_lse_log2)) : 0.0f;
       ds[a][e] = visible ? prob[a][e] * (dp[a][e] - row_dot) * dr_ds : 0.0f;
     }
@@ -255,8 +255,7 @@ void launch(const BwdParams& p) {
 }  // namespace
 
 void tiled_backward(const BwdParams& p) {
-  if (needs_any_variant(p)) launch<AnyVariant>(p);
-  else launch<NoVariant>(p);
+  with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) { launch<decltype(variant)>(p); });
 }
 
 }  // namespace flashattn::cuda

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
   // key_begin is 0 at compile time in the plain kernel, whose rules have no lower end.
   const int key_begin = Variant::kLowerEnds ? mask.key_begin(row) : 0;
   const int key_end = mask.key_end(row);
-  const auto variant = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
+  const auto variant = Variant::score(p.scores, p.softmax.scale, b, hq, mask.alignment);
   const float4* q_row = q + w * pitch;
 
   // Scores in log2 units, s·scale·log2(e), from float4s of the zero-padded rows.
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
       if (lane + 32 * u < d) acc[u] = fmaf(pj, v1[j * 4 * pitch + lane + 32 * u], acc[u]);
   }
   // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
-  const FinishedRow<float> finished = finish_row(m * kLn2, sum, mask.empty(row));
+  const FinishedRow<float> finished = finish_row(m * kLn2, sum, finished_empty<Variant::Score::kBias>(mask.empty(row), sum));
   float* out = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride +
                int64_t(row) * p.o.row_stride;
 #pragma unroll
@@ -146,10 +146,12 @@ void tiny_forward(const AttnParams& p) {
   if (heads > 0x7FFFFFFF) fail(Status::unsupported, "q: shape too large for cuda_tiled's grid");
   const dim3 grid(unsigned(heads), unsigned((s.seqlen_q + kRows - 1) / kRows));
   const int smem = shared_bytes(s);
-  const auto kernel = needs_any_variant(p) ? tiny_kernel<AnyVariant> : tiny_kernel<NoVariant>;
-  FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, fp32_rows_vec4(p));
+  with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) {
+    const auto kernel = tiny_kernel<decltype(variant)>;
+    FLASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, fp32_rows_vec4(p));
+  });
   check_launch("tiny_kernel");
 }
 

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   // Scores in log2 units; every lane of group g holds those of keys 4i + g.
   // Each butterfly step runs over all keys before the next, so the shuffles of
   // different keys overlap.
-  const auto variant = Variant::score(p.scores, p.scale, hq, p.mask.alignment);
+  const auto variant = Variant::score(p.scores, p.scale, b, hq, p.mask.alignment);
   float score[kKeySteps], m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kKeySteps; ++i) score[i] = dot(q, k[i]);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
 
   if (g != 0) return;
   // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
-  const FinishedRow<float> finished = finish_row(m * kLn2, sum, key_end <= key_begin);
+  const FinishedRow<float> finished = finish_row(m * kLn2, sum, finished_empty<Variant::Score::kBias>(key_end <= key_begin, sum));
   float* out = head_ptr(p.o, b, hq) + row * p.o.row_stride + 4 * c;
   const float4 o = make_float4(finished.out(acc.x), finished.out(acc.y), finished.out(acc.z),
                                finished.out(acc.w));
@@ -219,10 +219,8 @@ void tiny_warp_forward(const AttnParams& p) {
   const dim3 grid(unsigned(s.heads_q), unsigned(s.batch), unsigned(s.seqlen_q));
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const bool vec4 = fp32_rows_vec4(p) && rows_16b_aligned(p.o, sizeof(float));
-  if (needs_any_variant(p))
-    launch<AnyVariant>(w, grid, stream, vec4);
-  else
-    launch<NoVariant>(w, grid, stream, vec4);
+  with_variant<AnyVariant, BiasVariant>(
+      p, [&](auto variant) { launch<decltype(variant)>(w, grid, stream, vec4); });
   check_launch("tiny_warp_kernel");
 }
 

@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   const float* gV = static_cast<const float*>(p.v.data) + b * p.v.batch_stride + hk * p.v.head_stride;
   const float c = p.softmax.scale_log2;
   const RowMask& mask = dense_mask(p);
-  const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
+  const auto score = Variant::score(p.scores, p.softmax.scale, b, hq, mask.alignment);
 
   // This thread's rows: r = 0 is row g of the warp's 16, r = 1 is row g + 8.
   const int my_row[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
     const float l = quad_sum(row[r].l);
     if (my_row[r] >= s.seqlen_q) continue;
     const FinishedRow<float> finished =
-        finish_row(row[r].m * p.softmax.scale, l, mask.empty(my_row[r]));
+        finish_row(row[r].m * p.softmax.scale, l,
+                   finished_empty<Variant::Score::kBias>(mask.empty(my_row[r]), l));
     float* o_row = gO + int64_t(my_row[r]) * p.o.row_stride;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)
@@ -239,12 +240,13 @@ template <int kD>
 void launch(const AttnParams& p) {
   const TileGrid grid = make_tile_grid(p.sizes, kBlockM, kD, "cuda_tf32x3");
   const int smem = int(sizeof(SharedTiles<kD>));
-  const auto kernel =
-      needs_any_variant(p) ? fp32_tc_kernel<AnyVariant, kD> : fp32_tc_kernel<NoVariant, kD>;
-  FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, grid.m_blocks,
-                                                                            fp32_rows_vec4(p));
+  with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) {
+    const auto kernel = fp32_tc_kernel<decltype(variant), kD>;
+    FLASHATTN_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, grid.m_blocks,
+                                                                              fp32_rows_vec4(p));
+  });
   check_launch("fp32_tc_kernel");
 }
 

@@ -18,9 +18,12 @@ namespace flashattn::cuda::sm80 {
 // row0: the query row of the fragment's first row (slice 0, g = 0, h = 0);
 // key0: the key of its first column. kLowerEnd: whether a row's key range may
 // begin inside the block (KeyBlocks::lower_end_in; score_step below picks).
-template <bool kLowerEnd, int kMT, int kNT, typename Score>
+// bias: the bias's reader for its element type (Score::kBias), else NoBiasReader;
+// a masked key's element is never read (keys past seqlen_k are masked).
+template <bool kLowerEnd, int kMT, int kNT, typename Score, typename Bias>
 __device__ __forceinline__ void mask_scores(const RowMask& mask, int row0, int key0,
-                                            float (&s)[kMT][kNT][4], const Score& score) {
+                                            float (&s)[kMT][kNT][4], const Score& score,
+                                            const Bias& bias) {
   const int lane = thread_index() % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -33,15 +36,29 @@ __device__ __forceinline__ void mask_scores(const RowMask& mask, int row0, int k
       // ALiBi's distance of column 0, stepped by constants across the row.
       float distance0 = 0.0f;
       if constexpr (!Score::kIdentity) distance0 = score.distance(row, key0 + 2 * t);
+      const auto* bias_row = bias.row_at(row);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mt][nt][2 * h + e];
+          const bool masked = 8 * nt + e >= end || (kLowerEnd && 8 * nt + e < begin);
           if constexpr (!Score::kIdentity) x = score.at(x, distance0 - float(8 * nt + e));
-          if (8 * nt + e >= end || (kLowerEnd && 8 * nt + e < begin)) x = -INFINITY;
+          if constexpr (Score::kBias) {
+            if (!masked) x += bias.at(bias_row, key0 + 2 * t + 8 * nt + e);
+          }
+          if (masked) x = -INFINITY;
         }
     }
+}
+
+template <bool kLowerEnd, int kMT, int kNT, typename Score>
+__device__ __forceinline__ void mask_scores(const RowMask& mask, int row0, int key0,
+                                            float (&s)[kMT][kNT][4], const Score& score) {
+  if constexpr (Score::kBias)
+    score.bias.read([&](const auto& bias) { mask_scores<kLowerEnd>(mask, row0, key0, s, score, bias); });
+  else
+    mask_scores<kLowerEnd>(mask, row0, key0, s, score, NoBiasReader{});
 }
 
 // The score step of key block n_block (of keys starting at key0) for a tile

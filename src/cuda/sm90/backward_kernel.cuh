@@ -102,7 +102,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
     for (int r = 0; r < kRowsPerLane; ++r) {
       const int i = lane + 32 * r;
       const bool exists = row0 + i < s.seqlen_q;
-      lse2_next[r] = exists ? p.grad.lse[stats0 + i] * kLog2e : 0.0f;
+      lse2_next[r] = exists ? backward_lse2(p.grad.lse[stats0 + i]) : 0.0f;
       dot_next[r] = exists ? p.grad.row_dot[stats0 + i] : 0.0f;
     }
   };
@@ -235,28 +235,39 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       // A score variant: Pᵀ and dSᵀ in one pass once both products are done, so
       // that the variant's derivative is used where it is made, not kept in
       // registers beside Sᵀ and dPᵀ.
-      const Score score = Variant::score(p.scores, p.softmax.scale, tile.hq, mask.alignment);
+      const Score score = Variant::score(p.scores, p.softmax.scale, w.b, tile.hq, mask.alignment);
       // ALiBi's distance of this thread's first (row, key), stepped by constants.
       const float distance0 = score.distance(row0 + 2 * t, w.key0 + key_row);
       wgmma_wait<0>();
       fence_registers(st);
       fence_registers(dpt);
+      // bias: the bias's reader for its element type (Score::kBias), else
+      // NoBiasReader; hidden elements (past seqlen_q or seqlen_k among them)
+      // are not read.
+      const auto probabilities = [&](const auto& bias) {
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j) {
-        const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
-        const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
+        for (int j = 0; j < kBlockM / 8; ++j) {
+          const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+          const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 4 * j + e;
-          const int row = row0 + 8 * j + 2 * t + e % 2, key = w.key0 + key_row + 8 * (e / 2);
-          float dscore;
-          const float x = score.at(st[i], distance0 + float(8 * j + e % 2 - 8 * (e / 2)), dscore);
-          float prob = fast_exp2(fmaf(x, c, -(e % 2 ? l.y : l.x)));
-          if (cut && hidden(row, key)) prob = 0.0f;
-          st[i] = prob;
-          dpt[i] = prob * (dpt[i] - (e % 2 ? d.y : d.x)) * dscore;
+          for (int e = 0; e < 4; ++e) {
+            const int i = 4 * j + e;
+            const int row = row0 + 8 * j + 2 * t + e % 2, key = w.key0 + key_row + 8 * (e / 2);
+            const bool is_hidden = cut && hidden(row, key);
+            float dscore;
+            float x = score.at(st[i], distance0 + float(8 * j + e % 2 - 8 * (e / 2)), dscore);
+            if constexpr (Score::kBias) {
+              if (!is_hidden) x += bias.at(bias.row_at(row), key);
+            }
+            float prob = fast_exp2(fmaf(x, c, -(e % 2 ? l.y : l.x)));
+            if (is_hidden) prob = 0.0f;
+            st[i] = prob;
+            dpt[i] = prob * (dpt[i] - (e % 2 ? d.y : d.x)) * dscore;
+          }
         }
-      }
+      };
+      if constexpr (Score::kBias) score.bias.read(probabilities);
+      else probabilities(NoBiasReader{});
     }
     uint32_t pt[kBlockM / 16][4], dst[kBlockM / 16][4];
 #pragma unroll

@@ -26,8 +26,10 @@ constexpr int kTurnBarrier = 4;
 // and acc (another tile's) does not reach the output. The stores are left in
 // flight: the next epilogue (or the block's end) waits for them to have read
 // the buffer. (acc is only read here: a write to it under a condition made
-// ptxas serialise the kernel's wgmma, 0.7x measured.)
-template <typename T, class Tr>
+// ptxas serialise the kernel's wgmma, 0.7x measured.) kZeroSumEmpty: a bias
+// or boolean mask may leave any row without keys (core/softmax.h,
+// finished_empty); such rows take a select per element.
+template <typename T, class Tr, bool kZeroSumEmpty>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
                                          const float (&acc)[Tr::kHeadDim / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
@@ -39,8 +41,9 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
     float l = row_sum[half];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    finished[half] = finish_row(row_max[half] * p.scale, l,
-                                empty || p.mask.empty(t.row0 + at.row0 + 8 * half));
+    finished[half] = finish_row(
+        row_max[half] * p.scale, l,
+        finished_empty<kZeroSumEmpty>(empty || p.mask.empty(t.row0 + at.row0 + 8 * half), l));
   }
   const bool storer = warp == 0 && lane == 0;
   if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
@@ -58,8 +61,9 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const float inv_l = finished[q % 2].inv_l;
-      r[q] = empty ? 0u
-                   : pack_pair<T>(acc[8 * jj + 2 * q] * inv_l, acc[8 * jj + 2 * q + 1] * inv_l);
+      r[q] = empty || (kZeroSumEmpty && finished[q % 2].empty)
+                 ? 0u
+                 : pack_pair<T>(acc[8 * jj + 2 * q] * inv_l, acc[8 * jj + 2 * q + 1] * inv_l);
     }
     stmatrix_x4(chunk(jj), r[0], r[1], r[2], r[3]);
   }

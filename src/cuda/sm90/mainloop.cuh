@@ -135,7 +135,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   // final row statistics.
   const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2]) {
     release_slot(&bar.v_empty[owed.stage()]);
-    epilogue<T, Tr>(p, owed_tile, smem, acc, tile_max, tile_sum, false, at,
+    epilogue<T, Tr, Variant::Score::kBias>(p, owed_tile, smem, acc, tile_max, tile_sum, false, at,
                     warpgroup, warp, lane);
 #pragma unroll
     for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
@@ -179,7 +179,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         release(&bar.q_empty[qs]);
       }
       float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
-      epilogue<T, Tr>(p, t, smem, acc, no_max, no_sum, true, at, warpgroup, warp, lane);
+      epilogue<T, Tr, Variant::Score::kBias>(p, t, smem, acc, no_max, no_sum, true, at, warpgroup, warp, lane);
     } else {
       // Blocks whose last key lies beyond the keys the warpgroup's first row sees
       // (beyond seqlen_k, or beyond its causal limit) need the score step; the
@@ -195,7 +195,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         return rescores || wg_keys.lower_end_in<kLowerEnds>(n_block) ||
                p.mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
       };
-      const Score score = Variant::score(p.scores, p.scale, t.head_q, p.mask.alignment);
+      const Score score = Variant::score(p.scores, p.scale, t.batch, t.head_q, p.mask.alignment);
       const uint64_t q_desc = smem_descriptor(
           base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
 

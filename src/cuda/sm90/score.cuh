@@ -13,11 +13,13 @@
 namespace flashattn::cuda::sm90 {
 
 // kLowerEnd: whether a row's key range may begin inside the block
-// (KeyBlocks::lower_end_in; score_step below picks).
-template <bool kLowerEnd, class Tr, typename Score>
+// (KeyBlocks::lower_end_in; score_step below picks). bias: the bias's reader for
+// its element type (Score::kBias), else NoBiasReader; masked keys' elements
+// (those past seqlen_k among them) are not read.
+template <bool kLowerEnd, class Tr, typename Score, typename Bias>
 __device__ __forceinline__ void mask_scores(float (&s)[Tr::kBlockN / 2], const RowMask& mask,
                                             const FragmentCoord& at, int row_base, int n_block,
-                                            const Score& score) {
+                                            const Score& score, const Bias& bias) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t row = int64_t(row_base) + at.row0 + 8 * half;
@@ -26,16 +28,33 @@ __device__ __forceinline__ void mask_scores(float (&s)[Tr::kBlockN / 2], const R
     // ALiBi's distance of this thread's first key, stepped by constants across the row.
     float distance0 = 0.0f;
     if constexpr (!Score::kIdentity) distance0 = score.distance(row, n_block * Tr::kBlockN + at.col0);
+    const auto* bias_row = bias.row_at(row);
 #pragma unroll
     for (int j = 0; j < Tr::kBlockN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int key = n_block * Tr::kBlockN + 8 * j + at.col0 + e;
         float& x = s[4 * j + 2 * half + e];
+        const bool masked = key >= key_end || (kLowerEnd && key < key_begin);
         if constexpr (!Score::kIdentity) x = score.at(x, distance0 - float(8 * j + e));
-        if (key >= key_end || (kLowerEnd && key < key_begin)) x = -INFINITY;
+        if constexpr (Score::kBias) {
+          if (!masked) x += bias.at(bias_row, key);
+        }
+        if (masked) x = -INFINITY;
       }
   }
+}
+
+template <bool kLowerEnd, class Tr, typename Score>
+__device__ __forceinline__ void mask_scores(float (&s)[Tr::kBlockN / 2], const RowMask& mask,
+                                            const FragmentCoord& at, int row_base, int n_block,
+                                            const Score& score) {
+  if constexpr (Score::kBias)
+    score.bias.read([&](const auto& bias) {
+      mask_scores<kLowerEnd, Tr>(s, mask, at, row_base, n_block, score, bias);
+    });
+  else
+    mask_scores<kLowerEnd, Tr>(s, mask, at, row_base, n_block, score, NoBiasReader{});
 }
 
 // The score step of key block n_block for a warpgroup whose key blocks are

@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   for (int h = 0; h < 2; ++h) {
     const int packed = blk.row0 + g + 8 * h;
     query[h] = packed / group;
-    score[h] = Variant::score(p.scores, p.softmax.scale, blk.hk * group + packed % group,
+    score[h] = Variant::score(p.scores, p.softmax.scale, blk.b, blk.hk * group + packed % group,
                               blk.mask.alignment);
   }
 

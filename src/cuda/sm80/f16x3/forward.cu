@@ -60,8 +60,9 @@ void run(const AttnParams& p) {
   const int64_t wanted = 2 * int64_t(multiprocessors(p.device_index)) / grid.dims.x;
   const int splits = int(std::min<int64_t>({wanted, kF16x3MaxKeySplits, key_blocks / 2}));
   run_key_splits(p, splits, [&](const KeySplit& split) {
-    if (needs_any_variant(p)) run_attention<AnyVariant, Shape>(p, grid, vec4, kv, split);
-    else run_attention<NoVariant, Shape>(p, grid, vec4, kv, split);
+    with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) {
+      run_attention<decltype(variant), Shape>(p, grid, vec4, kv, split);
+    });
   });
 }
 

@@ -193,14 +193,14 @@ __device__ __forceinline__ void values_mma(const SharedTiles<Shape>& sm, int buf
 // memory, written by thread 0 and read after a barrier: held in registers
 // through the key loop it spilled at kD = 128, as the kv head did.
 template <class Variant>
-__device__ __forceinline__ decltype(auto) tile_score(const AttnParams& p, int hq,
+__device__ __forceinline__ decltype(auto) tile_score(const AttnParams& p, int b, int hq,
                                                      int64_t alignment) {
   using Score = typename Variant::Score;
   if constexpr (Score::kIdentity) {
     return Score{};
   } else {
     __shared__ Score slot;
-    if (threadIdx.x == 0) slot = Variant::score(p.scores, p.softmax.scale, hq, alignment);
+    if (threadIdx.x == 0) slot = Variant::score(p.scores, p.softmax.scale, b, hq, alignment);
     return static_cast<const Score&>(slot);
   }
 }
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   const KeyBlocks blocks = dense_mask(p).key_blocks(row0, rows, kBlockN);
   const auto [first_block, end_block] = split_key_blocks<Variant::kLowerEnds>(blocks, split.count);
   if (threadIdx.x == 0) sm.blocks = blocks;
-  const auto& score = tile_score<Variant>(p, tc.hq, dense_mask(p).alignment);
+  const auto& score = tile_score<Variant>(p, tc.b, tc.hq, dense_mask(p).alignment);
 
   float q_unscale[2] = {1.0f, 1.0f};  // rows g and g + 8 of the warp
   if (end_block > first_block) {
@@ -293,7 +293,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   for (int h = 0; h < 2; ++h) {
     const float l = sm80::quad_sum(row_sum.l[0][h]);
     const int row = row0 + warp_row0 + g + 8 * h;
-    const bool empty = !mask.sees_keys_in(row, first_block * kBlockN, end_block * kBlockN);
+    const bool empty = finished_empty<Variant::Score::kBias>(
+        !mask.sees_keys_in(row, first_block * kBlockN, end_block * kBlockN), l);
     if (row < s.seqlen_q) out.store(row, h, 0, acc[0], l, row_max[0][h], empty, t == 0);
   }
 }

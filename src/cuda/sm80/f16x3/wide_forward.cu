@@ -76,8 +76,9 @@ void run(const AttnParams& p) {
   check_launch("cuda_f16x3 wide_split_kernel");
 
   const TileGrid grid = make_tile_grid(s, Shape::kBlockM, kD, "cuda_f16x3");
-  if (needs_any_variant(p)) run_attention<AnyVariant, Shape>(p, grid, chunks, smem, vec4, kv);
-  else run_attention<NoVariant, Shape>(p, grid, chunks, smem, vec4, kv);
+  with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) {
+    run_attention<decltype(variant), Shape>(p, grid, chunks, smem, vec4, kv);
+  });
 }
 
 }  // namespace

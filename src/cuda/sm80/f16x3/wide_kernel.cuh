@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   float row_max[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
   float row_sum[2][2] = {};  // over this warp's keys
   const float c = p.softmax.scale_log2;
-  const auto score = Variant::score(p.scores, p.softmax.scale, tc.hq, dense_mask(p).alignment);
+  const auto score = Variant::score(p.scores, p.softmax.scale, tc.b, tc.hq, dense_mask(p).alignment);
 
   for (int n = end - 1; n >= first; --n) {
     // S for keys [key0, key0 + 16) over all kD columns, in chains of 4 steps.
@@ -385,7 +385,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       float l = 0.0f;
 #pragma unroll
       for (int v = 0; v < kWarps; ++v) l += sm.row_part[v][r];
-      const bool empty = !mask.sees_keys_in(row, first * kChunk, end * kChunk);
+      const bool empty = finished_empty<Variant::Score::kBias>(
+          !mask.sees_keys_in(row, first * kChunk, end * kChunk), l);
       out.store(row, h, 128 * w, acc[mt], l, row_max[mt][h], empty, w == 0 && t == 0);
     }
 }

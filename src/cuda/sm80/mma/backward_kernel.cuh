@@ -204,38 +204,54 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // P and dS in place of S and dP. `whole`: every row exists and sees every key.
     const bool whole = row0 + kBlockM <= seq.seqlen_q && mask.key_end(row0) >= w.key0 + kBlockN &&
                        (!Variant::kLowerEnds || mask.key_begin(row0 + kBlockM - 1) <= w.key0);
-    const auto score = Variant::score(p.scores, p.softmax.scale, hq, mask.alignment);
+    const auto score = Variant::score(p.scores, p.softmax.scale, w.b, hq, mask.alignment);
+    using Score = decltype(score);
     const float* lse = reinterpret_cast<const float*>(smem + Shape::kLseOffset) + stage * kBlockM;
     const float* row_dot =
         reinterpret_cast<const float*>(smem + Shape::kRowDotOffset) + stage * kBlockM;
+    // bias: the bias's reader for its element type (Score::kBias), else
+    // NoBiasReader; only visible keys' elements are read.
+    const auto probabilities = [&](const auto& bias) {
+#pragma unroll
+      for (int mt = 0; mt < kSMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = s_row0 + 16 * mt + g + 8 * h;
+          const float neg_lse2 = -backward_lse2(lse[r]), d = row_dot[r];
+          // Keys of the tile this row sees: columns [unseen, seen), counted from this thread's first.
+          const int col0 = w.key0 + s_col0 + 2 * t;
+          const int seen = row0 + r < seq.seqlen_q ? mask.key_end(row0 + r) - col0 : 0;
+          const int unseen = Variant::kLowerEnds ? mask.key_begin(row0 + r) - col0 : 0;
+          float distance0 = 0.0f;  // ALiBi's, of column 0, stepped by constants
+          if constexpr (!Score::kIdentity) distance0 = score.distance(row0 + r, col0);
+          const auto* bias_row = bias.row_at(row0 + r);
+#pragma unroll
+          for (int nt = 0; nt < kSNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = sc[mt][nt][2 * h + e];
+              float& y = dp[mt][nt][2 * h + e];
+              const bool visible =
+                  whole || (8 * nt + e < seen && (!Variant::kLowerEnds || 8 * nt + e >= unseen));
+              float dscore = 1.0f;
+              if constexpr (!Score::kIdentity) x = score.at(x, distance0 - float(8 * nt + e), dscore);
+              if constexpr (Score::kBias) {
+                if (visible) x += bias.at(bias_row, col0 + 8 * nt + e);
+              }
+              const float prob = fast_exp2(fmaf(x, p.softmax.scale_log2, neg_lse2));
+              x = visible ? prob : 0.0f;
+              if constexpr (Score::kIdentity) y = visible ? prob * (y - d) : 0.0f;
+              else y = visible ? prob * (y - d) * dscore : 0.0f;
+            }
+        }
+    };
+    if constexpr (Score::kBias) score.bias.read(probabilities);
+    else probabilities(NoBiasReader{});
 #pragma unroll
     for (int mt = 0; mt < kSMT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = s_row0 + 16 * mt + g + 8 * h;
-        const float neg_lse2 = -lse[r] * kLog2e, d = row_dot[r];
-        // Keys of the tile this row sees: columns [unseen, seen), counted from this thread's first.
-        const int col0 = w.key0 + s_col0 + 2 * t;
-        const int seen = row0 + r < seq.seqlen_q ? mask.key_end(row0 + r) - col0 : 0;
-        const int unseen = Variant::kLowerEnds ? mask.key_begin(row0 + r) - col0 : 0;
-        float distance0 = 0.0f;  // ALiBi's, of column 0, stepped by constants
-        if constexpr (!decltype(score)::kIdentity) distance0 = score.distance(row0 + r, col0);
-#pragma unroll
-        for (int nt = 0; nt < kSNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = sc[mt][nt][2 * h + e];
-            float& y = dp[mt][nt][2 * h + e];
-            float dscore = 1.0f;
-            if constexpr (!decltype(score)::kIdentity)
-              x = score.at(x, distance0 - float(8 * nt + e), dscore);
-            const float prob = fast_exp2(fmaf(x, p.softmax.scale_log2, neg_lse2));
-            const bool visible =
-                whole || (8 * nt + e < seen && (!Variant::kLowerEnds || 8 * nt + e >= unseen));
-            x = visible ? prob : 0.0f;
-            if constexpr (decltype(score)::kIdentity) y = visible ? prob * (y - d) : 0.0f;
-            else y = visible ? prob * (y - d) * dscore : 0.0f;
-          }
 #pragma unroll
         for (int nt = 0; nt < kSNT; ++nt) {
           const uint32_t offset = PTile::offset(r, (s_col0 + 8 * nt) / 8) + 4 * t;

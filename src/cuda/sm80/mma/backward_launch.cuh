@@ -63,8 +63,8 @@ void launch_backward(const BwdParams& p) {
 // The plain kernel, or the one that takes every variant where p asks for one.
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p) {
-  if (needs_any_variant(p)) launch_backward<T, kHeadDim, AnyVariant16>(p);
-  else launch_backward<T, kHeadDim, NoVariant>(p);
+  with_variant<AnyVariant16, BiasVariant16>(
+      p, [&](auto variant) { launch_backward<T, kHeadDim, decltype(variant)>(p); });
 }
 
 }  // namespace flashattn::cuda::mma

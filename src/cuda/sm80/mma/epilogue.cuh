@@ -17,7 +17,9 @@
 namespace flashattn::cuda::mma {
 
 // info: the block's BlockInfo (b, hq, the sequence's rows and mask, col0, vec16).
-template <typename T, typename Shape, typename Info>
+// kZeroSumEmpty: a bias or boolean mask may leave any row without keys
+// (core/softmax.h, finished_empty).
+template <typename T, typename Shape, bool kZeroSumEmpty, typename Info>
 __device__ __forceinline__ void store_output(
     const AttnParams& p, const Info& info, char* q_tile,
     const float (&acc)[Shape::kMTiles][Shape::kOTiles][4], const float (&row_max)[Shape::kMTiles][2],
@@ -33,9 +35,9 @@ __device__ __forceinline__ void store_output(
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
-      finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale,
-                                   sm80::quad_sum(row_sum.l[mt][h]),
-                                   info.mask.empty(info.row0 + r));
+      const float l = sm80::quad_sum(row_sum.l[mt][h]);
+      finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale, l,
+                                   finished_empty<kZeroSumEmpty>(info.mask.empty(info.row0 + r), l));
     }
   const auto staged = [&](int r, int ot) {
     return reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t);
@@ -57,8 +59,9 @@ __device__ __forceinline__ void store_output(
   // leave a NaN there), as FinishedRow::out gives. Such rows are a sequence's
   // first (key_end grows with the row), so only a warp whose first row is one
   // writes zeros over them, where every element taking a select cost each tile
-  // an instruction per output element (docs/perf/cuda_mma.md, v3.10).
-  if (info.mask.empty(info.row0 + tc.warp_row0)) {
+  // an instruction per output element (docs/perf/cuda_mma.md, v3.10). A bias
+  // can empty any row.
+  if (kZeroSumEmpty || info.mask.empty(info.row0 + tc.warp_row0)) {
 #pragma unroll
     for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __shared__ Score score;  // the head's score functor, read per block from shared memory
   if (threadIdx.x == 0) {
     info = block_info<Shape>(p, m_blocks, vec16);
-    score = Variant::score(p.scores, p.softmax.scale, info.hq, info.mask.alignment);
+    score = Variant::score(p.scores, p.softmax.scale, info.b, info.hq, info.mask.alignment);
   }
   __syncthreads();
   if (info.rows <= 0) return;
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     for (; n >= inner_begin; --n) attend_block(n, std::true_type{});
   }
   for (; n >= blocks.first<kLowerEnds>(); --n) attend_block(n, std::false_type{});
-  store_output<T, Shape>(p, info, q_tile, acc, row_max,
+  store_output<T, Shape, Score::kBias>(p, info, q_tile, acc, row_max,
                          sm80::row_sum<Shape>(row_sum_slots, row_sum_registers));
 }
 

@@ -44,8 +44,8 @@ void launch_forward(const AttnParams& p) {
 // The plain kernel, or the one that takes every variant where p asks for one.
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p) {
-  if (needs_any_variant(p)) launch_forward<T, kHeadDim, AnyVariant16>(p);
-  else launch_forward<T, kHeadDim, NoVariant>(p);
+  with_variant<AnyVariant16, BiasVariant16>(
+      p, [&](auto variant) { launch_forward<T, kHeadDim, decltype(variant)>(p); });
 }
 
 }  // namespace flashattn::cuda::mma

@@ -183,7 +183,7 @@ void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence&
   if constexpr (Variant::Score::kBias) {
     const BiasRows<float> bias = scaled_bias(p, b, hq);
     const int cols = std::min(kBlockN, seq.seqlen_k - n0);
-    bias_by_rows<false>(bias, m0, rows, n0, cols, kBlockN, t.ds, kBlockN);
+    bias_tile<false>(bias, m0, rows, n0, cols, kBlockN, t.ds, kBlockN);
     prefetch_bias(bias, m0 + rows, std::min(kBlockM, seq.seqlen_q - m0 - rows), n0, cols);
   }
   const Vec minus_inf = splat(-INFINITY);
@@ -284,7 +284,7 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
     // next key tile's bias is requested now.
     if constexpr (Variant::Score::kBias) {
       const BiasRows<float> bias = scaled_bias(p, b, hq);
-      bias_by_keys<false>(bias, m0, lanes, n0, cols, ds, lanes);
+      bias_tile_transposed<false>(bias, m0, lanes, n0, cols, ds, lanes);
       prefetch_bias(bias, m0, rows, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
     }
     probabilities(s, cols, lanes, lse, false, p.softmax.scale, [&](Vec x, int j, int y) {

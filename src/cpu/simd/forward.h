@@ -195,14 +195,14 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
       if constexpr (!Variant::Score::kIdentity)
         if (variants.any()) vary_score_rows(t, variants, rows, m0, n0, cols);
       if constexpr (Variant::Score::kBias)
-        bias_by_rows<true>(bias, m0, rows, n0, cols, padded(cols), t.s, kBlockN);
+        bias_tile<true>(bias, m0, rows, n0, cols, padded(cols), t.s, kBlockN);
       if (cut) mask_score_rows<Variant::kLowerEnds>(t, rows, n0, cols);
       softmax_rows(t, rows, cols);
     } else {
       if constexpr (!Variant::Score::kIdentity)
         if (variants.any()) vary_scores(t, variants, lanes, m0, n0, cols);
       if constexpr (Variant::Score::kBias)
-        bias_by_keys<true>(bias, m0, lanes, n0, cols, t.s, lanes);
+        bias_tile_transposed<true>(bias, m0, lanes, n0, cols, t.s, lanes);
       if (cut) mask_scores<Variant::kLowerEnds>(t, lanes, n0, cols);
       softmax_tile(t, lanes, cols);
     }

@@ -76,7 +76,10 @@ inline Vec bias_lanes(const FloatBias::Reader<uint8_t, FloatBias::BoolValue>& re
   typedef uint8_t Bytes __attribute__((vector_size(kLanes)));
   Bytes attend;
   __builtin_memcpy(&attend, at, sizeof attend);
-  return __builtin_convertvector(attend, IVec) != 0 ? splat(0.0f) : splat(reader.masked);
+  // Widened through 16 bits: GCC converts bytes straight to 32-bit lanes one
+  // byte at a time, but each of these steps with one vector instruction.
+  const IVec lanes = __builtin_convertvector(__builtin_convertvector(attend, HVec), IVec);
+  return lanes != 0 ? splat(0.0f) : splat(reader.masked);
 }
 
 // Lanes j < n of the addends of keys key0 + j of a bias row (`row`, from
@@ -95,8 +98,8 @@ Vec bias_keys(const Reader& reader, const T* row, int64_t key0, int n) {
 // cols is read: all lie within the bias's seqlen_k, and the caller's mask
 // hides those a row does not see after the bias is added.
 template <bool kAdd>
-void bias_by_rows(const BiasRows<float>& bias, int row0, int rows, int n0, int cols, int width,
-                  float* out, int64_t ld) {
+void bias_tile(const BiasRows<float>& bias, int row0, int rows, int n0, int cols, int width,
+               float* out, int64_t ld) {
   bias.read([&](const auto& reader) {
     for (int r = 0; r < rows; ++r) {
       const auto* row = reader.row_at(row0 + r);
@@ -112,11 +115,11 @@ void bias_by_rows(const BiasRows<float>& bias, int row0, int rows, int n0, int c
 // A tile's bias, with the rows across the lanes (Sᵀ): out[j·ld + r] (kAdd:
 // +=) the addend of query row row0 + r and key n0 + j, for r < lanes (a
 // multiple of kLanes; rows past the bias's last read its last) and j < cols.
-// Read as bias_by_rows reads (kLanes keys of a row at a time), then
-// transposed in registers (vec.h, transpose_lanes) kLanes rows at a time.
+// Read as bias_tile reads (kLanes keys of a row at a time), then transposed
+// in registers (vec.h, transpose_lanes) kLanes rows at a time.
 template <bool kAdd>
-void bias_by_keys(const BiasRows<float>& bias, int row0, int lanes, int n0, int cols, float* out,
-                  int64_t ld) {
+void bias_tile_transposed(const BiasRows<float>& bias, int row0, int lanes, int n0, int cols,
+                          float* out, int64_t ld) {
   bias.read([&](const auto& reader) {
     for (int r0 = 0; r0 < lanes; r0 += kLanes) {
       decltype(reader.row_at(0)) rows[kLanes];
@@ -138,10 +141,12 @@ void bias_by_keys(const BiasRows<float>& bias, int row0, int lanes, int n0, int 
 // Requests the bias of query rows row0 + r (r < rows) and keys [n0, n0 + cols)
 // into the cache, for a tile to come: the rows lie a row stride apart, too
 // many streams for the hardware prefetchers to follow, and a bias too large
-// for the cache otherwise costs its memory latency on every tile's rows. Keys
-// at a stride other than 1 (a bias laid out key-major) are left to the
-// hardware. Inlined always: GCC infers a function whose only effect is
-// __builtin_prefetch to be pure, and drops the call whose result is unused.
+// for the cache otherwise costs its memory latency on every tile's rows
+// (B1 H4 seqlen 2048 d64 fp32, one AVX-512 thread: the forward with an fp32
+// bias 37 → 33 ms, 23 ms without a bias). Keys at a stride other than 1 (a
+// bias laid out key-major) are left to the hardware. Inlined always: GCC
+// infers a function whose only effect is __builtin_prefetch to be pure, and
+// drops the call, whose result is unused.
 [[gnu::always_inline]] inline void prefetch_bias(const BiasRows<float>& bias, int row0, int rows,
                                                  int n0, int cols) {
   if (bias.key_stride != 1 || cols <= 0) return;

@@ -75,20 +75,27 @@ struct ByteRange {
   uintptr_t first, last;
 };
 
-ByteRange byte_range(const Named& v) {
-  const TensorView& t = v.t;
-  const auto base = reinterpret_cast<uintptr_t>(t.data);
-  if (!has_elements(t)) return {base, base};
+// The bytes of 4-d elements of `element_size` bytes at data with shape and
+// strides (elements); `name` heads the errors.
+ByteRange span(const char* name, const void* data, const int64_t (&shape)[4],
+               const int64_t (&stride)[4], int64_t element_size) {
+  const auto base = reinterpret_cast<uintptr_t>(data);
+  for (int d = 0; d < 4; ++d)
+    if (shape[d] <= 0) return {base, base};
   int64_t last_elem = 0, extent = 0, bytes = 0;
   for (int d = 0; d < 4; ++d) {
-    require(!__builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &extent) &&
+    require(!__builtin_mul_overflow(shape[d] - 1, stride[d], &extent) &&
                 !__builtin_add_overflow(last_elem, extent, &last_elem),
-            v.name, ": shape × strides overflow 64-bit offsets");
+            name, ": shape × strides overflow 64-bit offsets");
   }
-  require(!__builtin_mul_overflow(last_elem + 1, int64_t(dtype_size(t.dtype)), &bytes) &&
+  require(!__builtin_mul_overflow(last_elem + 1, element_size, &bytes) &&
               base + uint64_t(bytes) >= base,
-          v.name, ": shape × strides run past the end of the address space");
+          name, ": shape × strides run past the end of the address space");
   return {base, base + uintptr_t(bytes)};
+}
+
+ByteRange byte_range(const Named& v) {
+  return span(v.name, v.t.data, v.t.shape, v.t.stride, int64_t(dtype_size(v.t.dtype)));
 }
 
 bool overlaps(ByteRange a, ByteRange b) { return a.first < b.last && b.first < a.last; }
@@ -118,20 +125,9 @@ ByteRange check_bias(const ScoreBias& b, const AttnParams& a) {
   }
   const BiasParams bp = bias_params(b);
   const int64_t strides[4] = {bp.batch_stride, bp.head_stride, bp.row_stride, bp.key_stride};
-  const auto base = reinterpret_cast<uintptr_t>(b.data);
-  int64_t last = 0, extent = 0, bytes = 0;
-  for (int d = 0; d < 4; ++d) {
-    if (full[d] == 0) return {base, base};
-    require(!__builtin_mul_overflow(b.shape[d] - 1, strides[d], &extent) &&
-                !__builtin_add_overflow(last, extent, &last),
-            "variants.bias: shape × strides overflow 64-bit offsets");
-  }
-  require(!__builtin_mul_overflow(last + 1, bias_type_size(b.type), &bytes) &&
-              base + uint64_t(bytes) >= base,
-          "variants.bias: shape × strides run past the end of the address space");
-  require(b.type == BiasType::boolean || base % uintptr_t(bias_type_size(b.type)) == 0,
+  require(reinterpret_cast<uintptr_t>(b.data) % uintptr_t(bias_type_size(b.type)) == 0,
           "variants.bias: data is not aligned to its element size");
-  return {base, base + uintptr_t(bytes)};
+  return span("variants.bias", b.data, b.shape, strides, bias_type_size(b.type));
 }
 
 }  // namespace

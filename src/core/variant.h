@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/half.h"
 #include "core/host_device.h"
 #include "flashattn/flashattn.hpp"
 
@@ -46,30 +47,14 @@ struct ScoreParams {
 };
 
 // A 16-bit float's value, on the host and the GPU (core includes no CUDA header:
-// the conversion instruction by inline PTX there).
+// the conversion instruction by inline PTX there; core/half.h's on the host).
 FLASHATTN_HOST_DEVICE float f16_bits_value(uint16_t h) {
 #ifdef __CUDA_ARCH__
   float f;
   asm("{ .reg .b16 x; mov.b16 x, %1; cvt.f32.f16 %0, x; }" : "=f"(f) : "h"(h));
   return f;
 #else
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16, magnitude = h & 0x7FFFu;
-  // Exponent and mantissa moved into place, rebiased by 2^112 (exact for normal
-  // and subnormal values alike); all-ones exponents are infinities and NaNs.
-  uint32_t bits = magnitude << 13;
-  float f;
-  if (magnitude >= 0x7C00u) {
-    bits |= 0x7F800000u;
-    memcpy(&f, &bits, 4);
-  } else {
-    memcpy(&f, &bits, 4);
-    f *= 5.192296858534828e33f;  // 2^112
-  }
-  uint32_t out;
-  memcpy(&out, &f, 4);
-  out |= sign;
-  memcpy(&f, &out, 4);
-  return f;
+  return f16_to_float(h);
 #endif
 }
 

@@ -1,6 +1,6 @@
 """attn_mask, a bias or boolean mask on the scores, through flashattn.attention and
-flashattn.attention_backward on NumPy arrays: against the float64 reference (written from the
-public rule: the bias added after softcap and ALiBi, a False or -inf score left out), the
+flashattn.attention_backward on NumPy arrays (its cases against the float64 reference run with
+the other variants' in test_variants.py): the reference's own rule, the
 rows a mask leaves without keys, broadcast and strided masks read in place, the C ABI's
 bias fields, and the errors. test_torch_bias.py covers torch tensors and flashattn.sdpa,
 test_torch_cuda_bias.py the GPU."""
@@ -11,32 +11,11 @@ import pytest
 
 import flashattn
 from flashattn import _abi, _layout, _library, _numpy
-from attention_reference import (assert_lse_close, plain_attention_backward,
-                                 reference_attention, rel_l2)
-from variant_cases import (LONG_MASK_CASE_IDS, LONG_MASK_CASES, MASK_CASE_IDS, MASK_CASES,
-                           MaskSpec, mask_array, options_with_mask, options_with_slopes)
+from attention_reference import reference_attention, rel_l2
+from variant_cases import (BATCH, HEADS_Q, LONG_MASK_CASE_IDS, LONG_MASK_CASES, MASK_CASE_IDS,
+                           MASK_CASES, MaskSpec, mask_array, numpy_case, problem)
 
-BATCH, HEADS_Q, HEADS_KV, HEAD_DIM = 2, 4, 2, 32
-FP32_TOLERANCE = 1e-5
 ALL_CASES, ALL_IDS = MASK_CASES + LONG_MASK_CASES, MASK_CASE_IDS + LONG_MASK_CASE_IDS
-
-
-def problem(seqlen_q, seqlen_k, dtype=np.float32, seed=0):
-    """q, k, v and dout, (batch, seqlen, heads, head_dim), grouped-query (4 heads on 2)."""
-    rng = np.random.default_rng(seed)
-
-    def draw(seqlen, heads):
-        return rng.standard_normal((BATCH, seqlen, heads, HEAD_DIM)).astype(dtype)
-    return draw(seqlen_q, HEADS_Q), draw(seqlen_k, HEADS_KV), draw(seqlen_k, HEADS_KV), \
-        draw(seqlen_q, HEADS_Q)
-
-
-def mask_case(case, dtype=np.float32):
-    """q, k, v, dout and the case's options with its slopes and mask as NumPy arrays."""
-    _, (seqlen_q, seqlen_k), options = case
-    q, k, v, dout = problem(seqlen_q, seqlen_k, dtype, seed=seqlen_q + 3 * seqlen_k)
-    options = options_with_slopes(options, HEADS_Q)
-    return q, k, v, dout, options_with_mask(options, BATCH, HEADS_Q, seqlen_q, seqlen_k)
 
 
 # ---- the reference and the cases ----------------------------------------------------------
@@ -46,7 +25,7 @@ def test_every_case_changes_the_result(case):
     """Each mask moves the reference well beyond the tolerances used here (so a mask the
     library ignored could not pass), and the cases that promise rows without keys have
     them."""
-    q, k, v, _, options = mask_case(case)
+    q, k, v, _, options = numpy_case(case)
     with_mask, lse = reference_attention(q, k, v, **options)
     without_mask, _ = reference_attention(q, k, v, **dict(options, attn_mask=None))
     assert rel_l2(with_mask, without_mask) > 1e-2
@@ -67,45 +46,6 @@ def test_the_reference_takes_a_mask_as_its_bias():
 
 
 # ---- NumPy ---------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("backend", [None, "cpu", "reference"])
-@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
-def test_forward_matches_the_reference(case, backend):
-    q, k, v, _, options = mask_case(case)
-    out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
-    expected, expected_lse = reference_attention(q, k, v, **options)
-    assert out.shape == q.shape and out.dtype == np.float32
-    assert rel_l2(out, expected) <= FP32_TOLERANCE
-    assert_lse_close(lse, expected_lse, tol=1e-4)
-
-
-@pytest.mark.parametrize("backend", ["cpu", "reference"])
-@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
-def test_gradients_match_the_oracle(case, backend):
-    q, k, v, dout, options = mask_case(case)
-    out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
-    grads = flashattn.attention_backward(q, k, v, out, dout, lse, backend=backend, **options)
-    _, *expected = plain_attention_backward(q, k, v, dout, **options)
-    for name, grad, x, want in zip("qkv", grads, (q, k, v), expected):
-        assert grad.shape == x.shape and grad.dtype == np.float32, name
-        assert rel_l2(grad, want) <= FP32_TOLERANCE, name
-
-
-@pytest.mark.parametrize("case", MASK_CASES, ids=MASK_CASE_IDS)
-def test_float16_is_as_accurate_as_float16_arithmetic(case):
-    """out and the gradients within twice the error of the plain computation in float16
-    (against the float64 oracle on the same rounded inputs), plus a quarter ulp."""
-    q, k, v, dout, options = mask_case(case, np.float16)
-    out, lse = flashattn.attention(q, k, v, return_lse=True, **options)
-    grads = flashattn.attention_backward(q, k, v, out, dout, lse, **options)
-    expected = plain_attention_backward(q, k, v, dout, **options)
-    in_f16 = plain_attention_backward(q, k, v, dout, dtype=np.float16, **options)
-    floor = np.finfo(np.float16).eps / 4
-    for name, ours, want, plain in zip(("out", "dq", "dk", "dv"), (out, *grads), expected,
-                                       in_f16):
-        assert ours.dtype == np.float16, name
-        assert rel_l2(ours, want) <= 2 * rel_l2(plain, want) + floor, name
-
 
 @pytest.mark.parametrize("kind", ["bool", "float32"])
 @pytest.mark.parametrize("backend", ["cpu", "reference"])

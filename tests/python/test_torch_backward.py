@@ -11,8 +11,8 @@ import torch.nn.functional as F  # noqa: E402
 import flashattn  # noqa: E402
 from flashattn import _library, _torch_op  # noqa: E402
 from attention_reference import plain_attention_backward, rel_l2  # noqa: E402
-from torch_cases import (assert_compiled_training_step, plain_grads, random_bhsd,  # noqa: E402
-                         random_bshd)
+from torch_cases import (assert_compiled_training_step, autograd_grads, plain_grads,  # noqa: E402
+                         random_bhsd, random_bshd)
 
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim)
 SHAPES = [(1, 1, 1, 1, 1, 1), (2, 17, 30, 4, 2, 3), (1, 40, 17, 3, 1, 80)]
@@ -42,12 +42,6 @@ def assert_gradients_accurate(grads, inputs, dout, options):
         else:
             floor = torch.finfo(dtype).eps / 4
             assert err <= 2 * rel_l2(as_f64(plain[i]), as_f64(want)) + floor, "qkv"[i]
-
-
-def autograd_grads(q, k, v, dout, **options):
-    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-    flashattn.attention(q, k, v, **options).backward(dout)
-    return q.grad, k.grad, v.grad
 
 
 def test_the_two_oracles_agree():

@@ -1,9 +1,8 @@
-"""attn_mask on PyTorch CPU tensors: flashattn.attention's forward and autograd against the
-float64 formula (16-bit: against that formula in the dtype), the raw backward, the mask's
+"""attn_mask on PyTorch CPU tensors (its cases' forward, autograd and raw backward run with
+the other variants' in test_torch_variants.py): each bias dtype with each q dtype, the mask's
 lack of a gradient, the custom ops under opcheck and torch.compile, flashattn.sdpa against
 torch's own SDPA, and the errors. Skipped without torch; test_torch_cuda_bias.py covers the
 GPU."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -12,19 +11,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import flashattn  # noqa: E402
 from flashattn import _torch_op  # noqa: E402
-from attention_reference import assert_lse_close  # noqa: E402
 from torch_cases import (assert_as_accurate_as_plain, assert_compiled_training_step,  # noqa: E402
-                         mask_case, numpy_options, random_bhsd, random_bshd, reference_bshd)
+                         autograd_grads, mask_case, random_bhsd, random_bshd)
 from variant_cases import MASK_CASE_IDS, MASK_CASES, MaskSpec, mask_array  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DETACH = "gradients with respect to attn_mask are not computed; detach it"
-
-
-def autograd_grads(q, k, v, dout, **options):
-    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-    flashattn.attention(q, k, v, **options).backward(dout)
-    return q.grad, k.grad, v.grad
 
 
 def drawn_mask(kind, dims, sizes, seed=0, rows_without_keys=False):
@@ -33,25 +25,6 @@ def drawn_mask(kind, dims, sizes, seed=0, rows_without_keys=False):
     spec = MaskSpec("float32" if kind == "bfloat16" else kind, dims, rows_without_keys)
     mask = torch.from_numpy(mask_array(spec, *sizes, seed=seed))
     return mask.bfloat16() if kind == "bfloat16" else mask
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case", MASK_CASES, ids=MASK_CASE_IDS)
-def test_forward_matches_the_reference(case, dtype):
-    q, k, v, _, options = mask_case(case, dtype=dtype)
-    out, lse = flashattn.attention(q, k, v, return_lse=True, **options)
-    assert_as_accurate_as_plain((out,), (q, k, v), **options)
-    if dtype == torch.float32:
-        _, expected_lse = reference_bshd(q, k, v, **numpy_options(options))
-        assert_lse_close(lse.numpy(), expected_lse, tol=1e-4)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case", MASK_CASES, ids=MASK_CASE_IDS)
-def test_autograd_matches_float64_autograd(case, dtype):
-    q, k, v, dout, options = mask_case(case, dtype=dtype)
-    assert_as_accurate_as_plain(autograd_grads(q, k, v, dout, **options), (q, k, v, dout),
-                                **options)
 
 
 @pytest.mark.parametrize("dtype,bias_dtype", [(torch.float32, torch.bfloat16),
@@ -65,18 +38,6 @@ def test_a_bias_of_any_float_dtype_takes_any_q_dtype(dtype, bias_dtype):
     assert_as_accurate_as_plain((out,), (q, k, v), **options)
     assert_as_accurate_as_plain(autograd_grads(q, k, v, dout, **options), (q, k, v, dout),
                                 **options)
-
-
-def test_raw_backward_equals_autograd_and_the_numpy_path():
-    q, k, v, dout, options = mask_case(MASK_CASES[MASK_CASE_IDS.index("bias_softcap_alibi")])
-    out, lse = flashattn.attention(q, k, v, return_lse=True, **options)
-    raw = flashattn.attention_backward(q, k, v, out, dout, lse, **options)
-    for ours, theirs in zip(raw, autograd_grads(q, k, v, dout, **options)):
-        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
-    arrays = [x.numpy() for x in (q, k, v, out, dout, lse)]
-    for ours, theirs in zip(raw, flashattn.attention_backward(*arrays,
-                                                              **numpy_options(options))):
-        np.testing.assert_array_equal(ours.numpy(), theirs)
 
 
 def test_an_expanded_mask_is_read_in_place():

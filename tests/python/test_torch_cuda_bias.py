@@ -1,59 +1,22 @@
-"""attn_mask on PyTorch CUDA tensors: every GPU backend's forward and every backward against
-the float64 formula (16-bit: against the formula in that dtype), each float bias dtype with
-each q dtype, autograd, deterministic gradients, torch.compile, flashattn.sdpa against
-torch's SDPA, and the mask's device rule. Skipped without torch or a CUDA GPU; a backend the
-library says cannot run a case is skipped with the library's reason (pytest -rs lists it)."""
+"""attn_mask on PyTorch CUDA tensors (its cases on every GPU backend, forward and backward,
+autograd and deterministic gradients run with the other variants' in
+test_torch_cuda_variants.py): each float bias dtype with each q dtype, torch.compile,
+flashattn.sdpa against torch's SDPA, and the mask's device rule. Skipped without torch or a
+CUDA GPU."""
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import flashattn  # noqa: E402
-from attention_reference import assert_lse_close, rel_l2  # noqa: E402
-from torch_cases import (as_float64, assert_as_accurate_as_plain, gpu_backends,  # noqa: E402
-                         mask_case, numpy_options, pair_id, random_bhsd, random_bshd,
-                         reference_bshd, skip_unless_runs, unless_unsupported)
-from variant_cases import (LONG_MASK_CASE_IDS, LONG_MASK_CASES, MASK_CASE_IDS,  # noqa: E402
-                           MASK_CASES)
+from attention_reference import rel_l2  # noqa: E402
+from torch_cases import (as_float64, assert_as_accurate_as_plain, mask_case,  # noqa: E402
+                         random_bhsd, random_bshd)
+from variant_cases import LONG_MASK_CASES  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-ALL_CASES, ALL_IDS = MASK_CASES + LONG_MASK_CASES, MASK_CASE_IDS + LONG_MASK_CASE_IDS
-HEAD_DIMS = (64, 128)
-PAIRS, BACKWARD_PAIRS = gpu_backends(), gpu_backends(backward=True)
-
-
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-@pytest.mark.parametrize("pair", PAIRS, ids=pair_id)
-@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
-def test_forward(case, pair, head_dim):
-    backend, dtype = pair
-    skip_unless_runs(backend, head_dim)
-    q, k, v, _, options = mask_case(case, head_dim=head_dim, dtype=DTYPES[dtype],
-                                    device="cuda")
-    out, lse = unless_unsupported(lambda: flashattn.attention(
-        q, k, v, return_lse=True, backend=backend, **options))
-    assert_as_accurate_as_plain((out,), (q, k, v), **options)
-    _, expected_lse = reference_bshd(q, k, v, **numpy_options(options))
-    assert lse.device == q.device
-    assert_lse_close(lse.cpu().numpy(), expected_lse, tol=1e-4 if dtype == "f32" else 1e-3)
-
-
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-@pytest.mark.parametrize("pair", BACKWARD_PAIRS, ids=pair_id)
-@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
-def test_backward(case, pair, head_dim):
-    backend, dtype = pair
-    skip_unless_runs(backend, head_dim, backward=True)
-    q, k, v, dout, options = mask_case(case, head_dim=head_dim, dtype=DTYPES[dtype],
-                                       device="cuda")
-
-    def grads():
-        out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
-        return flashattn.attention_backward(q, k, v, out, dout, lse, backend=backend,
-                                            **options)
-    assert_as_accurate_as_plain(unless_unsupported(grads), (q, k, v, dout), **options)
 
 
 @pytest.mark.parametrize("bias_dtype", list(DTYPES.values()), ids=str)
@@ -67,20 +30,6 @@ def test_each_bias_dtype_with_each_q_dtype(dtype, bias_dtype):
     out.backward(dout)
     assert_as_accurate_as_plain((out.detach(),), (q, k, v), **options)
     assert_as_accurate_as_plain([x.grad for x in leaves], (q, k, v, dout), **options)
-
-
-@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=str)
-def test_autograd_and_deterministic_gradients(dtype):
-    q, k, v, dout, options = mask_case(LONG_MASK_CASES[-1], head_dim=64, dtype=dtype,
-                                       device="cuda")
-    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
-    flashattn.attention(*leaves, **options).backward(dout)
-    assert_as_accurate_as_plain([x.grad for x in leaves], (q, k, v, dout), **options)
-    out, lse = flashattn.attention(q, k, v, return_lse=True, **options)
-    first, again = (flashattn.attention_backward(q, k, v, out, dout, lse, deterministic=True,
-                                                 **options) for _ in range(2))
-    for a, b in zip(first, again):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_torch_compile_fullgraph_with_a_mask():

@@ -1,4 +1,4 @@
-"""The attention variants (sliding window, softcap, ALiBi) on PyTorch CUDA tensors: every GPU
+"""The attention variants (sliding window, softcap, ALiBi, attn_mask) on PyTorch CUDA tensors: every GPU
 backend's forward and every backward against the float64 reference (16-bit: against the
 plain formula in that dtype), torch.compile, and the slopes' device rule. Skipped without
 torch or a CUDA GPU; a backend the library says cannot run a variant is skipped with the
@@ -9,16 +9,19 @@ torch = pytest.importorskip("torch")
 
 import flashattn  # noqa: E402
 from attention_reference import assert_lse_close  # noqa: E402
-from torch_cases import (assert_as_accurate_as_plain, gpu_backends, numpy_options,  # noqa: E402
-                         pair_id, random_bshd, reference_bshd, skip_unless_runs,
-                         unless_unsupported, variant_case)
+from torch_cases import (assert_as_accurate_as_plain, gpu_backends, mask_case,  # noqa: E402
+                         numpy_options, pair_id, random_bshd, reference_bshd, skip_unless_runs,
+                         unless_unsupported)
 from variant_cases import (CASE_IDS, CASES, LONG_CASE_IDS, LONG_CASES,  # noqa: E402
+                           LONG_MASK_CASE_IDS, LONG_MASK_CASES, MASK_CASE_IDS, MASK_CASES,
                            alibi_slopes)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-ALL_CASES, ALL_IDS = CASES + LONG_CASES, CASE_IDS + LONG_CASE_IDS
+# The variants' cases and the mask cases (test_torch_cuda_bias.py has the mask's own tests).
+ALL_CASES = CASES + LONG_CASES + MASK_CASES + LONG_MASK_CASES
+ALL_IDS = CASE_IDS + LONG_CASE_IDS + MASK_CASE_IDS + LONG_MASK_CASE_IDS
 HEAD_DIMS = (64, 128)
 
 
@@ -31,8 +34,8 @@ PAIRS, BACKWARD_PAIRS = gpu_backends(), gpu_backends(backward=True)
 def test_forward(case, pair, head_dim):
     backend, dtype = pair
     skip_unless_runs(backend, head_dim)
-    q, k, v, _, options = variant_case(case, head_dim=head_dim, dtype=DTYPES[dtype],
-                                       device="cuda")
+    q, k, v, _, options = mask_case(case, head_dim=head_dim, dtype=DTYPES[dtype],
+                                    device="cuda")
     out, lse = unless_unsupported(lambda: flashattn.attention(
         q, k, v, return_lse=True, backend=backend, **options))
     assert_as_accurate_as_plain((out,), (q, k, v), **options)
@@ -47,8 +50,8 @@ def test_forward(case, pair, head_dim):
 def test_backward(case, pair, head_dim):
     backend, dtype = pair
     skip_unless_runs(backend, head_dim, backward=True)
-    q, k, v, dout, options = variant_case(case, head_dim=head_dim, dtype=DTYPES[dtype],
-                                          device="cuda")
+    q, k, v, dout, options = mask_case(case, head_dim=head_dim, dtype=DTYPES[dtype],
+                                       device="cuda")
 
     def grads():
         out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
@@ -57,10 +60,11 @@ def test_backward(case, pair, head_dim):
     assert_as_accurate_as_plain(unless_unsupported(grads), (q, k, v, dout), **options)
 
 
+@pytest.mark.parametrize("case", [LONG_CASES[-1], LONG_MASK_CASES[-1]],
+                         ids=[LONG_CASE_IDS[-1], LONG_MASK_CASE_IDS[-1]])
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=str)
-def test_autograd_and_deterministic_gradients(dtype):
-    q, k, v, dout, options = variant_case(LONG_CASES[-1], head_dim=64, dtype=dtype,
-                                          device="cuda")
+def test_autograd_and_deterministic_gradients(dtype, case):
+    q, k, v, dout, options = mask_case(case, head_dim=64, dtype=dtype, device="cuda")
     leaves = [x.detach().requires_grad_() for x in (q, k, v)]
     flashattn.attention(*leaves, **options).backward(dout)
     grads = [x.grad for x in leaves]

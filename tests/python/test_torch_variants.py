@@ -1,4 +1,4 @@
-"""The attention variants (sliding window, softcap, ALiBi) on PyTorch CPU tensors: the
+"""The attention variants (sliding window, softcap, ALiBi, attn_mask) on PyTorch CPU tensors: the
 forward against the float64 reference, autograd against float64 autograd of the dense
 masked formula (16-bit: against that formula in the dtype), the raw backward, the custom
 ops under opcheck and torch.compile, and the errors. Skipped without torch;
@@ -11,22 +11,20 @@ torch = pytest.importorskip("torch")
 import flashattn  # noqa: E402
 from attention_reference import assert_lse_close  # noqa: E402
 from torch_cases import (assert_as_accurate_as_plain, assert_compiled_training_step,  # noqa: E402
-                         numpy_options, random_bshd, reference_bshd, variant_case)
-from variant_cases import CASE_IDS, CASES, alibi_slopes  # noqa: E402
+                         autograd_grads, mask_case, numpy_options, random_bshd,
+                         reference_bshd, variant_case)
+from variant_cases import (CASE_IDS, CASES, MASK_CASE_IDS, MASK_CASES,  # noqa: E402
+                           alibi_slopes)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-
-
-def autograd_grads(q, k, v, dout, **options):
-    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-    flashattn.attention(q, k, v, **options).backward(dout)
-    return q.grad, k.grad, v.grad
+# The variants' cases and the mask cases (test_torch_bias.py has the mask's own tests).
+ALL_CASES, ALL_IDS = CASES + MASK_CASES, CASE_IDS + MASK_CASE_IDS
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
 def test_forward_matches_the_reference(case, dtype):
-    q, k, v, _, options = variant_case(case, dtype=dtype)
+    q, k, v, _, options = mask_case(case, dtype=dtype)
     out, lse = flashattn.attention(q, k, v, return_lse=True, **options)
     assert_as_accurate_as_plain((out,), (q, k, v), **options)
     if dtype == torch.float32:
@@ -35,15 +33,17 @@ def test_forward_matches_the_reference(case, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
 def test_autograd_matches_float64_autograd(case, dtype):
-    q, k, v, dout, options = variant_case(case, dtype=dtype)
+    q, k, v, dout, options = mask_case(case, dtype=dtype)
     assert_as_accurate_as_plain(autograd_grads(q, k, v, dout, **options), (q, k, v, dout),
                                 **options)
 
 
-def test_raw_backward_equals_autograd_and_the_numpy_path():
-    q, k, v, dout, options = variant_case(CASES[-1])
+@pytest.mark.parametrize("case", [CASES[-1], MASK_CASES[MASK_CASE_IDS.index("bias_softcap_alibi")]],
+                         ids=[CASE_IDS[-1], "bias_softcap_alibi"])
+def test_raw_backward_equals_autograd_and_the_numpy_path(case):
+    q, k, v, dout, options = mask_case(case)
     out, lse = flashattn.attention(q, k, v, return_lse=True, **options)
     raw = flashattn.attention_backward(q, k, v, out, dout, lse, **options)
     for ours, theirs in zip(raw, autograd_grads(q, k, v, dout, **options)):

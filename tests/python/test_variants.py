@@ -13,27 +13,15 @@ import flashattn
 from flashattn import _abi, _layout, _library
 from attention_reference import (assert_lse_close, plain_attention_backward,
                                  reference_attention, rel_l2, visible_keys)
-from variant_cases import (CASE_IDS, CASES, LONG_CASE_IDS, LONG_CASES, alibi_slopes,
-                           options_with_slopes, without_variants)
+from variant_cases import (BATCH, CASE_IDS, CASES, HEAD_DIM, HEADS_KV, HEADS_Q,
+                           LONG_CASE_IDS, LONG_CASES, LONG_MASK_CASE_IDS, LONG_MASK_CASES,
+                           MASK_CASE_IDS, MASK_CASES, alibi_slopes, numpy_case, problem,
+                           without_variants)
 
-BATCH, HEADS_Q, HEADS_KV, HEAD_DIM = 2, 4, 2, 32
 FP32_TOLERANCE = 1e-5
-
-
-def problem(seqlen_q, seqlen_k, dtype=np.float32, seed=0):
-    """q, k, v and dout, (batch, seqlen, heads, head_dim), grouped-query (4 heads on 2)."""
-    rng = np.random.default_rng(seed)
-
-    def draw(seqlen, heads):
-        return rng.standard_normal((BATCH, seqlen, heads, HEAD_DIM)).astype(dtype)
-    return draw(seqlen_q, HEADS_Q), draw(seqlen_k, HEADS_KV), draw(seqlen_k, HEADS_KV), \
-        draw(seqlen_q, HEADS_Q)
-
-
-def numpy_case(case, dtype=np.float32):
-    _, (seqlen_q, seqlen_k), options = case
-    q, k, v, dout = problem(seqlen_q, seqlen_k, dtype, seed=seqlen_q + seqlen_k)
-    return q, k, v, dout, options_with_slopes(options, HEADS_Q)
+# The variants' cases and the mask cases (test_bias.py has the mask's own tests).
+ALL_CASES = CASES + LONG_CASES + MASK_CASES + LONG_MASK_CASES
+ALL_IDS = CASE_IDS + LONG_CASE_IDS + MASK_CASE_IDS + LONG_MASK_CASE_IDS
 
 
 # ---- the reference itself ------------------------------------------------------------------
@@ -68,7 +56,7 @@ def test_every_case_changes_the_result(case):
 # ---- NumPy ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", [None, "cpu", "reference"])
-@pytest.mark.parametrize("case", CASES + LONG_CASES, ids=CASE_IDS + LONG_CASE_IDS)
+@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
 def test_numpy_forward_matches_the_reference(case, backend):
     q, k, v, _, options = numpy_case(case)
     out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
@@ -79,7 +67,7 @@ def test_numpy_forward_matches_the_reference(case, backend):
 
 
 @pytest.mark.parametrize("backend", ["cpu", "reference"])
-@pytest.mark.parametrize("case", CASES + LONG_CASES, ids=CASE_IDS + LONG_CASE_IDS)
+@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
 def test_numpy_gradients_match_the_oracle(case, backend):
     q, k, v, dout, options = numpy_case(case)
     out, lse = flashattn.attention(q, k, v, return_lse=True, backend=backend, **options)
@@ -90,7 +78,7 @@ def test_numpy_gradients_match_the_oracle(case, backend):
         assert rel_l2(grad, want) <= FP32_TOLERANCE, name
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", CASES + MASK_CASES, ids=CASE_IDS + MASK_CASE_IDS)
 def test_numpy_float16_is_as_accurate_as_float16_arithmetic(case):
     """out and the gradients within twice the error of the plain computation in float16
     (against the float64 oracle on the same rounded inputs), plus a quarter ulp."""

@@ -93,6 +93,13 @@ def plain_grads(q, k, v, dout, **options):
 
 
 
+def autograd_grads(q, k, v, dout, **options):
+    """(dq, dk, dv) of flashattn.attention through torch's autograd."""
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    flashattn.attention(q, k, v, **options).backward(dout)
+    return q.grad, k.grad, v.grad
+
+
 def plain_outputs(q, k, v, dout=None, **options):
     """(out,) of plain_attention, or, given dout, its gradients (dq, dk, dv)."""
     if dout is None:

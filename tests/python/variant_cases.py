@@ -106,6 +106,30 @@ def options_with_mask(options, batch, heads_q, seqlen_q, seqlen_k, as_array=np.a
     return dict(options, attn_mask=as_array(array))
 
 
+# The NumPy problems of the variants' CPU tests: batch 2, grouped-query (4 query heads on
+# 2 kv heads), head_dim 32.
+BATCH, HEADS_Q, HEADS_KV, HEAD_DIM = 2, 4, 2, 32
+
+
+def problem(seqlen_q, seqlen_k, dtype=np.float32, seed=0):
+    """q, k, v and dout, (batch, seqlen, heads, head_dim), grouped-query (4 heads on 2)."""
+    rng = np.random.default_rng(seed)
+
+    def draw(seqlen, heads):
+        return rng.standard_normal((BATCH, seqlen, heads, HEAD_DIM)).astype(dtype)
+    return draw(seqlen_q, HEADS_Q), draw(seqlen_k, HEADS_KV), draw(seqlen_k, HEADS_KV), \
+        draw(seqlen_q, HEADS_Q)
+
+
+def numpy_case(case, dtype=np.float32):
+    """q, k, v, dout and the options of one of CASES or MASK_CASES (and their long lists),
+    its slopes and mask as NumPy arrays."""
+    _, (seqlen_q, seqlen_k), options = case
+    q, k, v, dout = problem(seqlen_q, seqlen_k, dtype, seed=seqlen_q + seqlen_k)
+    options = options_with_slopes(options, HEADS_Q)
+    return q, k, v, dout, options_with_mask(options, BATCH, HEADS_Q, seqlen_q, seqlen_k)
+
+
 # (id, (seqlen_q, seqlen_k), options): as CASES', attn_mask a MaskSpec, alone and with the
 # other variants; shapes of each broadcast, rows the mask leaves without keys, negative
 # scales (the mask's -inf stays -inf).

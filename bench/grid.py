@@ -84,6 +84,7 @@ WINDOW = (4096, 0)          # (left, right): each query sees itself and the 4096
 WINDOW_SEQLEN = 16384
 VARIANT_SEQLENS = (4096, 16384)
 SOFTCAP = 30.0              # Gemma 2's attention softcap
+DROPOUT = 0.1               # the dropout points' rate
 VARIANT_PASSES = ("fwd", "bwd")
 # Sequence lengths of the equal-work dense problem are a multiple of this (a key block).
 BLOCK = 128
@@ -164,6 +165,7 @@ class Point:
     alibi: bool = False     # ALiBi with the standard slopes
     name: str = None        # the model and layer (grids models, models_bwd)
     attn_mask: str = None   # a key of ATTN_MASKS: the tensor passed as attn_mask; None: none
+    dropout: float = 0.0    # > 0: dropout on the probabilities at this rate
 
     def __post_init__(self):
         if self.heads_kv is None:
@@ -188,6 +190,7 @@ class Point:
         parts += ["alibi"] if self.alibi else []
         parts += ([ATTN_MASKS[self.attn_mask].label(self.heads, self.dtype)]
                   if self.attn_mask else [])
+        parts += [f"dropout {self.dropout:g}"] if self.dropout else []
         return " ".join(parts)
 
     def tensor_bytes(self):
@@ -286,8 +289,8 @@ def wide_bwd_points(head_dims=WIDE_HEAD_DIMS, heads=WIDE_HEADS, seqlens=WIDE_SEQ
 
 def variants_points(seqlens=VARIANT_SEQLENS, masks=MASKS, passes=VARIANT_PASSES, window=True):
     """Per pass: the window point and its equal-work dense point (with `window`), then at each
-    seqlen and mask the plain, softcap and ALiBi points of one shape and the MASK_POINTS of
-    that shape, side by side."""
+    seqlen and mask the plain, softcap, ALiBi and dropout points of one shape and the
+    MASK_POINTS of that shape, side by side."""
     shape = dict(grid="variants", dtype=VARIANT_DTYPE, heads=VARIANT_HEADS,
                  head_dim=VARIANT_HEAD_DIM)
     points = []
@@ -303,7 +306,8 @@ def variants_points(seqlens=VARIANT_SEQLENS, masks=MASKS, passes=VARIANT_PASSES,
                 plain = Point(batch=PAPER_TOKENS // n, seqlen=n, causal=mask, pass_=pass_,
                               **shape)
                 points += [plain, dataclasses.replace(plain, softcap=SOFTCAP),
-                           dataclasses.replace(plain, alibi=True)]
+                           dataclasses.replace(plain, alibi=True),
+                           dataclasses.replace(plain, dropout=DROPOUT)]
                 points += [dataclasses.replace(plain, attn_mask=name)
                            for seqlen, causal, name in MASK_POINTS
                            if (seqlen, causal) == (n, mask)]

@@ -178,6 +178,8 @@ def build_impl(backend, build, path):
     def call(q, k, v, causal, variants=score_variants.NONE):
         if variants.attn_mask is not None and not reads_mask:
             raise Declined(f"build {build}'s library predates attn_mask (it would ignore it)")
+        if variants.dropout:
+            raise Declined("the A/B builds time no dropout")
         (window_left, window_right), softcap = variants.window, variants.softcap
         out, _ = _torch_op.run(q, k, v, causal, "top_left", None, backend, False, lib=lib,
                                window_left=window_left, window_right=window_right,
@@ -232,9 +234,10 @@ def sdpa_mask(q, causal, variants):
 
 def sdpa_impl(name, backend):
     def call(q, k, v, causal, variants=score_variants.NONE):
-        mask = sdpa_mask(q, causal, variants) if variants.any() else None
+        mask = sdpa_mask(q, causal, variants) if variants.scores_vary() else None
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                               v.transpose(1, 2), attn_mask=mask,
+                                              dropout_p=variants.dropout,
                                               is_causal=causal and mask is None,
                                               enable_gqa=grouped(q, k))
     return Impl(name, ALTERNATIVE, call, context=lambda: sdpa_kernel([backend]),

@@ -25,6 +25,8 @@ MASK_LIMIT_BYTES = 1 << 30
 
 # The mask tensors (grid.ATTN_MASKS) are drawn from this seed, so every run times the same.
 MASK_SEED = 0
+# flashattn's dropout seed at the dropout points (PyTorch draws its own per call).
+DROPOUT_SEED = 1
 # A key-padding mask keeps a prefix of each sequence's keys, this fraction of them at least.
 MIN_KEPT_KEYS = 0.6
 # Packed documents' lengths, drawn uniformly from this range (the last cut to fit).
@@ -44,15 +46,22 @@ class Variants:
     # SDPA's attn_mask for them by (seqlen, causal, dtype): made by its first call, kept for
     # the point's other calls (implementations.sdpa_mask).
     sdpa_masks: dict = field(default_factory=dict, repr=False, compare=False)
+    dropout: float = 0.0  # dropout's rate (SDPA's dropout_p); 0: none
 
     def any(self):
+        return self.scores_vary() or self.dropout > 0
+
+    def scores_vary(self):
+        """Whether a variant changes the scores or the mask (SDPA then needs an attn_mask)."""
         return (self.window != (-1, -1) or self.softcap > 0 or self.alibi_slopes is not None
                 or self.attn_mask is not None)
 
     def keywords(self):
-        """flashattn.attention's (and attention_backward's) keywords."""
+        """flashattn.attention's (and attention_backward's) keywords; dropout with a fixed
+        seed, the forward's for the backward."""
         return dict(window_size=self.window, softcap=self.softcap,
-                    alibi_slopes=self.alibi_slopes, attn_mask=self.attn_mask)
+                    alibi_slopes=self.alibi_slopes, attn_mask=self.attn_mask,
+                    dropout_p=self.dropout, dropout_seed=DROPOUT_SEED)
 
 
 NONE = Variants()  # its sdpa_masks stays empty: plain attention needs no mask
@@ -67,7 +76,8 @@ def of_point(point, device="cuda"):
     """The Variants of a grid.Point, ALiBi's slopes and the mask tensor on `device`."""
     return Variants(point.window or (-1, -1), point.softcap,
                     alibi_slopes(point.heads, device) if point.alibi else None,
-                    attn_mask(point, device) if point.attn_mask else None)
+                    attn_mask(point, device) if point.attn_mask else None,
+                    dropout=point.dropout)
 
 
 def attn_mask(point, device):

@@ -136,6 +136,11 @@ typedef struct {
   int32_t bias_type;           /* a flashattn_bias_type */
   int64_t bias_shape[4];
   int64_t bias_strides[4];     /* in elements */
+  /* Since the third generation: dropout on the probabilities (flashattn::Dropout
+   * says the math): kept with probability 1 - dropout_p, scaled by 1/(1 - p). */
+  float dropout_p;             /* in [0, 1]; 0: none */
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;     /* streams offset + b * heads_q + h */
 } flashattn_variants;
 
 static inline flashattn_variants flashattn_variants_defaults(void) {
@@ -246,6 +251,15 @@ static inline flashattn_backward_params flashattn_backward_defaults(void) {
 }
 
 flashattn_status flashattn_backward(const flashattn_backward_params* params);
+
+/* Which elements dropout (flashattn_variants.dropout_*) keeps, for a dense
+ * (batch, heads_q, seqlen_q, seqlen_k) problem: keep[((b * heads_q + h) *
+ * seqlen_q + i) * seqlen_k + j] = 1 where element (b, h, i, j) is kept, else 0
+ * (host memory). Sequence b of a variable-length batch is batch 1 at offset
+ * dropout_offset + b * heads_q. */
+flashattn_status flashattn_dropout_keep_mask(float dropout_p, uint64_t seed, uint64_t offset,
+                                             int32_t batch, int32_t heads_q, int32_t seqlen_q,
+                                             int32_t seqlen_k, uint8_t* keep);
 
 /* The message of the last failed call on this thread ("" after a success). */
 const char* flashattn_last_error(void);

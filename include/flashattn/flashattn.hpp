@@ -74,6 +74,24 @@ struct ScoreBias {
   int64_t stride[4] = {0, 0, 0, 0};  // elements; >= 0
 };
 
+// Dropout on the attention probabilities, as in training: each probability
+// p_ij of query head h (after the softmax, before the product with V) is kept
+// with probability 1 - p and scaled by 1 / (1 - p), or zeroed. Which elements
+// are dropped is a function of (seed, offset) and the element's coordinates
+// alone (Philox4x32-10, counter-based; docs/variants.md gives the layout), the
+// same on every backend: a backward given the forward's Dropout drops the same
+// elements without a stored mask, and dropout_keep_mask() below returns them.
+// p is rounded to a multiple of 2^-16 (the scale is the rounded rate's exact
+// inverse); p = 1 drops everything (out 0). lse is the undropped softmax's.
+// A call uses the streams offset + b·heads_q + h for batch index (or sequence)
+// b and query head h: a next, independent call with the same seed passes
+// offset + batch·heads_q or more. Not with a KV cache.
+struct Dropout {
+  float p = 0.0f;  // in [0, 1]
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 struct Variants {
   // Sliding window: query i sees keys j with i + off - window_left <= j <=
   // i + off + window_right; -1 leaves that side open. A causal mask is
@@ -87,6 +105,8 @@ struct Variants {
   const float* alibi_slopes = nullptr;
   // An additive bias or a boolean mask (ScoreBias above); data null: none.
   ScoreBias bias;
+  // Dropout on the attention probabilities (Dropout below); p = 0: none.
+  Dropout dropout;
 };
 
 // A variable-length batch (FlashAttention's varlen layout): `batch` sequences
@@ -261,6 +281,14 @@ Backend select_backward_backend(const BackwardParams& params);
 // params is checked as by forward(); params.out is not written.
 std::vector<double> reference_rows(const Params& params, const std::vector<int>& rows,
                                    std::vector<double>* lse = nullptr);
+
+// Which elements `dropout` keeps in a dense (batch, heads_q, seqlen_q, seqlen_k)
+// problem: keep[((b·heads_q + h)·seqlen_q + i)·seqlen_k + j] is 1 where element
+// (b, h, i, j) is kept, else 0. Sequence b of a variable-length batch is batch 1
+// at offset dropout.offset + b·heads_q. Throws Error on a p outside [0, 1] or a
+// negative size.
+std::vector<uint8_t> dropout_keep_mask(const Dropout& dropout, int batch, int heads_q,
+                                       int seqlen_q, int seqlen_k);
 
 std::string_view to_string(Backend backend);
 std::string_view to_string(DType dtype);

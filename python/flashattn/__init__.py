@@ -22,6 +22,7 @@ import importlib
 
 from ._attention import attention, attention_backward
 from ._backends import Backend, backends
+from ._dropout import dropout_mask
 from ._errors import CudaError, Error, InternalError, InvalidArgumentError, UnsupportedError
 from ._kvcache import attention_with_kvcache
 from ._sdpa import sdpa
@@ -54,6 +55,7 @@ __all__ = [
     "zigzag_shard_packed",
     "zigzag_unshard_packed",
     "sdpa",
+    "dropout_mask",
     "backends",
     "Backend",
     "Error",

@@ -134,8 +134,9 @@ class BackwardParams(ctypes.Structure):
 
 class Variants(ctypes.Structure):
     """flashattn_variants: a sized struct; the caller sets struct_size to sizeof(Variants),
-    as flashattn_variants_defaults() does in C. The bias fields are its second generation:
-    a library from before them reads only the fields up to alibi_slopes."""
+    as flashattn_variants_defaults() does in C. The bias fields are its second generation,
+    the dropout fields its third: a library from before them reads only the fields of its
+    own generation."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -147,6 +148,9 @@ class Variants(ctypes.Structure):
         ("bias_type", ctypes.c_int32),
         ("bias_shape", ctypes.c_int64 * 4),
         ("bias_strides", ctypes.c_int64 * 4),
+        ("dropout_p", ctypes.c_float),
+        ("dropout_seed", ctypes.c_uint64),
+        ("dropout_offset", ctypes.c_uint64),
     ]
 
 
@@ -160,9 +164,14 @@ def bias_view(data, bias_type, shape, strides):
 # No bias (a NULL address), as flashattn_variants_defaults() leaves the fields.
 NO_BIAS = bias_view(0, BIAS_F32, (0, 0, 0, 0), (0, 0, 0, 0))
 
+# No dropout: flashattn_variants' (dropout_p, dropout_seed, dropout_offset) as the defaults
+# leave them.
+NO_DROPOUT = (0.0, 0, 0)
+
 # flashattn_variants_defaults(): every variant off (window sides -1: open; softcap 0; no slopes;
-# no bias). A variants tuple may stop after the slopes: its bias is then NO_BIAS.
-NO_VARIANTS = (-1, -1, 0.0, 0, NO_BIAS)
+# no bias; no dropout). A variants tuple may stop after the slopes or the bias: the rest are
+# then NO_BIAS and NO_DROPOUT.
+NO_VARIANTS = (-1, -1, 0.0, 0, NO_BIAS, NO_DROPOUT)
 
 
 class Sequences(ctypes.Structure):
@@ -209,7 +218,7 @@ class ForwardOptions(ctypes.Structure):
 
 # struct codes of the scalar C types used above (standard sizes; pointers are 64-bit).
 _CODES = {ctypes.c_void_p: "Q", ctypes.c_int32: "i", ctypes.c_uint32: "I", ctypes.c_int64: "q",
-          ctypes.c_float: "f"}
+          ctypes.c_uint64: "Q", ctypes.c_float: "f"}
 
 
 def _scalar_offsets(structure, base=0):
@@ -260,10 +269,12 @@ def pack_backward_params(q, k, v, out, dout, lse, dq, dk, dv, has_scale, scale, 
                                 variants, sequences)
 
 
-def pack_variants(window_left, window_right, softcap, alibi_slopes, bias=NO_BIAS):
+def pack_variants(window_left, window_right, softcap, alibi_slopes, bias=NO_BIAS,
+                  dropout=NO_DROPOUT):
     """flashattn_variants as bytes, struct_size set to its size; alibi_slopes an address (0 for
-    NULL), bias a bias_view() tuple."""
-    return VARIANTS.pack(VARIANTS.size, window_left, window_right, softcap, alibi_slopes, *bias)
+    NULL), bias a bias_view() tuple, dropout (p, seed, offset)."""
+    return VARIANTS.pack(VARIANTS.size, window_left, window_right, softcap, alibi_slopes, *bias,
+                         *dropout)
 
 
 def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch):
@@ -317,6 +328,12 @@ def has_forward_with(lib):
     return hasattr(lib, "flashattn_forward_with")
 
 
+def has_dropout(lib):
+    """Whether lib reads flashattn_variants' dropout fields (their generation added
+    flashattn_dropout_keep_mask; a library from before would attend without dropout)."""
+    return hasattr(lib, "flashattn_dropout_keep_mask")
+
+
 def has_registry(lib):
     """Whether lib has the backend table's functions (libraries built before it do not)."""
     return hasattr(lib, "flashattn_backend_count") and hasattr(lib, "flashattn_get_backend_info")
@@ -339,6 +356,11 @@ def declare(lib):
     if has_forward_with(lib):
         lib.flashattn_forward_with.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
         lib.flashattn_forward_with.restype = ctypes.c_int
+    if has_dropout(lib):
+        lib.flashattn_dropout_keep_mask.argtypes = [
+            ctypes.c_float, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32,
+            ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
+        lib.flashattn_dropout_keep_mask.restype = ctypes.c_int
     if has_registry(lib):
         lib.flashattn_backend_count.argtypes = []
         lib.flashattn_backend_count.restype = ctypes.c_int32

@@ -1,7 +1,7 @@
 """flashattn.attention: one entry point for NumPy arrays and PyTorch tensors."""
 import numpy as np
 
-from . import _numpy, _options
+from . import _dropout, _numpy, _options
 
 # The PyTorch operator, or None without torch: torch is optional, but a broken torch
 # install (one of its own imports missing) still fails loudly.
@@ -15,6 +15,7 @@ except ModuleNotFoundError as e:
 
 def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
               window_size=(-1, -1), softcap=0.0, alibi_slopes=None, attn_mask=None,
+              dropout_p=0.0, dropout_seed=None, dropout_offset=0, generator=None,
               return_lse=False, backend=None):
     """Exact attention softmax(q·kᵀ·scale)·v over (batch, seqlen, heads, head_dim) inputs.
 
@@ -56,6 +57,16 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     scale. The mask gets no gradient (a torch mask that requires grad raises
     UnsupportedError). Dense batches only: varlen_attention and attention_with_kvcache take
     none.
+    dropout_p: dropout on the probabilities, as in training (PyTorch's SDPA dropout_p): each
+    probability is kept with probability 1 - dropout_p and scaled by 1/(1 - dropout_p), or
+    zeroed (dropout_p in [0, 1], rounded to a multiple of 2**-16; lse stays the undropped
+    softmax's). Which are dropped is a function of (dropout_seed, dropout_offset) and the
+    element's (batch, head, row, key), the same on every backend (flashattn.dropout_mask
+    returns it); the backward regenerates it. dropout_seed: a uint64, or None to draw one
+    from generator (a torch.Generator, e.g. a CUDA one, which makes the call wait for the GPU;
+    a numpy.random.Generator; or None: torch's default CPU generator, which torch.manual_seed
+    seeds, or NumPy's fresh entropy without torch). dropout_offset: a uint64 that selects
+    the streams offset + b·heads_q + h. To call attention_backward yourself, pass the seed.
 
     Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
     return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
@@ -67,7 +78,9 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     """
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend, return_lse=return_lse,
-                   attn_mask=attn_mask, **variant_options(window_size, softcap, alibi_slopes))
+                   attn_mask=attn_mask, **variant_options(window_size, softcap, alibi_slopes),
+                   dropout=_dropout.dropout_values(dropout_p, dropout_seed, dropout_offset,
+                                                   generator))
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
         out, lse = torch_op.attention(q, k, v, **options)
     elif isinstance(q, np.ndarray):
@@ -88,7 +101,8 @@ def variant_options(window_size, softcap, alibi_slopes):
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignment="top_left",
                        scale=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                       attn_mask=None, backend=None, deterministic=False):
+                       attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0,
+                       backend=None, deterministic=False):
     """The gradients (dq, dk, dv) of attention, given dout, the gradient of a loss with
     respect to the forward's output.
 
@@ -103,7 +117,9 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignmen
     Returns dq, dk, dv: contiguous, in q's dtype, with the shapes of q, k and v. With
     grouped-query attention, dk and dv of a kv head sum over the query heads of its group. A
     query row that sees no key (attn_mask's fully masked rows included) gets dq 0; a key no
-    row sees gets dk and dv 0. attn_mask gets no gradient.
+    row sees gets dk and dv 0. attn_mask gets no gradient. dropout_p, dropout_seed and
+    dropout_offset are the forward's (a seed is required: the backward regenerates the
+    forward's dropout from it).
 
     backend: None (cpu for host arrays, cuda_tiled for fp32 GPU tensors, cuda_mma for 16-bit
     where its head_dim limit allows, else cuda_tiled) or the name of a backend with a
@@ -116,7 +132,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignmen
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend,
                    deterministic=deterministic, attn_mask=attn_mask,
-                   **variant_options(window_size, softcap, alibi_slopes))
+                   **variant_options(window_size, softcap, alibi_slopes),
+                   dropout=_dropout.dropout_values(dropout_p, dropout_seed, dropout_offset))
     if torch_op is not None and isinstance(q, torch_op.torch.Tensor):
         return torch_op.attention_backward(q, k, v, out, dout, lse, **options)
     if isinstance(q, np.ndarray):

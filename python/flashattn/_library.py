@@ -60,6 +60,22 @@ def has_bias(variants):
     return variants is not None and len(variants) > 4 and variants[4][0] != 0
 
 
+def has_dropout(variants):
+    """Whether a variants tuple (has_any's), or None, asks for dropout."""
+    return variants is not None and len(variants) > 5 and variants[5][0] > 0.0
+
+
+def require_variant_fields(lib, variants):
+    """Raises UnsupportedError naming the library for a build that would ignore what the
+    variants ask: a bias or mask, or dropout."""
+    if has_bias(variants):
+        require_bias(lib)
+    if has_dropout(variants) and not _abi.has_dropout(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no dropout "
+            f"(flashattn_variants.dropout_p); it predates it")
+
+
 def require_variants(lib):
     """Raises UnsupportedError naming the library for a build from before the variants."""
     if not _abi.has_variants(lib):
@@ -170,8 +186,7 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
     lib = lib or library()
     if kv_cache is not None:
         require_kv_cache(lib)
-    if has_bias(variants):
-        require_bias(lib)
+    require_variant_fields(lib, variants)
     if _abi.has_forward_with(lib):
         options = None  # NULL: every default, the plain call's cost
         if has_any(variants) or sequences is not None or kv_cache is not None:
@@ -208,8 +223,7 @@ def backward(q, k, v, out, dout, lse, dq, dk, dv, *, scale=None, mask="none",
         raise _errors.UnsupportedError(
             f"flashattn: {getattr(lib, '_name', lib)} has no backward (flashattn_backward); "
             f"it predates it")
-    if has_bias(variants):
-        require_bias(lib)
+    require_variant_fields(lib, variants)
     # The params hold the structs' addresses: their buffers live until the call returns.
     kept, (variants_address, sequences_address) = option_structs(lib, variants, sequences)
     params = _abi.pack_backward_params(q, k, v, out, dout, lse or 0, dq, dk, dv,
@@ -219,3 +233,22 @@ def backward(q, k, v, out, dout, lse, dq, dk, dv, *, scale=None, mask="none",
     status = lib.flashattn_backward(params)
     if status != _abi.OK:
         raise _errors.from_status(status, lib.flashattn_last_error().decode())
+
+
+def dropout_keep_mask(dropout_p, seed, offset, batch, heads_q, seqlen_q, seqlen_k, lib=None):
+    """The uint8 (batch, heads_q, seqlen_q, seqlen_k) keep mask of flashattn_dropout_keep_mask
+    (1: kept), as a NumPy array."""
+    import numpy as np
+
+    lib = lib or library()
+    if not _abi.has_dropout(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no dropout "
+            f"(flashattn_dropout_keep_mask); it predates it")
+    sizes = (batch, heads_q, seqlen_q, seqlen_k)
+    keep = np.empty(tuple(max(n, 0) for n in sizes), np.uint8)
+    status = lib.flashattn_dropout_keep_mask(dropout_p, seed, offset, *sizes,
+                                             keep.ctypes.data if keep.size else None)
+    if status != _abi.OK:
+        raise _errors.from_status(status, lib.flashattn_last_error().decode())
+    return keep

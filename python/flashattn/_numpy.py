@@ -1,7 +1,7 @@
 """attention() on NumPy arrays: the CPU backends, called on the arrays' own memory."""
 import numpy as np
 
-from . import _abi, _bias, _cache, _errors, _layout, _library, _options, _sequences
+from . import _abi, _bias, _cache, _dropout, _errors, _layout, _library, _options, _sequences
 
 DTYPES = {np.dtype(np.float32): _abi.F32, np.dtype(np.float16): _abi.F16}
 MASK_TYPES = {np.dtype(np.bool_): _abi.BIAS_BOOL, np.dtype(np.float32): _abi.BIAS_F32,
@@ -79,11 +79,12 @@ def mask_array(attn_mask, q_shape, seqlen_k):
                                       strides)
 
 
-def variant_values(window_left, window_right, softcap, slopes, bias=_abi.NO_BIAS):
-    """The (window_left, window_right, softcap, slopes address, bias view) the library
-    takes."""
+def variant_values(window_left, window_right, softcap, slopes, bias=_abi.NO_BIAS,
+                   dropout=None):
+    """The (window_left, window_right, softcap, slopes address, bias view, dropout) the
+    library takes; dropout: _dropout.dropout_values()'s (p, seed, offset), or None."""
     return (window_left, window_right, softcap, 0 if slopes is None else slopes.ctypes.data,
-            bias)
+            bias, _dropout.library_dropout(dropout))
 
 
 def prefix_sums(sequences):
@@ -109,7 +110,8 @@ def prefix_sums(sequences):
 
 
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
-              window_right, softcap, alibi_slopes, attn_mask=None, sequences=None):
+              window_right, softcap, alibi_slopes, attn_mask=None, sequences=None,
+              dropout=None):
     """out (and lse, else None) for NumPy q, k, v; see flashattn.attention. sequences: None
     (dense) or a variable-length batch's (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     max_seqlen_k), q, k, v then (1, total, heads, head_dim) (see flashattn.varlen_attention)."""
@@ -124,16 +126,18 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
     lse = np.empty(_layout.lse_shape(q.shape), np.float32) if return_lse else None
     _library.forward(qv, kv, vv, out_view, lse=None if lse is None else lse.ctypes.data,
                      scale=scale, mask=mask, backend=backend,
-                     variants=variant_values(window_left, window_right, softcap, slopes, bias),
+                     variants=variant_values(window_left, window_right, softcap, slopes, bias,
+                                             dropout),
                      sequences=sequence_values)
     return out, lse
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
                        deterministic, window_left, window_right, softcap, alibi_slopes,
-                       attn_mask=None, sequences=None):
+                       attn_mask=None, sequences=None, dropout=None):
     """(dq, dk, dv) for NumPy arrays; see flashattn.attention_backward. sequences: as
-    attention's (lse then (1, heads_q, total_q))."""
+    attention's (lse then (1, heads_q, total_q)); dropout: the forward's (p, seed, offset),
+    or None."""
     mask = _options.mask_name(causal, causal_alignment)
     backend = _options.backend_value(backend)
     _options.require_bool("deterministic", deterministic)
@@ -154,7 +158,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
     _library.backward(qv, kv, vv, ov, dov, lse.ctypes.data, dqv, dkv, dvv, scale=scale,
                       mask=mask, backend=backend, deterministic=deterministic,
                       variants=variant_values(window_left, window_right, softcap, slopes,
-                                              bias),
+                                              bias, dropout),
                       sequences=sequence_values)
     return dq, dk, dv
 

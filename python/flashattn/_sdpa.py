@@ -1,7 +1,7 @@
 """flashattn.sdpa: torch.nn.functional.scaled_dot_product_attention's signature on flashattn."""
 import re
 
-from . import _attention, _errors, _options
+from . import _attention, _dropout, _errors, _options
 
 # The library and attention() name the inputs q, k and v ("k: head_dim is 4, must equal q's
 # head_dim (8)"); sdpa's messages call them what its signature does. Only the lone letters
@@ -16,13 +16,12 @@ def sdpa_message(message):
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
-         enable_gqa=False):
+         enable_gqa=False, generator=None):
     """Drop-in for torch.nn.functional.scaled_dot_product_attention on 4-d tensors.
 
     query: (batch, heads_q, seqlen_q, head_dim); key, value: (batch, heads_kv, seqlen_k,
     head_dim). is_causal is top-left aligned, as in PyTorch. heads_q may differ from heads_kv
-    (a multiple of it) only with enable_gqa=True, as in PyTorch. Dropout is not supported
-    (dropout_p must be 0). Returns (batch, heads_q, seqlen_q, head_dim): a transposed view of
+    (a multiple of it) only with enable_gqa=True, as in PyTorch. Returns (batch, heads_q, seqlen_q, head_dim): a transposed view of
     flashattn's contiguous (batch, seqlen, heads, head_dim) output.
 
     attn_mask, as in PyTorch: a bool tensor (True: the key takes part in attention) or a
@@ -33,6 +32,14 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
     float32, float16 or bfloat16 whatever query's dtype (PyTorch takes query's dtype or
     float32). A fully masked row (every key False, or -inf) gives 0, as PyTorch's SDPA
     gives it now, and no gradient.
+
+    dropout_p, as in PyTorch: each attention probability is kept with probability
+    1 - dropout_p and scaled by 1/(1 - dropout_p) (dropout_p in [0, 1], rounded to a
+    multiple of 2**-16), and the backward drops the same ones. The seed is drawn per call
+    from generator (a keyword beyond PyTorch's signature: a torch.Generator; None: torch's
+    default CPU generator, so torch.manual_seed makes runs repeat; a CUDA generator makes
+    the call wait for the GPU). The dropped elements differ from PyTorch's own (each
+    library has its own generator), not their distribution.
 
     The arguments follow PyTorch's rules: is_causal and enable_gqa must be bools, dropout_p
     and scale real numbers (an int, a float, a NumPy number, a 0-d tensor; a string raises
@@ -57,9 +64,6 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
     _options.require_bool("is_causal", is_causal)
     scale = _options.scale_value(scale)
     _options.require_bool("enable_gqa", enable_gqa)
-    if dropout_p != 0.0:
-        raise _errors.UnsupportedError(
-            f"dropout_p: is {dropout_p}; flashattn has no dropout, so it must be 0.0")
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() != 4:
             raise _errors.InvalidArgumentError(
@@ -70,7 +74,8 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
             f"key: has {key.size(1)} heads and query {query.size(1)}; they may differ only "
             f"with enable_gqa=True (grouped-query attention)")
     try:
+        dropout = _dropout.dropout_values(dropout_p, None, 0, generator)
         return torch_op.sdpa(query, key, value, causal=is_causal, scale=scale,
-                             attn_mask=attn_mask)
+                             attn_mask=attn_mask, dropout=dropout)
     except _errors.Error as e:
         raise type(e)(sdpa_message(str(e))) from None

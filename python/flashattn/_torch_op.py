@@ -9,14 +9,17 @@ outputs (plus one contiguous copy of an input whose strides the kernels cannot r
 forward saves q, k, v, out and lse; the backward recomputes the probabilities from them
 (flashattn_backward), so no score matrix is ever stored. The variants (window, softcap, ALiBi),
 then a variable-length batch's prefix sums and max_seqlen values, then attn_mask (a bias or
-boolean mask) are trailing arguments of both ops, with defaults that turn them off (a dense
-batch); ALiBi's slopes, the prefix sums and attn_mask get no gradient.
+boolean mask), then dropout's rate, seed and offset are trailing arguments of both ops, with
+defaults that turn them off (a dense batch); ALiBi's slopes, the prefix sums and attn_mask
+get no gradient. The seed travels as an int64 (a uint64 seed of 2**63 or more as its
+two's-complement value) and the backward regenerates the forward's dropout from it.
 """
 from typing import Optional
 
 import torch
 
-from . import _abi, _backends, _bias, _errors, _layout, _library, _options, _sequences
+from . import (_abi, _backends, _bias, _dropout, _errors, _layout, _library, _options,
+               _sequences)
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"flashattn needs torch >= 2.4 (torch.library.custom_op); "
@@ -113,17 +116,31 @@ def check_mask(attn_mask, q, k, heads_first=False):
 
 
 def variant_values(window_left, window_right, softcap, alibi_slopes, attn_mask=None,
-                   mask_geometry=None):
-    """The (window_left, window_right, softcap, slopes address, bias view) the library takes,
-    and the slopes tensor behind the address (contiguous: a strided one is copied), which
-    must stay referenced until the call returns. attn_mask is read in place, with
-    mask_geometry, check_mask's (shape, strides)."""
+                   mask_geometry=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
+    """The (window_left, window_right, softcap, slopes address, bias view, dropout) the
+    library takes, and the slopes tensor behind the address (contiguous: a strided one is
+    copied), which must stay referenced until the call returns. attn_mask is read in place,
+    with mask_geometry, check_mask's (shape, strides). dropout_seed and dropout_offset are
+    the ops' int64 values of the uint64s."""
     slopes = None if alibi_slopes is None else alibi_slopes.contiguous()
     address = 0 if slopes is None else slopes.data_ptr()
     bias = _abi.NO_BIAS
     if attn_mask is not None:
         bias = _abi.bias_view(attn_mask.data_ptr(), MASK_TYPES[attn_mask.dtype], *mask_geometry)
-    return (window_left, window_right, softcap, address, bias), slopes
+    dropout = _abi.NO_DROPOUT
+    if dropout_p != 0.0:
+        dropout = (dropout_p, dropout_seed % _dropout.SEED_END, dropout_offset % _dropout.SEED_END)
+    return (window_left, window_right, softcap, address, bias, dropout), slopes
+
+
+def op_dropout(dropout):
+    """A _dropout.dropout_values() result (or None) as the ops' trailing (dropout_p,
+    dropout_seed, dropout_offset) arguments, the uint64s as int64 values."""
+    if dropout is None:
+        return 0.0, 0, 0
+    p, seed, offset = dropout
+    signed = lambda x: x - _dropout.SEED_END if x >= _dropout.DRAW_END else x
+    return p, signed(seed), signed(offset)
 
 
 def sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
@@ -186,7 +203,7 @@ def current_stream(device_index):
 def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False,
         lib=None, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-        attn_mask=None):
+        attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention.
 
     heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
@@ -198,6 +215,7 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     a variable-length batch packed in q, k, v of batch 1 (flashattn.varlen_attention);
     lse is then (1, heads_q, total_q). attn_mask: None or a bias or mask (check_mask), in
     the scores' (batch, heads, seqlen_q, seqlen_k) order whatever heads_first says.
+    dropout_p, dropout_seed, dropout_offset: the ops' (op_dropout).
     """
     mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,
                           cu_seqlens_q, cu_seqlens_k)
@@ -206,7 +224,8 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     # returns; on CUDA, a copy freed after that goes back to the caching allocator in the
     # order of this stream, so it is safe.
     variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes,
-                                      attn_mask, geometry)
+                                      attn_mask, geometry, dropout_p, dropout_seed,
+                                      dropout_offset)
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                              max_seqlen_k)
     (q, qv), (k, kv), (v, vv) = [kernel_tensor(t, heads_first) for t in (q, k, v)]
@@ -234,14 +253,16 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   cu_seqlens_q: Optional[torch.Tensor] = None,
                   cu_seqlens_k: Optional[torch.Tensor] = None,
                   max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
-                  attn_mask: Optional[torch.Tensor] = None
+                  attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                  dropout_seed: int = 0, dropout_offset: int = 0
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): the custom op's body, which always computes lse (saved for backward)."""
     return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=True,
                window_left=window_left, window_right=window_right, softcap=softcap,
                alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-               attn_mask=attn_mask)
+               attn_mask=attn_mask, dropout_p=dropout_p, dropout_seed=dropout_seed,
+               dropout_offset=dropout_offset)
 
 
 attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args=())(
@@ -252,7 +273,7 @@ attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args
 def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend, window_left=-1,
                         window_right=-1, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
                         cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                        attn_mask=None):
+                        attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     if attn_mask is not None:
         check_mask(attn_mask, q, k)
@@ -276,7 +297,8 @@ def backward_backend(backend, head_dim):
 def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                  deterministic, window_left=-1, window_right=-1, softcap=0.0,
                  alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                 max_seqlen_k=None, attn_mask=None, lib=None):
+                 max_seqlen_k=None, attn_mask=None, dropout_p=0.0, dropout_seed=0,
+                 dropout_offset=0, lib=None):
     """(dq, dk, dv), contiguous (batch, seqlen, heads, head_dim) in q's dtype: the gradients
     for dout, the gradient with respect to the forward's out, given that forward's out and
     lse, and the forward's variants and layout. See flashattn.attention_backward and
@@ -285,7 +307,8 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
                           cu_seqlens_q, cu_seqlens_k)
     geometry = None if attn_mask is None else check_mask(attn_mask, q, k)
     variants, slopes = variant_values(window_left, window_right, softcap, alibi_slopes,
-                                      attn_mask, geometry)
+                                      attn_mask, geometry, dropout_p, dropout_seed,
+                                      dropout_offset)
     _options.require_bool("deterministic", deterministic)
     for name, t in (("out", out), ("dout", dout)):
         _layout.require_4d(name, t.shape)
@@ -320,12 +343,14 @@ def backward_eager(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    cu_seqlens_q: Optional[torch.Tensor] = None,
                    cu_seqlens_k: Optional[torch.Tensor] = None,
                    max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
-                   attn_mask: Optional[torch.Tensor] = None
+                   attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                   dropout_seed: int = 0, dropout_offset: int = 0
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the backward op's body."""
     return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                         deterministic, window_left, window_right, softcap, alibi_slopes,
-                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask)
+                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask,
+                        dropout_p, dropout_seed, dropout_offset)
 
 
 attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args=())(
@@ -336,7 +361,8 @@ attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args
 def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                         deterministic, window_left=-1, window_right=-1, softcap=0.0,
                         alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                        max_seqlen_q=None, max_seqlen_k=None, attn_mask=None):
+                        max_seqlen_q=None, max_seqlen_k=None, attn_mask=None, dropout_p=0.0,
+                        dropout_seed=0, dropout_offset=0):
     check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     if attn_mask is not None:
         check_mask(attn_mask, q, k)
@@ -345,7 +371,7 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, causal_alignment, scale, backend, window_left, window_right, softcap,
-     alibi_slopes, cu_seqlens_q, cu_seqlens_k, _, _, attn_mask) = inputs
+     alibi_slopes, cu_seqlens_q, cu_seqlens_k, _, _, attn_mask, *dropout) = inputs
     _bias.require_no_gradient(attn_mask is not None and attn_mask.requires_grad)
     out, lse = output
     ctx.mark_non_differentiable(lse)  # as the lse of torch's own fused attention
@@ -354,6 +380,7 @@ def _setup_context(ctx, inputs, output):
                           attn_mask)
     ctx.options = (causal, causal_alignment, scale, backward_backend(backend, q.shape[-1]))
     ctx.variants = (window_left, window_right, softcap)
+    ctx.dropout = tuple(dropout)  # (dropout_p, dropout_seed, dropout_offset): regenerated
 
 
 def _backward(ctx, grad_out, grad_lse):
@@ -364,7 +391,7 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, attn_mask = ctx.saved_tensors
     args = (grad_out, q, k, v, out, lse, *ctx.options,
             torch.are_deterministic_algorithms_enabled(), *ctx.variants, alibi_slopes,
-            cu_seqlens_q, cu_seqlens_k, None, None, attn_mask)
+            cu_seqlens_q, cu_seqlens_k, None, None, attn_mask, *ctx.dropout)
     if direct_call_is_safe(grad_out, q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                            attn_mask):
         dq, dk, dv = run_backward(*args)
@@ -379,11 +406,13 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
-              window_right, softcap, alibi_slopes, attn_mask=None, sequences=None):
+              window_right, softcap, alibi_slopes, attn_mask=None, sequences=None,
+              dropout=None):
     """(out, lse) for torch q, k, v through the custom op; see flashattn.attention. Without
     return_lse, lse may be None. sequences: None (dense) or a variable-length batch's
     (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k, v then (1, total, heads,
-    head_dim) and lse (1, heads_q, total_q) (see flashattn.varlen_attention)."""
+    head_dim) and lse (1, heads_q, total_q) (see flashattn.varlen_attention). dropout:
+    _dropout.dropout_values()'s (p, seed, offset), or None."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; q, k "
@@ -395,14 +424,17 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
     check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
     check_mask_argument(attn_mask, q, k)
     variants = (window_left, window_right, softcap, alibi_slopes)
+    dropout_p, dropout_seed, dropout_offset = op_dropout(dropout)
     if direct_call_is_safe(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, attn_mask):
         return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=return_lse,
                    window_left=window_left, window_right=window_right, softcap=softcap,
                    alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                   max_seqlen_k=max_seqlen_k, attn_mask=attn_mask)
+                   max_seqlen_k=max_seqlen_k, attn_mask=attn_mask, dropout_p=dropout_p,
+                   dropout_seed=dropout_seed, dropout_offset=dropout_offset)
     return attention_fwd(q, k, v, causal, causal_alignment, scale, backend, *variants,
-                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask)
+                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask,
+                         dropout_p, dropout_seed, dropout_offset)
 
 
 def check_mask_argument(attn_mask, q, k, heads_first=False):
@@ -427,25 +459,30 @@ def direct_call_is_safe(*tensors):
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
-def sdpa(query, key, value, *, causal, scale, attn_mask=None):
-    """out for (batch, heads, seqlen, head_dim) torch tensors; see flashattn.sdpa."""
+def sdpa(query, key, value, *, causal, scale, attn_mask=None, dropout=None):
+    """out for (batch, heads, seqlen, head_dim) torch tensors; see flashattn.sdpa. dropout:
+    as attention's."""
     check_mask_argument(attn_mask, query, key, heads_first=True)
+    dropout_p, dropout_seed, dropout_offset = op_dropout(dropout)
     if direct_call_is_safe(query, key, value, attn_mask):
         return run(query, key, value, causal, "top_left", scale, None, with_lse=False,
-                   heads_first=True, attn_mask=attn_mask)[0]
+                   heads_first=True, attn_mask=attn_mask, dropout_p=dropout_p,
+                   dropout_seed=dropout_seed, dropout_offset=dropout_offset)[0]
     # The custom op takes (batch, seqlen, heads, head_dim): views, head_dim keeps stride 1.
     # The mask is in the scores' order, (batch, heads, seqlen_q, seqlen_k), in either layout.
     out, _ = attention_fwd(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                           causal, "top_left", scale, None, attn_mask=attn_mask)
+                           causal, "top_left", scale, None, attn_mask=attn_mask,
+                           dropout_p=dropout_p, dropout_seed=dropout_seed,
+                           dropout_offset=dropout_offset)
     return out.transpose(1, 2)
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, scale, backend,
                        deterministic, window_left, window_right, softcap, alibi_slopes,
-                       attn_mask=None, sequences=None):
+                       attn_mask=None, sequences=None, dropout=None):
     """(dq, dk, dv) for torch tensors; see flashattn.attention_backward. Eager calls on plain
     tensors run the body directly; torch.compile and tensor subclasses go through the op.
-    sequences: as attention's."""
+    sequences and dropout: as attention's."""
     for name, t in (("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; the "
@@ -459,7 +496,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
         check_mask(attn_mask, q, k)
     args = (dout, q, k, v, out, lse, causal, causal_alignment, scale, backend, deterministic,
             window_left, window_right, softcap, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-            max_seqlen_q, max_seqlen_k, attn_mask)
+            max_seqlen_q, max_seqlen_k, attn_mask, *op_dropout(dropout))
     tensors = tuple(t for t in (q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
                                 cu_seqlens_k, attn_mask) if t is not None)
     if torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors):

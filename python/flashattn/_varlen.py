@@ -6,13 +6,14 @@ as flashattn.attention's as (1, total, heads, head_dim) views, with the prefix s
 """
 import numpy as np
 
-from . import _numpy, _options, _sequences
+from . import _dropout, _numpy, _options, _sequences
 from ._attention import torch_op, variant_options
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
                      *, causal=False, causal_alignment="top_left", scale=None,
-                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, return_lse=False,
+                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
+                     dropout_seed=None, dropout_offset=0, generator=None, return_lse=False,
                      backend=None):
     """Exact attention over a batch of sequences of different lengths, packed without padding.
 
@@ -30,7 +31,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
 
     Every keyword is flashattn.attention's, with its meaning per sequence (FlashAttention's
     softmax_scale is scale, its return_attn_probs has no counterpart: return_lse gives the
-    log-sum-exp). Returns out, contiguous (total_q, heads_q, head_dim) in q's dtype, and
+    log-sum-exp; sequence b's dropout is that of batch 1 at dropout_offset + b·heads_q). Returns out, contiguous (total_q, heads_q, head_dim) in q's dtype, and
     with return_lse also lse, float32 (heads_q, total_q), FlashAttention's varlen layout. A
     row that sees no key (every row of a sequence without keys) gets 0 and lse -inf. On
     torch tensors out is differentiable (autograd, torch.compile); q, k and v get
@@ -39,7 +40,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     """
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend, return_lse=return_lse,
-                   **variant_options(window_size, softcap, alibi_slopes))
+                   **variant_options(window_size, softcap, alibi_slopes),
+                   dropout=_dropout.dropout_values(dropout_p, dropout_seed, dropout_offset,
+                                                   generator))
     sequences = sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     path, array_type, _ = array_path(q)
     q, k, v = (batch_of_one(name, x, array_type) for name, x in (("q", q), ("k", k), ("v", v)))
@@ -50,8 +53,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
 def varlen_attention_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k,
                               max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
                               causal_alignment="top_left", scale=None, window_size=(-1, -1),
-                              softcap=0.0, alibi_slopes=None, backend=None,
-                              deterministic=False):
+                              softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0,
+                              dropout_offset=0, backend=None, deterministic=False):
     """The gradients (dq, dk, dv) of varlen_attention, given dout, the gradient of a loss
     with respect to its output.
 
@@ -65,7 +68,8 @@ def varlen_attention_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend,
                    deterministic=deterministic,
-                   **variant_options(window_size, softcap, alibi_slopes))
+                   **variant_options(window_size, softcap, alibi_slopes),
+                   dropout=_dropout.dropout_values(dropout_p, dropout_seed, dropout_offset))
     sequences = sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     path, array_type, float32 = array_path(q)
     q, k, v, out, dout = (batch_of_one(name, x, array_type)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "api/registry.h"
 #include "core/error.h"
@@ -60,6 +61,7 @@ flashattn::Variants to_variants(const flashattn_variants* caller) {
   v.window_right = c.window_right;
   v.softcap = c.softcap;
   v.alibi_slopes = c.alibi_slopes;
+  v.dropout = {c.dropout_p, c.dropout_seed, c.dropout_offset};
   if (c.bias != nullptr) {
     require(c.bias_type >= FLASHATTN_BIAS_F32 && c.bias_type <= FLASHATTN_BIAS_BOOL,
             "variants.bias_type: ", c.bias_type, " is not a flashattn_bias_type value");
@@ -251,6 +253,17 @@ flashattn_status flashattn_backward(const flashattn_backward_params* params) {
   return guarded([&] {
     flashattn::require(params != nullptr, "params: pointer is null");
     flashattn::backward(to_backward_params(params));
+  });
+}
+
+flashattn_status flashattn_dropout_keep_mask(float dropout_p, uint64_t seed, uint64_t offset,
+                                             int32_t batch, int32_t heads_q, int32_t seqlen_q,
+                                             int32_t seqlen_k, uint8_t* keep) {
+  return guarded([&] {
+    const std::vector<uint8_t> mask =
+        flashattn::dropout_keep_mask({dropout_p, seed, offset}, batch, heads_q, seqlen_q, seqlen_k);
+    flashattn::require(keep != nullptr || mask.empty(), "keep: pointer is null");
+    std::copy(mask.begin(), mask.end(), keep);
   });
 }
 

@@ -173,6 +173,9 @@ void check_variants(const Variants& v, const AttnParams& a) {
           ", must be >= -1 (-1: no right end)");
   require(std::isfinite(v.softcap) && v.softcap >= 0.0f, "variants.softcap: is ", v.softcap,
           ", must be finite and >= 0 (0: none)");
+  check_dropout_p(v.dropout.p);
+  require(!a.dropout.on() || !a.seqs.cache.present(),
+          "variants.dropout: a KV-cache call takes no dropout (inference; dropout is training's)");
   require(!a.scores.any() || a.softmax.scale != 0.0f,
           "scale: is 0, which softcap, ALiBi and a bias or mask do not take (their raw scores",
           " divide by it)");

@@ -24,6 +24,9 @@ void read_sequences(AttnParams& a, const Sequences& sequences, DeviceKind device
 // (or no cache): nothing; the longest length stays the capacity.
 void read_kv_cache(AttnParams& a, DeviceKind device);
 
+// Throws Error(invalid_argument) unless p is a dropout rate in [0, 1].
+void check_dropout_p(float p);
+
 // Whether a view holds any element (batch and seqlen may be 0): one without is
 // never read or written, and its data pointer may be anything.
 bool has_elements(const TensorView& t);

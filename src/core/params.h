@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <optional>
 
+#include "core/dropout.h"
 #include "core/host_device.h"
 #include "core/mask.h"
 #include "core/seqlen.h"
@@ -72,6 +73,7 @@ struct AttnParams {
   MaskRule rule{};
   RowMask mask{};
   ScoreParams scores;  // softcap and ALiBi (core/variant.h); the window is in mask
+  DropoutParams dropout;  // dropout on the probabilities (core/dropout.h)
   SoftmaxParams softmax;
   NewKeys new_keys;    // a KV cache's appended keys and values (written before the kernels run)
   DType dtype = DType::f32;  // q, k, v and out share it
@@ -121,6 +123,7 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
             variants.window_right};
   a.mask = resolve(a.rule, {a.sizes.seqlen_q, a.sizes.seqlen_k});
   a.scores = {variants.softcap, variants.alibi_slopes, bias_params(variants.bias)};
+  a.dropout = dropout_params(variants.dropout.p, variants.dropout.seed, variants.dropout.offset);
   const float scale = scale_or_default.value_or(1.0f / std::sqrt(float(a.sizes.head_dim)));
   a.softmax = {scale, scale * kLog2e, nullptr};
   a.dtype = q.dtype;
@@ -185,9 +188,10 @@ inline BwdParams bwd_params(const BackwardParams& p) {
 }
 
 // Whether p needs the kernels' AnyVariant instantiation (core/variant.h): a
-// score variant, or a window's lower end (packed: in any sequence).
+// score variant, dropout, or a window's lower end (packed: in any sequence).
 FLASHATTN_HOST_DEVICE bool needs_any_variant(const AttnParams& p) {
-  return p.scores.any() || p.mask.bounded_below || (p.seqs.ragged() && p.rule.window_left >= 0);
+  return p.scores.any() || p.dropout.on() || p.mask.bounded_below ||
+         (p.seqs.ragged() && p.rule.window_left >= 0);
 }
 
 // Calls run(Variant{}) with the instantiation p needs (core/variant.h): Bias

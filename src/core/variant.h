@@ -9,8 +9,8 @@
 // the variant returns beside r: 1 − tanh² of the softcap's argument, 1 without.
 //
 // A kernel is instantiated with a Variant: NoVariant (plain attention: the
-// identity score, no lower key ends) or AnyVariant (every variant, each on or
-// off at run time, and windows' lower ends). Every backend's score step calls
+// identity score, no lower key ends, no dropout) or AnyVariant (every variant,
+// each on or off at run time, windows' lower ends and dropout, core/dropout.h). Every backend's score step calls
 // the Variant's score functor before the mask and skips the call when
 // kIdentity, so the plain instantiation pays nothing. needs_any_variant(p)
 // (core/params.h) picks the instantiation for a call.
@@ -288,6 +288,7 @@ FLASHATTN_HOST_DEVICE SoftcapAlibiBias<F, kApproxTanh> softcap_alibi_bias(const 
 // is the functor of batch index b and query head hq.
 struct NoVariant {
   static constexpr bool kLowerEnds = false;
+  static constexpr bool kDropout = false;
   using Score = IdentityScore;
   template <typename F>
   FLASHATTN_HOST_DEVICE static Score score(const ScoreParams&, F, int, int, int64_t) { return {}; }
@@ -295,6 +296,7 @@ struct NoVariant {
 
 struct AnyVariant {
   static constexpr bool kLowerEnds = true;
+  static constexpr bool kDropout = true;  // on or off at run time (AttnParams::dropout)
   using Score = SoftcapAlibi<float>;
   FLASHATTN_HOST_DEVICE static Score score(const ScoreParams& sp, float scale, int, int hq,
                                            int64_t alignment) {
@@ -310,6 +312,7 @@ struct AnyVariant {
 // bound (the Hopper forward ran 3.2× plain attention's time with it).
 struct AnyVariant16 {
   static constexpr bool kLowerEnds = true;
+  static constexpr bool kDropout = true;  // on or off at run time (AttnParams::dropout)
   using Score = SoftcapAlibi<float, true>;
   FLASHATTN_HOST_DEVICE static Score score(const ScoreParams& sp, float scale, int, int hq,
                                            int64_t alignment) {
@@ -321,6 +324,7 @@ struct AnyVariant16 {
 // the bias's pointer and strides cost softcap and ALiBi nothing.
 struct BiasVariant {
   static constexpr bool kLowerEnds = true;
+  static constexpr bool kDropout = true;  // on or off at run time (AttnParams::dropout)
   using Score = SoftcapAlibiBias<float>;
   FLASHATTN_HOST_DEVICE static Score score(const ScoreParams& sp, float scale, int b, int hq,
                                            int64_t alignment) {
@@ -330,6 +334,7 @@ struct BiasVariant {
 
 struct BiasVariant16 {
   static constexpr bool kLowerEnds = true;
+  static constexpr bool kDropout = true;  // on or off at run time (AttnParams::dropout)
   using Score = SoftcapAlibiBias<float, true>;
   FLASHATTN_HOST_DEVICE static Score score(const ScoreParams& sp, float scale, int b, int hq,
                                            int64_t alignment) {

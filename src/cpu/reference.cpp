@@ -7,11 +7,13 @@
 // s_j − m NaN, and either makes the row NaN, as standard attention does. Keys
 // the row does not see take no part (not even a NaN of theirs); a row that
 // sees no key gets o_i = 0, lse_i = −inf (core/softmax.h, finish_row), as does,
-// with a bias or boolean mask, a row whose every score is −inf.
+// with a bias or boolean mask, a row whose every score is −inf. Dropout
+// (core/dropout.h) multiplies each exp(s_j − m) of o's sum by z_j, not l's.
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "core/dropout.h"
 #include "core/half.h"
 #include "core/mask.h"
 #include "core/parallel.h"
@@ -52,6 +54,8 @@ double attend_row(const AttnParams& p, int b, const Sequence& seq, int hq, int i
   const double scale = p.softmax.scale;
   const SoftcapAlibiBias<double> variant =
       softcap_alibi_bias<double>(p.scores, scale, b, hq, mask.alignment);
+  const DropoutRows dropout = dropout_rows(p.dropout, b, s.heads_q, hq);
+  const double keep_scale = p.dropout.keep_scale_in<double>();
   double m = kNegInf;
   for (int j = key_begin; j < key_end; ++j) {
     double dot = 0.0;
@@ -67,7 +71,8 @@ double attend_row(const AttnParams& p, int b, const Sequence& seq, int hq, int i
   for (int j = key_begin; j < key_end && !emptied; ++j) {
     const double pj = std::exp(scores[j] - m);
     l += pj;
-    for (int c = 0; c < d; ++c) o[c] += pj * v[size_t(j) * d + c];
+    const double kept = !p.dropout.on() ? pj : dropout.keep(i, j) ? pj * keep_scale : 0.0;
+    for (int c = 0; c < d; ++c) o[c] += kept * v[size_t(j) * d + c];
   }
   const FinishedRow<double> row = finish_row(m, l, mask.empty(i) || emptied);
   for (int c = 0; c < d; ++c) o[c] = row.out(o[c]);

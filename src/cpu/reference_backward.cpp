@@ -5,7 +5,8 @@
 //   ds_j = p_j·(dp_j − D_i)·r'_j,
 //   dq_i = scale·Σ_j ds_j·k_j,  dk_j += scale·ds_j·q_i,  dv_j += p_j·dO_i,
 // with r'_j the derivative of the score variant's raw score by the raw score
-// (core/variant.h; 1 without softcap).
+// (core/variant.h; 1 without softcap). Dropout (core/dropout.h) multiplies the
+// row's dp_j by z_j (in D_i and ds_j) and p_j by z_j in dv.
 // The reference computes its own softmax and output and ignores the forward's
 // out and lse: it is the exact gradient of the forward it defines. Keys a row
 // does not see take no part; a row that sees no key adds nothing and gets dq 0.
@@ -15,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/dropout.h"
 #include "core/half.h"
 #include "core/mask.h"
 #include "core/parallel.h"
@@ -57,6 +59,9 @@ void backward_slice(const BwdParams& p, int b, int hk) {
     const int hq = hk * s.group() + g;
     const SoftcapAlibiBias<double> variant =
         softcap_alibi_bias<double>(p.scores, scale, b, hq, mask.alignment);
+    const DropoutRows dropout = dropout_rows(p.dropout, b, s.heads_q, hq);
+    const double keep_scale = p.dropout.keep_scale_in<double>();
+    std::vector<double> kept(seq.seqlen_k, 1.0);  // z_j
     for (int i = 0; i < seq.seqlen_q; ++i) {
       std::fill(dq.begin(), dq.end(), 0.0);
       const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
@@ -83,15 +88,16 @@ void backward_slice(const BwdParams& p, int b, int hk) {
           scores[j] = std::exp(scores[j] - m) / l;  // now p_j
           double dot = 0.0;
           for (int c = 0; c < d; ++c) dot += dout[c] * v[size_t(j) * d + c];
-          dp[j] = dot;
-          row_dot += scores[j] * dot;
+          if (p.dropout.on()) kept[j] = dropout.keep(i, j) ? keep_scale : 0.0;
+          dp[j] = dot * kept[j];
+          row_dot += scores[j] * dp[j];
         }
         for (int j = key_begin; j < key_end; ++j) {
           const double p_j = scores[j], ds_j = p_j * (dp[j] - row_dot) * dscore[j];
           for (int c = 0; c < d; ++c) {
             dq[c] += ds_j * k[size_t(j) * d + c];
             dk[size_t(j) * d + c] += ds_j * q[c];
-            dv[size_t(j) * d + c] += p_j * dout[c];
+            dv[size_t(j) * d + c] += p_j * kept[j] * dout[c];
           }
         }
         for (int c = 0; c < d; ++c) dq[c] *= scale;

@@ -120,6 +120,7 @@ std::string case_name(const harness::Case& c) {
     if (b.broadcast_batch || b.broadcast_heads) out << "_bcast_" << harness::bias_broadcast_name(b);
     if (b.key_major) out << "_key_major";
   }
+  if (c.dropout.p > 0.0f) out << "_dropout" << std::lround(c.dropout.p * 1000) << "m";
   if (harness::is_packed(c)) {
     out << "_packed";
     for (const SequenceLengths& s : c.sequences) out << "_" << s.seqlen_q << "x" << s.seqlen_k;

@@ -448,6 +448,33 @@ TEST(CApiVariants, FirstGenerationMeansNoBias) {
   EXPECT_EQ(std::memcmp(old.lse.data(), cpp.lse.data(), old.lse.size() * sizeof(float)), 0);
 }
 
+// A caller built against the second-generation header passes a struct that ends
+// at bias_strides: it still works, and means no dropout, whatever lies past its
+// struct_size; the third generation's dropout gives the C++ API's output.
+TEST(CApiVariants, SecondGenerationMeansNoDropout) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(replay_hint(seed));
+  Tensors old(DType::f32, seed), cpp(DType::f32, seed), third(DType::f32, seed);
+  flashattn_params p = old.c_params();
+  flashattn_variants v = c_variants();
+  v.dropout_p = 0.5f;  // past the struct_size below: not read
+  v.dropout_seed = seed;
+  v.struct_size = offsetof(flashattn_variants, bias_strides) + sizeof v.bias_strides;
+  ASSERT_EQ(flashattn_forward_variants(&p, &v), FLASHATTN_OK) << flashattn_last_error();
+  Params pp = cpp.cpp_params();
+  pp.variants = cpp_variants();
+  forward(pp);
+  EXPECT_EQ(std::memcmp(old.out.data(), cpp.out.data(), old.out.size() * sizeof(float)), 0);
+
+  v.struct_size = sizeof v;
+  flashattn_params p3 = third.c_params();
+  ASSERT_EQ(flashattn_forward_variants(&p3, &v), FLASHATTN_OK) << flashattn_last_error();
+  pp.variants.dropout = {0.5f, seed, 0};
+  forward(pp);
+  EXPECT_EQ(std::memcmp(third.out.data(), cpp.out.data(), third.out.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(third.out.data(), old.out.data(), third.out.size() * sizeof(float)), 0);
+}
+
 TEST(CApi, NullParamsIsAnInvalidArgument) {
   EXPECT_EQ(flashattn_forward(nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
   EXPECT_THAT(flashattn_last_error(), HasSubstr("params: pointer is null"));

@@ -1,15 +1,19 @@
 // The core definitions every backend shares (src/core/): the mask's key range
 // per row and the block ranges derived from it, checked against a brute-force
 // walk over every row and key; the rules that finish a row and merge partial
-// rows; and the backend registry as the C ABI exposes it.
+// rows; dropout's generator (core/dropout.h); and the backend registry as the
+// C ABI exposes it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "core/dropout.h"
 #include "core/mask.h"
 #include "core/softmax.h"
 #include "flashattn/flashattn.h"
@@ -192,6 +196,98 @@ TEST(SoftmaxRules, MergingPartialsKeepsNaN) {
 
 // The registry through the C ABI: the same table as flashattn::backends(), and a
 // caller built with a shorter flashattn_backend_info gets only its own fields.
+// Random123's known-answer vectors for Philox4x32-10 (its tests/kat_vectors).
+TEST(Dropout, PhiloxMatchesTheKnownAnswers) {
+  struct Vector {
+    Philox4 counter;
+    uint32_t k0, k1;
+    Philox4 expected;
+  };
+  const Vector vectors[] = {
+      {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}}},
+      {{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}},
+       0xffffffffu,
+       0xffffffffu,
+       {{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}}},
+      {{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+       0xa4093822u,
+       0x299f31d0u,
+       {{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}},
+  };
+  for (const Vector& v : vectors) {
+    const Philox4 got = philox4x32_10(v.counter, v.k0, v.k1);
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(got.x[w], v.expected.x[w]) << "word " << w;
+  }
+}
+
+TEST(Dropout, RateRoundsToSixteenBitsAndScalesExactly) {
+  EXPECT_FALSE(dropout_params(0.0f, 1, 0).on());
+  EXPECT_FALSE(dropout_params(1e-6f, 1, 0).on());  // rounds to 0
+  const DropoutParams tenth = dropout_params(0.1f, 1, 0);
+  EXPECT_EQ(tenth.threshold, 6554u);
+  EXPECT_FLOAT_EQ(tenth.keep_scale, float(65536.0 / (65536.0 - 6554.0)));
+  const DropoutParams all = dropout_params(1.0f, 1, 0);
+  EXPECT_EQ(all.threshold, 65536u);
+  EXPECT_EQ(all.keep_scale, 0.0f);
+}
+
+// The kept fraction of 2^21 elements lies within 5 standard deviations of
+// 1 − p at each rate, for fresh seeds; so does each query row's and key's
+// share in aggregate (no row or key group is biased).
+TEST(Dropout, KeepRateMatchesTheRate) {
+  const uint64_t seed = uint64_t(std::random_device{}()) << 32 | std::random_device{}();
+  for (float p : {0.1f, 0.5f, 0.9f}) {
+    const std::vector<uint8_t> keep = dropout_keep_mask({p, seed, 12345}, 2, 4, 512, 512);
+    double kept = 0;
+    for (uint8_t k : keep) kept += k;
+    const double n = double(keep.size()), rate = 1.0 - p;
+    EXPECT_NEAR(kept / n, rate, 5 * std::sqrt(rate * (1 - rate) / n)) << "p " << p << ", seed " << seed;
+    // Rows 0–7 and 8–15 of each 16 (one group's two halves) and odd keys.
+    double first_half = 0, odd_keys = 0;
+    for (size_t e = 0; e < keep.size(); ++e) {
+      const size_t i = e / 512 % 512, j = e % 512;
+      first_half += (i % 16 < 8) * keep[e];
+      odd_keys += (j % 2) * keep[e];
+    }
+    const double half = n / 2, bound = 5 * std::sqrt(rate * (1 - rate) / half);
+    EXPECT_NEAR(first_half / half, rate, bound) << "p " << p << ", seed " << seed;
+    EXPECT_NEAR(odd_keys / half, rate, bound) << "p " << p << ", seed " << seed;
+  }
+}
+
+// The mask is a function of (seed, offset, b, h, i, j): batch index b of a call
+// is batch 0 of a call at offset + b·heads_q; another seed or offset (past the
+// call's streams) gives another mask, and tile-wise generation agrees with
+// element-wise.
+TEST(Dropout, MaskDependsOnSeedOffsetAndCoordinatesOnly) {
+  const Dropout d{0.3f, 0xfeedfacecafebeefull, 7};
+  const int heads = 3, nq = 37, nk = 45;
+  const std::vector<uint8_t> two = dropout_keep_mask(d, 2, heads, nq, nk);
+  const std::vector<uint8_t> second = dropout_keep_mask({d.p, d.seed, d.offset + heads}, 1, heads, nq, nk);
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), two.begin() + two.size() / 2));
+  EXPECT_NE(dropout_keep_mask({d.p, d.seed + 1, d.offset}, 2, heads, nq, nk), two);
+  EXPECT_NE(dropout_keep_mask({d.p, d.seed, d.offset + 2 * heads}, 2, heads, nq, nk), two);
+  const DropoutRows rows = dropout_rows(dropout_params(d.p, d.seed, d.offset), 1, heads, 2);
+  int visited = 0;
+  rows.for_each(5, 30, 3, 40, [&](int r, int c, bool kept) {
+    ++visited;
+    EXPECT_EQ(kept, rows.keep(5 + r, 3 + c)) << "row " << 5 + r << ", key " << 3 + c;
+    EXPECT_EQ(kept, bool(two[((size_t(1) * heads + 2) * nq + 5 + r) * nk + 3 + c]));
+  });
+  EXPECT_EQ(visited, 30 * 40);
+}
+
+TEST(Dropout, RejectsRatesOutsideZeroToOne) {
+  for (float p : {-0.1f, 1.5f, std::numeric_limits<float>::quiet_NaN()})
+    EXPECT_THROW(dropout_keep_mask({p, 0, 0}, 1, 1, 1, 1), Error);
+  EXPECT_EQ(flashattn_dropout_keep_mask(2.0f, 0, 0, 1, 1, 1, 1, nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("dropout.p"), std::string::npos);
+  uint8_t keep[12];
+  EXPECT_EQ(flashattn_dropout_keep_mask(0.5f, 3, 4, 1, 2, 2, 3, keep), FLASHATTN_OK);
+  const std::vector<uint8_t> want = dropout_keep_mask({0.5f, 3, 4}, 1, 2, 2, 3);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), keep));
+}
+
 TEST(Registry, CAbiListsTheSameBackends) {
   const std::vector<BackendInfo>& all = backends();
   ASSERT_EQ(flashattn_backend_count(), int32_t(all.size()));

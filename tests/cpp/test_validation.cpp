@@ -139,6 +139,19 @@ void add_bias_rules(std::vector<Rule>& r) {
                },
                invalid,
                {"variants.bias: a KV-cache call takes no bias"}});
+  for (float rate : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()})
+    r.push_back({"dropout_p_" + std::string(rate < 0 ? "negative" : rate > 1 ? "above_one" : "nan"),
+                 [rate](Params& p, Buffers&) { p.variants.dropout.p = rate; },
+                 invalid,
+                 {"variants.dropout.p: is", "must be in [0, 1]"}});
+  r.push_back({"dropout_with_a_kv_cache",
+               [](Params& p, Buffers&) {
+                 static const int32_t seqlens[] = {3, 5};
+                 p.kv_cache.seqlens = seqlens;
+                 p.variants.dropout.p = 0.1f;
+               },
+               invalid,
+               {"variants.dropout: a KV-cache call takes no dropout"}});
   const std::pair<const char*, BiasType> types[] = {{"f32", BiasType::f32},
                                                     {"f16", BiasType::f16},
                                                     {"bf16", BiasType::bf16},

@@ -1,5 +1,5 @@
 // The attention variants (flashattn::Variants: sliding windows, softcap, ALiBi,
-// a bias or boolean mask) on every backend of the registry, forward and
+// a bias or boolean mask, dropout) on every backend of the registry, forward and
 // backward, alone and combined
 // with each other and with both causal alignments, against the float64
 // reference (tools/harness; the reference itself against the harness's own
@@ -117,6 +117,36 @@ void add_bias_cases(std::vector<harness::Case>& cases) {
   cases.push_back(biased(negative, BiasType::bf16, {false, true}));
 }
 
+harness::Case dropped(harness::Case c, float p) {
+  c.dropout.p = p;
+  return c;
+}
+
+// Dropout at rates 0.1 and 0.5 (and 1: every probability dropped, output 0)
+// on the shapes of the other variants: GQA, seqlen_q above and below seqlen_k,
+// both causal masks, strided views, the three dtypes, rows that see no key,
+// one query row over 3000 keys (which the CPU splits over its threads), the
+// awkward sizes; and combined with a window, softcap, ALiBi and a bias.
+void add_dropout_cases(std::vector<harness::Case>& cases) {
+  for (DType dtype : kDtypes) {
+    cases.push_back(dropped(make_case({2, 300, 280, 4, 2, 64}, dtype, Mask::none), 0.1f));
+    cases.push_back(dropped(make_case({2, 257, 300, 2, 1, 32}, dtype, Mask::causal_bottom_right), 0.5f));
+    cases.push_back(dropped(make_case({1, 130, 50, 2, 2, 80}, dtype, Mask::causal_top_left, true), 0.1f));
+    cases.push_back(dropped(all_variants(make_case({1, 300, 333, 4, 1, 80}, dtype,
+                                                   Mask::causal_bottom_right),
+                                         {64, 0}, 30, 3),
+                            0.2f));
+    cases.push_back(dropped(biased(make_case({2, 70, 90, 3, 3, 16}, dtype, Mask::none),
+                                   BiasType::boolean, {false, true}),
+                            0.3f));
+    cases.push_back(dropped(make_case({1, 1, 1, 1, 1, 1}, dtype, Mask::none), 0.5f));
+    cases.push_back(dropped(make_case({1, 17, 17, 3, 3, 200}, dtype, Mask::causal_top_left), 0.1f));
+    cases.push_back(dropped(make_case({1, 2, 3000, 2, 1, 128}, dtype, Mask::none), 0.1f));
+  }
+  cases.push_back(dropped(make_case({1, 130, 50, 2, 2, 1}, DType::f32, Mask::none), 0.5f));
+  cases.push_back(dropped(make_case({1, 40, 70, 2, 1, 64}, DType::f16, Mask::none), 1.0f));
+}
+
 // Every backend: windows of each kind (both sides, the left or the right side
 // alone, zero width, as wide as a key tile, wider than the sequence) under
 // each mask, on seqlen_q < seqlen_k (GQA 4:1, batch 2) and seqlen_q > seqlen_k
@@ -161,6 +191,7 @@ std::vector<harness::Case> variant_cases() {
         all_variants(make_case({1, 2, 3000, 2, 1, 128}, dtype, Mask::none), {500, 100}, 30, 3));
   }
   add_bias_cases(cases);
+  add_dropout_cases(cases);
   return cases;
 }
 
@@ -208,6 +239,17 @@ std::vector<harness::Case> gpu_variant_cases() {
   }
   cases.push_back(biased(make_case({1, 40, 1000, 2, 1, 1000}, DType::f32, Mask::causal_bottom_right),
                          BiasType::boolean, {false, true}));
+  // Dropout at the tensor-core kernels' tile edges and head-dim buckets.
+  for (DType dtype : kDtypes) {
+    cases.push_back(dropped(make_case({1, 1000, 1000, 2, 1, 128}, dtype, Mask::causal_top_left), 0.1f));
+    cases.push_back(dropped(make_case({2, 257, 1000, 4, 2, 64}, dtype, Mask::none), 0.1f));
+    cases.push_back(dropped(windowed(make_case({1, 513, 700, 2, 1, 256}, dtype,
+                                               Mask::causal_bottom_right, true),
+                                     {128, 0}),
+                            0.3f));
+    cases.push_back(dropped(make_case({2, 1, 1000, 8, 2, 96}, dtype, Mask::none), 0.1f));
+  }
+  cases.push_back(dropped(make_case({1, 40, 1000, 2, 1, 1000}, DType::f32, Mask::none), 0.1f));
   return cases;
 }
 

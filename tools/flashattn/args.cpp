@@ -171,6 +171,11 @@ VariantOptions parse_variants(Options& options) {
     v.softcap = float(*softcap);
   }
   v.alibi = options.flag("alibi");
+  if (const std::optional<double> dropout = options.number("dropout")) {
+    if (!(*dropout >= 0 && *dropout <= 1))
+      throw UsageError("--dropout is " + number_text(*dropout) + ", must be in [0, 1] (0: none)");
+    v.dropout = float(*dropout);
+  }
   return v;
 }
 
@@ -179,6 +184,7 @@ void VariantOptions::apply_to(harness::Case& c) const {
   c.window_right = window_right;
   c.softcap = softcap;
   c.alibi = alibi;
+  c.dropout.p = dropout;
 }
 
 std::string VariantOptions::command_line() const {
@@ -187,6 +193,7 @@ std::string VariantOptions::command_line() const {
     out += " --window " + std::to_string(window_left) + "," + std::to_string(window_right);
   if (softcap > 0.0f) out += " --softcap " + number_text(softcap);
   if (alibi) out += " --alibi";
+  if (dropout > 0.0f) out += " --dropout " + number_text(dropout);
   return out;
 }
 
@@ -219,7 +226,7 @@ std::string BiasOptions::command_line() const {
 
 bool has_variants(const harness::Case& c) {
   return c.window_left >= 0 || c.window_right >= 0 || c.softcap > 0.0f || c.alibi ||
-         c.bias.has_value();
+         c.bias.has_value() || c.dropout.p > 0.0f;
 }
 
 std::vector<std::string> split_list(const std::string& list) {

@@ -47,12 +47,13 @@ class Options {
 // Shared option meanings.
 Device parse_device(Options& options);  // --device cpu|cuda[:N]; default cuda if a GPU is visible
 Mask parse_mask(Options& options);      // --causal[=top_left|bottom_right|none]
-// The variant options --window LEFT,RIGHT, --softcap C and --alibi, as harness::Case
-// holds them.
+// The variant options --window LEFT,RIGHT, --softcap C, --alibi and --dropout P, as
+// harness::Case holds them.
 struct VariantOptions {
   int window_left = -1, window_right = -1;  // -1: open
   float softcap = 0.0f;                     // 0: none
   bool alibi = false;
+  float dropout = 0.0f;                     // 0: none
   void apply_to(harness::Case& c) const;
   std::string command_line() const;  // " --window 4096,0 --softcap 30 --alibi", "" for none
 };
@@ -65,7 +66,7 @@ struct BiasOptions {
   std::string command_line() const;  // " --bias bool --bias-broadcast heads", "" for none
 };
 BiasOptions parse_bias(Options& options);
-// Whether c has a window, softcap, ALiBi or a bias (standard attention has none).
+// Whether c has a window, softcap, ALiBi, a bias or dropout (standard attention has none).
 bool has_variants(const harness::Case& c);
 // The variant options' --help lines, the same for every subcommand that takes them.
 inline constexpr const char* kVariantsHelp = R"(
@@ -77,6 +78,8 @@ variants (each off by default; any combination, with --causal too):
   --softcap C          each scaled score s becomes C*tanh(s/C) (C > 0)
   --alibi              ALiBi: score i, j of query head h gets -slope_h*|i+off-j|,
                        slope_h = 2^(-8(h+1)/H) for H query heads
+  --dropout P          dropout on the probabilities at rate P in [0, 1], seed
+                       drawn per case (the backward drops the same elements)
 )";
 // The bias options' --help lines (check and bench).
 inline constexpr const char* kBiasHelp = R"(

@@ -83,7 +83,8 @@ std::string json_row(const BenchRow& row) {
            ", \"bias\": " +
            (row.shape.bias ? json_string(harness::bias_type_name(row.shape.bias->type)) : "null") +
            ", \"bias_broadcast\": " +
-           (row.shape.bias ? json_string(harness::bias_broadcast_name(*row.shape.bias)) : "null");
+           (row.shape.bias ? json_string(harness::bias_broadcast_name(*row.shape.bias)) : "null") +
+           ", \"dropout\": " + json_number(row.shape.dropout.p);
   if (!m) out += ", \"note\": " + json_string(row.note);
   return out + "}";
 }

@@ -63,6 +63,11 @@ std::string shape_label(const harness::Case& c) {
     if (c.bias->broadcast_batch || c.bias->broadcast_heads)
       out += " broadcast " + harness::bias_broadcast_name(*c.bias);
   }
+  if (c.dropout.p > 0.0f) {
+    char dropout[32];
+    std::snprintf(dropout, sizeof dropout, " dropout %g", double(c.dropout.p));
+    out += dropout;
+  }
   return out;
 }
 

@@ -102,6 +102,7 @@ GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.input_std);
   fill({&st.q, &st.k, &st.v, &st.dout}, c.dtype, [&] { return normal(rng); });
+  case_ = with_dropout_seed(case_, rng);
   st.slopes = SlopeBuffer(c, device);
   st.bias = BiasBuffer(c, device, rng);
   if (device.kind == DeviceKind::cuda) {

@@ -101,6 +101,7 @@ Case sequence_case(const Case& c, int b) {
   }
   one.shape.seqlen_q = c.sequences[b].seqlen_q;
   one.shape.seqlen_k = c.sequences[b].seqlen_k;
+  one.dropout.offset += uint64_t(b) * uint64_t(c.shape.heads_q);  // sequence b's streams
   return one;
 }
 
@@ -162,6 +163,7 @@ std::string describe(const Case& c) {
     if (b.broadcast_batch || b.broadcast_heads) out << " broadcast " << bias_broadcast_name(b);
     if (b.key_major) out << " key-major";
   }
+  if (c.dropout.p > 0.0f) out << " dropout " << c.dropout.p;
   return out.str();
 }
 
@@ -208,7 +210,16 @@ Variants variants_of(const Case& c, const float* slopes, const ScoreBias& bias) 
   v.softcap = c.softcap;
   v.alibi_slopes = c.alibi ? slopes : nullptr;
   v.bias = bias;
+  v.dropout = c.dropout;
   return v;
+}
+
+Case with_dropout_seed(Case c, std::mt19937_64& rng) {
+  if (c.dropout.p > 0.0f) {
+    c.dropout.seed = rng();
+    c.dropout.offset = rng() >> 32;
+  }
+  return c;
 }
 
 Problem::Problem(const Case& c, Device device, uint64_t seed)
@@ -229,6 +240,7 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.input_std);
   fill({&st.q, &st.k, &st.v}, c.dtype, [&] { return normal(rng); });
+  case_ = with_dropout_seed(case_, rng);
   st.slopes = SlopeBuffer(c, device);
   st.bias = BiasBuffer(c, device, rng);
   if (is_cache(c)) make_cache(rng, normal);

@@ -47,6 +47,9 @@ struct Case {
     bool key_major = false;
   };
   std::optional<Bias> bias;
+  // Dropout (flashattn::Dropout) at rate dropout.p; a problem draws the seed
+  // and offset from its own seed when p > 0, so each run drops afresh.
+  Dropout dropout;
   // A variable-length batch (flashattn::Sequences): these sequences packed
   // along seqlen in tensors of batch 1; shape.batch is their number and
   // shape.seqlen_q/k the longest (packed_case() sets both). Empty: dense.
@@ -89,6 +92,8 @@ std::vector<float> alibi_slopes(int heads);
 // The public Variants of case c, with ALiBi's slopes at `slopes` (on the
 // tensors' device) if c.alibi, and `bias` (BiasBuffer::on; data null: none).
 Variants variants_of(const Case& c, const float* slopes, const ScoreBias& bias = {});
+// c with its dropout's seed and offset drawn from rng (p > 0; else c).
+Case with_dropout_seed(Case c, std::mt19937_64& rng);
 
 // A case's ALiBi slopes (none without ALiBi) on the host and, for a problem
 // on a GPU, on its device too.

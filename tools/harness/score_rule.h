@@ -1,4 +1,4 @@
-// Softcap, ALiBi and a bias or boolean mask as the public API states them
+// Softcap, ALiBi, a bias or boolean mask, and dropout as the public API states them
 // (flashattn::Variants and flashattn::ScoreBias in flashattn.hpp), written out
 // here for the harness's own computations of standard attention (standard.h,
 // standard_backward.h), apart from the library's core/variant.h, so that the
@@ -7,12 +7,37 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "bias.h"
 #include "problem.h"
 
 namespace flashattn::harness {
+
+// Dropout's factor per element (flashattn::Dropout): 2^16 / (2^16 − round(p·2^16))
+// where the public dropout_keep_mask() keeps the element, else 0.
+struct DropoutFactors {
+  std::vector<uint8_t> keep;  // (batch, heads_q, seqlen_q, seqlen_k)
+  int heads_q = 0, seqlen_q = 0, seqlen_k = 0;
+  double scale = 1.0;
+  double operator()(int b, int h, int64_t i, int64_t j) const {
+    return keep[((int64_t(b) * heads_q + h) * seqlen_q + i) * seqlen_k + j] ? scale : 0.0;
+  }
+};
+
+inline std::shared_ptr<const DropoutFactors> dropout_factors(const Case& c) {
+  if (c.dropout.p <= 0.0f) return nullptr;
+  auto f = std::make_shared<DropoutFactors>();
+  const Shape& s = c.shape;
+  f->keep = dropout_keep_mask(c.dropout, s.batch, s.heads_q, s.seqlen_q, s.seqlen_k);
+  f->heads_q = s.heads_q;
+  f->seqlen_q = s.seqlen_q;
+  f->seqlen_k = s.seqlen_k;
+  const double dropped = std::round(double(c.dropout.p) * 65536.0);
+  f->scale = dropped >= 65536.0 ? 0.0 : 65536.0 / (65536.0 - dropped);
+  return f;
+}
 
 struct ScoreRule {
   float softcap = 0.0f;           // > 0: s → softcap·tanh(s/softcap)
@@ -21,6 +46,13 @@ struct ScoreRule {
   // The bias's addends, added after softcap and ALiBi; null: none. With a bias,
   // a row whose every score is −inf is empty: output 0, lse −inf, no gradient.
   const BiasAddends* bias = nullptr;
+  // Dropout's factors z_ij, multiplying each probability after the softmax
+  // (its sum is the undropped one); null: none.
+  std::shared_ptr<const DropoutFactors> dropout;
+
+  double kept(int b, int h, int64_t i, int64_t j) const {
+    return dropout ? (*dropout)(b, h, i, j) : 1.0;
+  }
 
   // The scaled score s of batch index b, query head h, row i and key j after
   // the variants, in F's arithmetic, and its derivative by s (the bias is a
@@ -58,6 +90,7 @@ inline ScoreRule score_rule(const Case& c, const float* slopes, const BiasAddend
   rule.alignment =
       c.mask == Mask::causal_top_left ? 0 : int64_t(c.shape.seqlen_k) - c.shape.seqlen_q;
   rule.bias = c.bias ? bias : nullptr;
+  rule.dropout = dropout_factors(c);
   return rule;
 }
 

@@ -42,7 +42,7 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const ScoreRule&
     for (int j = key_begin; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
     double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
     for (int j = key_begin; j < key_end; ++j) {
-      const float pj = round_to(p.dtype, prob[j] / sum);
+      const float pj = round_to(p.dtype, prob[j] / sum) * float(rule.kept(b, hq, i, j));
       for (int c = 0; c < s.head_dim; ++c) o[c] += pj * element(p, p.v, b, j, hk, c);
     }
     for (int c = 0; c < s.head_dim; ++c) o[c] = round_to(p.dtype, float(o[c]));
@@ -86,7 +86,8 @@ std::vector<double> standard_rows_float64(const AttnParams& p, const ScoreRule& 
     for (int j = mask.key_begin(i); j < mask.key_end(i); ++j) {
       const double w = std::exp(score[j] - m);
       sum += w;
-      for (int c = 0; c < s.head_dim; ++c) o[c] += w * element(p, p.v, b, j, hk, c);
+      const double wz = w * rule.kept(b, hq, i, j);
+      for (int c = 0; c < s.head_dim; ++c) o[c] += wz * element(p, p.v, b, j, hk, c);
     }
     for (int c = 0; c < s.head_dim; ++c) o[c] /= sum;
     row_lse = m + std::log(sum);

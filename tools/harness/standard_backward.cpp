@@ -35,7 +35,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
   parallel_for(int64_t(s.batch) * s.heads_kv, [&](int64_t slice, int) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     std::vector<F> dk(size_t(s.seqlen_k) * d, F(0)), dv(dk.size(), F(0));
-    std::vector<F> prob(s.seqlen_k), dp(s.seqlen_k), derivative(s.seqlen_k);
+    std::vector<F> prob(s.seqlen_k), dp(s.seqlen_k), derivative(s.seqlen_k), kept(s.seqlen_k);
     for (int g_ = 0; g_ < s.group(); ++g_) {
       const int hq = hk * s.group() + g_;
       for (int i = 0; i < s.seqlen_q; ++i) {
@@ -80,13 +80,14 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         std::vector<F> out(d, F(0));
         for (int j = key_begin; j < key_end; ++j) {
           prob[j] = F(round(d_from_output ? prob[j] * flash_factor : prob[j] / sum));
+          kept[j] = F(p.rule.kept(b, hq, i, j));
           const float* v = &(*p.v)[at_k(b, j, hk)];
           F dot = 0;
           for (int c = 0; c < d; ++c) {
             dot += F(dout[c]) * F(v[c]);
-            out[c] += prob[j] * F(v[c]);
+            out[c] += prob[j] * kept[j] * F(v[c]);
           }
-          dp[j] = F(round(dot));
+          dp[j] = F(round(dot)) * kept[j];
           row_dot += dp[j] * prob[j];
         }
         if (d_from_output) {
@@ -107,10 +108,10 @@ HostGradients standard_backward(const HostProblem& p, Round round,
           for (int c = 0; c < d; ++c) {
             dq_row[c] += ds * F(k[c]);
             dk[size_t(j) * d + c] += ds * F(q[c]);
-            dv[size_t(j) * d + c] += prob[j] * F(dout[c]);
+            dv[size_t(j) * d + c] += prob[j] * kept[j] * F(dout[c]);
             dq_mag[c] += ds_mag * std::fabs(k[c]);
             dk_mag[c] += ds_mag * std::fabs(q[c]);
-            dv_mag[c] += std::fabs(double(prob[j]) * dout[c]);
+            dv_mag[c] += std::fabs(double(prob[j] * kept[j]) * dout[c]);
           }
         }
         for (int c = 0; c < d; ++c) dq[c] = round(dq_row[c]);

@@ -6,7 +6,9 @@
 //   dv_j = Σ_i p_ij·dO_i,  dk_j = scale·Σ_i ds_ij·q_i (items: key tiles)
 //   dq_i = scale·Σ_j ds_ij·k_j                       (items: query tiles)
 // with ds_ij = p_ij·(dO_i·v_j − D_i)·∂x_ij/∂s_ij (the softcap's 1 − tanh²; 1
-// without); the kernels are instantiated per Variant, as the forward's. Each
+// without); the kernels are instantiated per Variant, as the forward's.
+// Dropout (core/dropout.h) multiplies dO_i·v_j by z_ij in ds_ij and p_ij by
+// z_ij in dv_j, from a tile of the z_ij regenerated per block. Each
 // gradient is summed by one item in a fixed order (a key tile walks its
 // group's query heads and rows, a query tile its keys), so the result is the
 // same on every run and no item writes another's rows: the deterministic
@@ -98,16 +100,19 @@ void probabilities(float* s, int lines, int width, const float* lse, bool lse_pe
   }
 }
 
-// dS = P ⊙ (dP − D) in place of dP, times the variants' derivative (laid out
-// as P) where the Variant changes scores.
+// dS = P ⊙ (dP ⊙ Z − D) in place of dP, times the variants' derivative (laid
+// out as P) where the Variant changes scores; Z is dropout's factors (laid out
+// as P; null: no dropout).
 template <typename Variant>
 void score_gradients(const float* prob, float* dp, int lines, int width, const float* dots,
-                     bool dots_per_line, const float* derivative) {
+                     bool dots_per_line, const float* derivative, const float* keep) {
   for (int x = 0; x < lines; ++x)
     for (int y = 0; y < width; y += kLanes) {
       const Vec dot = dots_per_line ? splat(dots[x]) : load(dots + y);
       const int64_t at = int64_t(x) * width + y;
-      Vec ds = load(prob + at) * (load(dp + at) - dot);
+      Vec dpz = load(dp + at);
+      if (keep) dpz *= load(keep + at);
+      Vec ds = load(prob + at) * (dpz - dot);
       if constexpr (!Variant::Score::kIdentity) ds *= load(derivative + at);
       store(dp + at, ds);
     }
@@ -125,6 +130,7 @@ struct KeyTile {
   float* s;           // kBlockM × kBlockN: S, then P
   float* ds;          // kBlockM × kBlockN: dP, then dS
   float* derivative;  // kBlockM × kBlockN: ∂x/∂s where the Variant changes scores
+  float* keep;        // kBlockM × kBlockN: dropout's z (keep scale or 0) where on
   float* lse;         // kBlockM: the block's exponent offsets (lse_offset)
   float* row_dot;     // kBlockM: the block's D
 };
@@ -133,7 +139,7 @@ struct KeyTile {
 inline KeyTile key_tile_in(AlignedBuffer& buffer, int dp) {
   const size_t tile = size_t(kBlockN) * dp, square = size_t(kBlockM) * kBlockN;
   KeyTile t;
-  t.k_t = buffer.reserve(6 * tile + 3 * square + 2 * kBlockM);
+  t.k_t = buffer.reserve(6 * tile + 4 * square + 2 * kBlockM);
   t.v_t = t.k_t + tile;
   t.dk = t.v_t + tile;
   t.dv = t.dk + tile;
@@ -142,7 +148,8 @@ inline KeyTile key_tile_in(AlignedBuffer& buffer, int dp) {
   t.s = t.dout_tile + tile;
   t.ds = t.s + square;
   t.derivative = t.ds + square;
-  t.lse = t.derivative + square;
+  t.keep = t.derivative + square;
+  t.lse = t.keep + square;
   t.row_dot = t.lse + kBlockM;
   return t;
 }
@@ -201,10 +208,26 @@ void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence&
     if constexpr (Variant::kLowerEnds) seen &= key >= splat_int(mask.key_begin(m0 + r));
     return seen ? x : minus_inf;
   });
-  // dV += Pᵀ·dO; dP = dO·Vᵀ; dS = P ⊙ (dP − D); dK += dSᵀ·Q.
-  gemm<Init::add>(kBlockN, dp, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp});
+  // dV += Pᵀ·dO; dP = dO·Vᵀ; dS = P ⊙ (dP − D); dK += dSᵀ·Q. With dropout,
+  // dS = P ⊙ (dP ⊙ Z − D) and then dV += (P ⊙ Z)ᵀ·dO, P ⊙ Z in P's place.
+  const bool dropped = Variant::kDropout && p.dropout.on();
+  if (dropped) {
+    const DropoutRows dropout = dropout_rows(p.dropout, b, p.sizes.heads_q, hq);
+    const float keep_scale = p.dropout.keep_scale;
+    dropout.for_each(m0, rows, n0, kBlockN, [&](int r, int j, bool kept) {
+      t.keep[r * kBlockN + j] = kept ? keep_scale : 0.0f;
+    });
+  } else {
+    gemm<Init::add>(kBlockN, dp, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp});
+  }
   gemm<Init::zero>(rows, kBlockN, d, {dout.p, dout.ld, 1}, {t.v_t, kBlockN}, {t.ds, kBlockN});
-  score_gradients<Variant>(t.s, t.ds, rows, kBlockN, t.row_dot, true, t.derivative);
+  score_gradients<Variant>(t.s, t.ds, rows, kBlockN, t.row_dot, true, t.derivative,
+                           dropped ? t.keep : nullptr);
+  if (dropped) {
+    for (int64_t at = 0; at < int64_t(rows) * kBlockN; at += kLanes)
+      store(t.s + at, load(t.s + at) * load(t.keep + at));
+    gemm<Init::add>(kBlockN, dp, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp});
+  }
   gemm<Init::add>(kBlockN, dp, rows, {t.ds, 1, kBlockN}, q, {t.dk, dp});
 }
 
@@ -246,7 +269,7 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
   const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
   thread_local AlignedBuffer buffer;
   const size_t tile = size_t(kBlockM) * dp, square = size_t(kBlockM) * kBlockN;
-  float* q_t = buffer.reserve(5 * tile + 3 * square + 4 * kBlockM);
+  float* q_t = buffer.reserve(5 * tile + 4 * square + 4 * kBlockM);
   float* dout_t = q_t + tile;
   float* dq = dout_t + tile;
   float* k_tile = dq + tile;
@@ -254,7 +277,8 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
   float* s = v_tile + tile;
   float* ds = s + square;
   float* derivative = ds + square;
-  float* lse = derivative + square;
+  float* keep = derivative + square;
+  float* lse = keep + square;
   float* row_dot = lse + kBlockM;
   int32_t* key_end = reinterpret_cast<int32_t*>(row_dot + kBlockM);
   int32_t* key_begin = key_end + kBlockM;
@@ -269,6 +293,7 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
     key_begin[r] = real ? mask.key_begin(m0 + r) : 0;
   }
   const ScoreVariants variants = score_variants(p, hq, mask);
+  const DropoutRows dropout = dropout_rows(p.dropout, b, sz.heads_q, hq);
   std::fill(dq, dq + int64_t(rows) * dp, 0.0f);
   const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlockN);
   const int hi = mask.key_end(m0 + rows - 1);
@@ -306,9 +331,15 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
       }
       return seen ? x : minus_inf;
     });
-    // dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ⊙ (dPᵀ − D); dQ += dS·K.
+    // dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ⊙ (dPᵀ ⊙ Zᵀ − D); dQ += dS·K.
     gemm<Init::zero>(cols, lanes, d, {v.p, v.ld, 1}, {dout_t, lanes}, {ds, lanes});
-    score_gradients<Variant>(s, ds, cols, lanes, row_dot, false, derivative);
+    const bool dropped = Variant::kDropout && p.dropout.on();
+    if (dropped)
+      dropout.for_each(m0, lanes, n0, cols, [&](int r, int j, bool kept) {
+        keep[j * lanes + r] = kept ? p.dropout.keep_scale : 0.0f;
+      });
+    score_gradients<Variant>(s, ds, cols, lanes, row_dot, false, derivative,
+                             dropped ? keep : nullptr);
     gemm<Init::add>(rows, dp, cols, {ds, 1, lanes}, k, {dq, dp});
   }
   for (int r = 0; r < rows; ++r)

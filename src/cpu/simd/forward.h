@@ -88,6 +88,17 @@ inline void softmax_tile(const Tiles& t, int lanes, int cols) {
   }
 }
 
+// Dropout (core/dropout.h): P(r, j) = 0 where element (m0 + r, n0 + j) is
+// dropped, after the softmax has summed it into l; the kept ones take the
+// dropout's scale with 1/l when the row finishes.
+inline void drop_probabilities(const DropoutRows& dropout, MatA probs, int m0, int rows, int n0,
+                               int cols) {
+  float* p = const_cast<float*>(probs.p);
+  dropout.for_each(m0, rows, n0, cols, [&](int r, int j, bool kept) {
+    if (!kept) p[r * probs.row + j * probs.k] = 0.0f;
+  });
+}
+
 // O = diag(alpha)·O + P·V on a tile the mask cuts, each row adding only the
 // keys it sees: a block of rows multiplies the keys all its rows see (from its
 // last row's beginning to its first row's end: both ends grow with the row)
@@ -153,6 +164,7 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   }
   const ScoreVariants variants = score_variants(p, hq, mask);
   const BiasRows<float> bias = Variant::Score::kBias ? scaled_bias(p, b, hq) : BiasRows<float>{};
+  const DropoutRows dropout = dropout_rows(p.dropout, b, sz.heads_q, hq);
   std::fill(t.o, t.o + int64_t(rows) * dp, 0.0f);
   // K is the matrix kernel's A, read at any stride; the dot products load it
   // as vectors, which need rows padded to the lanes. fp32 tiles within one
@@ -206,6 +218,8 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
       if (cut) mask_scores<Variant::kLowerEnds>(t, lanes, n0, cols);
       softmax_tile(t, lanes, cols);
     }
+    if constexpr (Variant::kDropout)
+      if (p.dropout.on()) drop_probabilities(dropout, probs, m0, rows, n0, cols);
     // The next tile's bias rows, requested while this tile's P·V runs.
     if constexpr (Variant::Score::kBias)
       prefetch_bias(bias, m0, rows, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
@@ -215,19 +229,20 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   }
 }
 
-// Finishes the rows in the tiles: out = O / l and lse (natural units), or 0 and
-// −inf where `empty` says the row saw no key or, with a bias (kZeroSumEmpty),
-// where every score it saw was −inf (core/softmax.h, finished_empty). Writes
-// rows of `out` (out's layout and dtype) and lse at lse[r·lse_stride] if lse
-// is non-null.
+// Finishes the rows in the tiles: out = O·out_scale / l (out_scale: dropout's
+// keep scale, or 1) and lse (natural units), or 0 and −inf where `empty` says
+// the row saw no key or, with a bias (kZeroSumEmpty), where every score it saw
+// was −inf (core/softmax.h, finished_empty). Writes rows of `out` (out's
+// layout and dtype) and lse at lse[r·lse_stride] if lse is non-null.
 template <bool kZeroSumEmpty, typename Empty>
-void finish_rows(const Tiles& t, int rows, int d, Empty empty, float* lse, int64_t lse_stride) {
+void finish_rows(const Tiles& t, int rows, int d, Empty empty, float* lse, int64_t lse_stride,
+                 float out_scale) {
   const int dp = padded(d);
   for (int r = 0; r < rows; ++r) {
     const bool row_empty = finished_empty<kZeroSumEmpty>(empty(r), t.l[r]);
     const FinishedRow<float> row = finish_row(t.m[r], t.l[r], row_empty);
     if (row.empty) std::fill(t.o + int64_t(r) * dp, t.o + int64_t(r + 1) * dp, 0.0f);
-    t.alpha[r] = row.inv_l;  // reused as the output's row scale
+    t.alpha[r] = row.inv_l * out_scale;  // reused as the output's row scale
     if (lse) lse[r * lse_stride] = row.lse;
   }
 }
@@ -262,7 +277,7 @@ void run_with(const AttnParams& p) {
       walk_keys<Variant>(p, t, b, seq, hq, m0, rows, 0, seq.seqlen_k);
       const RowMask mask = row_mask(p, seq);
       finish_rows<Variant::Score::kBias>(t, rows, d, [&](int r) { return mask.empty(m0 + r); },
-                  lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1);
+                  lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1, p.dropout.keep_scale);
       store_tile(p.dtype, p.o, d, b, hq, int(seq.q_row0) + m0, rows, t.o, padded(d), t.alpha);
     });
     return;
@@ -293,7 +308,7 @@ void run_with(const AttnParams& p) {
     // −inf, weighed 0 by the merge.
     finish_rows<Variant::Score::kBias>(
         t, rows, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
-        partial_lse + split * all_rows + row0, 1);
+        partial_lse + split * all_rows + row0, 1, p.dropout.keep_scale);
     // Partial (split, row): out at partial_out[(split·all_rows + row)·d].
     const TensorRef out{partial_out + (split * all_rows + row0) * d, 0, d, 0};
     store_tile(DType::f32, out, d, 0, 0, 0, rows, t.o, padded(d), t.alpha);

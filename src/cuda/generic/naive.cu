@@ -8,6 +8,7 @@
 // neither is asked for: one instantiation, as this path is for checking, not speed.
 #include <cmath>
 
+#include "core/dropout.h"
 #include "core/mask.h"
 #include "core/softmax.h"
 #include "core/variant.h"
@@ -65,12 +66,15 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   }
   // A bias can leave a row with only −inf scores: empty (core/softmax.h, finished_empty).
   const bool empty = mask.empty(i) || (p.scores.bias.data != nullptr && state.l == 0.0f);
-  const FinishedRow<float> finished = finish_row(state.m * p.softmax.scale, state.l, empty);
+  FinishedRow<float> finished = finish_row(state.m * p.softmax.scale, state.l, empty);
+  finished.inv_l *= p.dropout.keep_scale;  // dropout's (core/dropout.h); 1 without
+  const DropoutRows dropout = dropout_rows(p.dropout, b, s.heads_q, hq);
 
   for (int c0 = 0; c0 < s.head_dim; c0 += kOutChunk) {
     float acc[kOutChunk] = {};
     for (int j = key_begin; j < key_end; ++j) {
-      const float pj = exp2f(fmaf(score(j), c, state.neg_max_c(c)));
+      float pj = exp2f(fmaf(score(j), c, state.neg_max_c(c)));
+      if (p.dropout.on() && !dropout.keep(i, j)) pj = 0.0f;
       const T* vj = v + key_offset(p, p.v, b, seq, j) + c0;
 #pragma unroll
       for (int e = 0; e < kOutChunk; ++e)

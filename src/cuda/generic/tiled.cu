@@ -13,6 +13,7 @@
 // and applies softcap and ALiBi to each raw score before the mask.
 #include <cmath>
 
+#include "core/dropout.h"
 #include "core/mask.h"
 #include "core/softmax.h"
 #include "core/variant.h"
@@ -78,6 +79,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
   const float c = p.softmax.scale_log2;
   const RowMask mask = row_mask(p, seq);
   const auto score = Variant::score(p.scores, p.softmax.scale, b, hq, mask.alignment);
+  const DropoutRows dropout = dropout_rows(p.dropout, b, s.heads_q, hq);
 
   OnlineRow row[kPerThread];  // l: this thread's partial, summed over the row at the end
   float acc[kPerThread][kPerThread];
@@ -128,7 +130,10 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
       for (int e = 0; e < kPerThread; ++e) {
         const float p_ij = exp2f(fmaf(s_ij[a][e], c, neg_max_c));
         row[a].l += p_ij;
-        sm.p[ty + kSide * a][tx + kSide * e] = p_ij;
+        // Dropout (core/dropout.h): a dropped probability is summed but leaves P·V.
+        const bool dropped = Variant::kDropout && p.dropout.on() &&
+                             !dropout.keep(m0 + ty + kSide * a, n0 + tx + kSide * e);
+        sm.p[ty + kSide * a][tx + kSide * e] = dropped ? 0.0f : p_ij;
         acc[a][e] *= alpha;
       }
     }
@@ -149,8 +154,9 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
     const int r = ty + kSide * a;
     const float l = row_sum(row[a].l);
     if (r >= rows) continue;
-    const FinishedRow<float> finished = finish_row(
+    FinishedRow<float> finished = finish_row(
         row[a].m * p.softmax.scale, l, finished_empty<Variant::Score::kBias>(mask.empty(m0 + r), l));
+    if constexpr (Variant::kDropout) finished.inv_l *= p.dropout.keep_scale;
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
       const int col = tx + kSide * e;

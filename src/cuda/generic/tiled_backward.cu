@@ -6,6 +6,8 @@
 //   p_ij = 2^(r_ij·c − lse_i·log2 e),  dp_ij = dO_i·v_j,  ds_ij = p_ij·(dp_ij − D_i)·r'_ij,
 // and p_ij = ds_ij = 0 for a key the row does not see (a select, never −inf
 // arithmetic, so any sign of scale works and an empty row, lse −inf, gives 0).
+// Dropout (core/dropout.h) multiplies dp_ij by z_ij in ds_ij, and p_ij by z_ij
+// in dv's sum.
 // Two kernels, each gradient summed by one block in a fixed order:
 //   dkdv_kernel: a block per (batch, kv head, 64-key tile, 64-column slice of
 //     head_dim) walks the query tiles of every query head of its GQA group that
@@ -19,6 +21,7 @@
 // columns) tx + 16e, a, e < 4.
 #include <cmath>
 
+#include "core/dropout.h"
 #include "core/mask.h"
 #include "core/variant.h"
 #include "cuda/backends.h"
@@ -99,6 +102,7 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, const Sequ
   const RowMask mask = row_mask(p, seq);
   const float c = p.softmax.scale_log2;
   const auto score = Variant::score(p.scores, p.softmax.scale, b, hq, mask.alignment);
+  const DropoutRows dropout = dropout_rows(p.dropout, b, p.sizes.heads_q, hq);
 #pragma unroll
   for (int a = 0; a < kPer; ++a) {
     const int row = m0 + ty + kSide * a;
@@ -115,7 +119,12 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, const Sequ
       float dr_ds = 1.0f;  // a bias is read at visible keys only (past seqlen_k it has none)
       const float r = visible ? score(s_ij[a][e], row, key, dr_ds) : 0.0f;
       prob[a][e] = visible ? exp2f(fmaf(r, c, neg_lse_log2)) : 0.0f;
-      ds[a][e] = visible ? prob[a][e] * (dp[a][e] - row_dot) * dr_ds : 0.0f;
+      // Dropout (core/dropout.h): z scales dp in ds, and p in dv's product.
+      float z = 1.0f;
+      if (Variant::kDropout && p.dropout.on() && visible)
+        z = dropout.keep(row, key) ? p.dropout.keep_scale : 0.0f;
+      ds[a][e] = visible ? prob[a][e] * (dp[a][e] * z - row_dot) * dr_ds : 0.0f;
+      prob[a][e] *= z;
     }
   }
 }

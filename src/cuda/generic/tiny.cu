@@ -10,6 +10,7 @@
 // Problems that fit one warp's registers go to tiny_warp.cu instead.
 #include <cmath>
 
+#include "core/dropout.h"
 #include "core/mask.h"
 #include "core/softmax.h"
 #include "core/variant.h"
@@ -113,6 +114,15 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
 #pragma unroll
   for (int h = 0; h < 2; ++h) prob[h] = exp2f(score[h] - exponent_max(m));
   const float sum = lanes_sum<31u>(prob[0] + prob[1]);
+  // Dropout (core/dropout.h): dropped probabilities, summed, leave P·V.
+  if constexpr (Variant::kDropout) {
+    if (p.dropout.on()) {
+      const DropoutRows dropout = dropout_rows(p.dropout, b, s.heads_q, hq);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (lane + 32 * h < key_end && !dropout.keep(row, lane + 32 * h)) prob[h] = 0.0f;
+    }
+  }
 
   const float* v1 = reinterpret_cast<const float*>(v);
   float acc[kColsPerLane] = {};
@@ -124,7 +134,8 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
       if (lane + 32 * u < d) acc[u] = fmaf(pj, v1[j * 4 * pitch + lane + 32 * u], acc[u]);
   }
   // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
-  const FinishedRow<float> finished = finish_row(m * kLn2, sum, finished_empty<Variant::Score::kBias>(mask.empty(row), sum));
+  FinishedRow<float> finished = finish_row(m * kLn2, sum, finished_empty<Variant::Score::kBias>(mask.empty(row), sum));
+  if constexpr (Variant::kDropout) finished.inv_l *= p.dropout.keep_scale;
   float* out = static_cast<float*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride +
                int64_t(row) * p.o.row_stride;
 #pragma unroll

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cmath>
 
+#include "core/dropout.h"
 #include "core/mask.h"
 #include "core/softmax.h"
 #include "core/variant.h"
@@ -55,6 +56,7 @@ struct WarpParams {
   // AnyVariant instantiation only, so they follow the fields the plain one reads.
   ScoreParams scores;
   float scale;
+  DropoutParams dropout;  // core/dropout.h
 };
 
 // The first element of head h of batch b (row 0).
@@ -143,11 +145,15 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   const float m_safe = exponent_max(m);
   float sum = 0.0f;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  // Dropout (core/dropout.h): a dropped probability is summed but leaves P·V.
+  const DropoutRows dropout = dropout_rows(p.dropout, b, p.heads_q, hq);
+  const bool drops = Variant::kDropout && p.dropout.on();
 #pragma unroll
   for (int i = 0; i < kKeySteps; ++i) {
     const float prob = exp2f(score[i] - m_safe);
     sum += prob;
-    fma4(prob, v[i], acc);
+    const int key = kGroups * i + g;
+    fma4(drops && key < key_end && !dropout.keep(row, key) ? 0.0f : prob, v[i], acc);
   }
   sum = lanes_sum<kGroupBits>(sum);
   acc.x = lanes_sum<kGroupBits>(acc.x), acc.y = lanes_sum<kGroupBits>(acc.y);
@@ -155,7 +161,8 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
 
   if (g != 0) return;
   // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
-  const FinishedRow<float> finished = finish_row(m * kLn2, sum, finished_empty<Variant::Score::kBias>(key_end <= key_begin, sum));
+  FinishedRow<float> finished = finish_row(m * kLn2, sum, finished_empty<Variant::Score::kBias>(key_end <= key_begin, sum));
+  if constexpr (Variant::kDropout) finished.inv_l *= p.dropout.keep_scale;
   float* out = head_ptr(p.o, b, hq) + row * p.o.row_stride + 4 * c;
   const float4 o = make_float4(finished.out(acc.x), finished.out(acc.y), finished.out(acc.z),
                                finished.out(acc.w));
@@ -215,6 +222,7 @@ void tiny_warp_forward(const AttnParams& p) {
   w.mask = dense_mask(p);  // dense batches only (tiny_fits)
   w.scale_log2 = p.softmax.scale_log2;
   w.scores = p.scores;
+  w.dropout = p.dropout;
   w.scale = p.softmax.scale;
   const dim3 grid(unsigned(s.heads_q), unsigned(s.batch), unsigned(s.seqlen_q));
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

@@ -25,6 +25,7 @@
 #include "core/variant.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/fp32_tile.cuh"
 #include "cuda/common/mma_tf32x3.cuh"
 #include "cuda/common/tile_scheduler.cuh"
@@ -210,6 +211,14 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
         acc[n][2 * r + 1] *= alpha;
       }
     }
+    // Dropout (core/dropout.h): the dropped probabilities, summed into l, leave P·V.
+    if constexpr (Variant::kDropout) {
+      if (p.dropout.on())
+        for_each_kept<n_tiles(kD) / 2>(dropout_rows(p.dropout, b, s.heads_q, hq), my_row[0],
+                                       n0 + 2 * t, [&](int j, int e, bool kept) {
+                                         if (!kept) s_ij[j][e] = 0.0f;
+                                       });
+    }
     cp_async_wait<0>();
     __syncthreads();  // sm.v has landed for every thread
     output_mma(sm, g, t, s_ij, acc);
@@ -220,9 +229,10 @@ __global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p
   for (int r = 0; r < 2; ++r) {
     const float l = quad_sum(row[r].l);
     if (my_row[r] >= s.seqlen_q) continue;
-    const FinishedRow<float> finished =
+    FinishedRow<float> finished =
         finish_row(row[r].m * p.softmax.scale, l,
                    finished_empty<Variant::Score::kBias>(mask.empty(my_row[r]), l));
+    if constexpr (Variant::kDropout) finished.inv_l *= p.dropout.keep_scale;
     float* o_row = gO + int64_t(my_row[r]) * p.o.row_stride;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)

@@ -28,7 +28,10 @@
 // seqlen_q and of keys past seqlen_k, only on the tiles that the mask or the
 // ragged ends cut; dK takes `scale` at the end and dQ in write_dq. A score
 // variant (the Variant template parameter, core/variant.h) changes Sᵀ before
-// Pᵀ and multiplies dSᵀ by its derivative. Deterministic mode: dQ adds in
+// Pᵀ and multiplies dSᵀ by its derivative. Dropout (core/dropout.h),
+// regenerated per tile: Z scales dPᵀ before dSᵀ is formed, the dropped
+// elements of Pᵀ are zeroed before dV's product, and dV takes the keep scale
+// at the end. Deterministic mode: dQ adds in
 // key-tile order, as cuda_mma's (turn counters per query tile).
 #pragma once
 
@@ -40,6 +43,7 @@
 #include "core/params.h"
 #include "cuda/common/backward_walk.cuh"
 #include "cuda/common/dq_accum.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/sm90/backward_traits.h"
 #include "cuda/sm90/pipeline.cuh"
@@ -196,6 +200,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     wait_barrier(&bar.dout_full[stage], filled);
     issue_kmajor<T, Tr, kBlockM>(dpt, v_rows, kBlockN, smem_descriptor(dout_at, 16, 1024), kBlockM);
     wgmma_commit();
+    // Dropout: bit i set where element i is kept, made while the products run; all
+    // set without dropout.
+    uint64_t kept = ~uint64_t(0);
+    if constexpr (Variant::kDropout) {
+      if (p.dropout.on())
+        kept = kept_bits_transposed<kBlockM / 2>(dropout_rows(p.dropout, w.b, s.heads_q, tile.hq),
+                                                 row0 + 2 * t, w.key0 + key_row);
+    }
 
     // Pᵀ; element (i) of the fragment is key row key_row + 8·((i / 2) % 2),
     // query column 8·(i / 4) + 2t + i % 2.
@@ -207,6 +219,25 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     // Whether (row, key) of the tile takes no part: the row or the key does not exist, or the mask hides it.
     const auto hidden = [&](int row, int key) {
       return row >= s.seqlen_q || (kLowerEnds ? mask.hidden(row, key) : mask.beyond_end(row, key));
+    };
+    // Dropout: dPᵀ takes Z (keep scale or 0) before dSᵀ is made; Pᵀ keeps the
+    // kept elements alone for dV's product.
+    const auto drop_scores = [&] {
+      if constexpr (Variant::kDropout) {
+        if (p.dropout.on()) {
+          const float keep_scale = p.dropout.keep_scale;
+#pragma unroll
+          for (int i = 0; i < kBlockM / 2; ++i) dpt[i] = (kept >> i) & 1 ? dpt[i] * keep_scale : 0.0f;
+        }
+      }
+    };
+    const auto drop_probabilities = [&] {
+      if constexpr (Variant::kDropout) {
+        if (p.dropout.on()) {
+#pragma unroll
+          for (int i = 0; i < kBlockM / 2; ++i) st[i] = (kept >> i) & 1 ? st[i] : 0.0f;
+        }
+      }
     };
     // A window alone changes no score: the plain order, Pᵀ under dPᵀ's product.
     if (Score::kIdentity || !p.scores.any()) {
@@ -225,12 +256,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       }
       wgmma_wait<0>();
       fence_registers(dpt);
+      drop_scores();
 #pragma unroll
       for (int j = 0; j < kBlockM / 8; ++j) {
         const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
       }
+      drop_probabilities();
     } else if constexpr (!Score::kIdentity) {
       // A score variant: Pᵀ and dSᵀ in one pass once both products are done, so
       // that the variant's derivative is used where it is made, not kept in
@@ -241,6 +274,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       wgmma_wait<0>();
       fence_registers(st);
       fence_registers(dpt);
+      drop_scores();
       // bias: the bias's reader for its element type (Score::kBias), else
       // NoBiasReader; hidden elements (past seqlen_q or seqlen_k among them)
       // are not read.
@@ -268,6 +302,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       };
       if constexpr (Score::kBias) score.bias.read(probabilities);
       else probabilities(NoBiasReader{});
+      drop_probabilities();
     }
     uint32_t pt[kBlockM / 16][4], dst[kBlockM / 16][4];
 #pragma unroll
@@ -371,13 +406,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   // dV and scale·dK into V's and K's tiles (this warpgroup's 64 rows), once the
   // other warpgroup's dQ products are done with K; then out by TMA.
   named_barrier_sync(kKVDone, 256);
+  const float dv_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;  // dropout's
 #pragma unroll
   for (int j = 0; j < kD / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t at = swizzled_offset(key_row + 8 * h, 8 * j + 2 * t, kBlockN);
       *reinterpret_cast<uint32_t*>(smem + Tr::kVOffset + at) =
-          pack_pair<T>(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
+          pack_pair<T>(dv[4 * j + 2 * h] * dv_scale, dv[4 * j + 2 * h + 1] * dv_scale);
       *reinterpret_cast<uint32_t*>(smem + Tr::kKOffset + at) = pack_pair<T>(
           dk[4 * j + 2 * h] * p.softmax.scale, dk[4 * j + 2 * h + 1] * p.softmax.scale);
     }

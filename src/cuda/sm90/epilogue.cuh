@@ -28,13 +28,14 @@ constexpr int kTurnBarrier = 4;
 // the buffer. (acc is only read here: a write to it under a condition made
 // ptxas serialise the kernel's wgmma, 0.7x measured.) kZeroSumEmpty: a bias
 // or boolean mask may leave any row without keys (core/softmax.h,
-// finished_empty); such rows take a select per element.
+// finished_empty); such rows take a select per element. out_scale multiplies
+// every output (dropout's keep scale, else 1).
 template <typename T, class Tr, bool kZeroSumEmpty>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
                                          const float (&acc)[Tr::kHeadDim / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
-                                         int warp, int lane) {
+                                         int warp, int lane, float out_scale) {
   FinishedRow<float> finished[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -44,6 +45,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
     finished[half] = finish_row(
         row_max[half] * p.scale, l,
         finished_empty<kZeroSumEmpty>(empty || p.mask.empty(t.row0 + at.row0 + 8 * half), l));
+    finished[half].inv_l *= out_scale;
   }
   const bool storer = warp == 0 && lane == 0;
   if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer

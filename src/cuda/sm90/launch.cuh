@@ -161,6 +161,7 @@ void launch(const AttnParams& p) {
   kp.sizes = s;
   kp.mask = dense_mask(p);
   kp.scores = p.scores;
+  kp.dropout = p.dropout;
   kp.lse = p.softmax.lse;
   kp.scale = p.softmax.scale;
   kp.scale_log2 = p.softmax.scale_log2;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/pipeline.cuh"
@@ -94,6 +95,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   const int lane = threadIdx.x % 32;
   const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
   const float c = p.scale_log2;
+  // Dropout (core/dropout.h): the kept probabilities' scale, applied with 1/l.
+  const float out_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const auto k_desc = [&](int stage) {
     return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKVBytes, 16, 1024);
@@ -136,7 +139,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2]) {
     release_slot(&bar.v_empty[owed.stage()]);
     epilogue<T, Tr, Variant::Score::kBias>(p, owed_tile, smem, acc, tile_max, tile_sum, false, at,
-                    warpgroup, warp, lane);
+                                           warpgroup, warp, lane, out_scale);
 #pragma unroll
     for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
     pv_owed = false;
@@ -179,7 +182,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         release(&bar.q_empty[qs]);
       }
       float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
-      epilogue<T, Tr, Variant::Score::kBias>(p, t, smem, acc, no_max, no_sum, true, at, warpgroup, warp, lane);
+      epilogue<T, Tr, Variant::Score::kBias>(p, t, smem, acc, no_max, no_sum, true, at, warpgroup,
+                                             warp, lane, out_scale);
     } else {
       // Blocks whose last key lies beyond the keys the warpgroup's first row sees
       // (beyond seqlen_k, or beyond its causal limit) need the score step; the
@@ -196,6 +200,25 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
                p.mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
       };
       const Score score = Variant::score(p.scores, p.scale, t.batch, t.head_q, p.mask.alignment);
+      // Dropout: block n_block's keep bits, made while its scores' wgmma runs;
+      // the dropped probabilities are zeroed after the softmax has summed them.
+      const auto keep_bits = [&](int n_block) -> uint64_t {
+        if constexpr (Variant::kDropout) {
+          if (p.dropout.on())
+            return kept_bits<Tr::kBlockN / 2>(
+                dropout_rows(p.dropout, t.batch, p.sizes.heads_q, t.head_q), t.row0 + at.row0,
+                int64_t(n_block) * Tr::kBlockN + at.col0);
+        }
+        return ~uint64_t(0);
+      };
+      const auto drop = [&](uint64_t bits) {
+        if constexpr (Variant::kDropout) {
+          if (p.dropout.on()) {
+#pragma unroll
+            for (int i = 0; i < Tr::kBlockN / 2; ++i) s[i] = (bits >> i) & 1 ? s[i] : 0.0f;
+          }
+        }
+      };
       const uint64_t q_desc = smem_descriptor(
           base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
 
@@ -210,6 +233,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       if (pv_owed) issue_owed();
       wgmma_commit();
       turns.hand_over();
+      uint64_t kept = keep_bits(wg_end - 1);
       wgmma_wait<1>();
       fence_registers(s);
       release_slot(&bar.k_empty[ring.stage()]);
@@ -222,6 +246,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       if (needs_mask(wg_end - 1))
         score_step<Tr, Variant>(s, p.mask, wg_keys, at, t.row0, wg_end - 1, score);
       softmax_update<Tr>(s, row_max, row_sum, alpha, c);
+      drop(kept);
       wgmma_wait<0>();
       fence_registers(acc);
       if (pv_owed) retire_owed(done_max, done_sum);
@@ -239,12 +264,14 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         issue_values<T, Tr>(acc, probs, v_desc(prev.stage()));
         wgmma_commit();
         turns.hand_over();
+        kept = keep_bits(n_block);
         wgmma_wait<1>();
         fence_registers(s);
         release_slot(&bar.k_empty[ring.stage()]);
         if (needs_mask(n_block))
           score_step<Tr, Variant>(s, p.mask, wg_keys, at, t.row0, n_block, score);
         softmax_update<Tr>(s, row_max, row_sum, alpha, c);
+        drop(kept);
         wgmma_wait<0>();
         fence_registers(acc);
         release_slot(&bar.v_empty[prev.stage()]);

@@ -16,6 +16,7 @@ struct KernelParams {
   Sizes sizes;
   RowMask mask;      // the key range each query row sees (dense: one for the batch)
   ScoreParams scores;  // softcap and ALiBi (core/variant.h)
+  DropoutParams dropout;  // core/dropout.h
   float* lse;
   float scale;       // for lse, in natural-log units
   float scale_log2;  // c = scale·log2(e)

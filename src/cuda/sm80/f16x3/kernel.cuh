@@ -34,6 +34,7 @@
 #include "core/mask.h"
 #include "core/variant.h"
 #include "cuda/common/combine.h"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/split_f16.cuh"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
@@ -277,6 +278,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     else cp_async_commit();
 
     sm80::online_softmax<Shape>(c, kPLog2Bias, sc, row_max, row_sum, acc);
+    // Dropout (core/dropout.h): the dropped probabilities, summed into l, leave P·V.
+    if constexpr (Variant::kDropout) {
+      if (p.dropout.on())
+        drop_fragments(dropout_rows(p.dropout, tc.b, s.heads_q, tc.hq), row0 + warp_row0, key0, sc);
+    }
     uint32_t p_hi[kBlockN / 16][4], p_lo[kBlockN / 16][4];
     sm80::for_each_p_fragment<Shape>(sc, [&](int, int kk, int r, float x0, float x1) {
       const HalfPairs split = split_pair(x0, x1);

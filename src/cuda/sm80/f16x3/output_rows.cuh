@@ -41,8 +41,8 @@ struct OutputRows {
                                         bool write_lse) const {
     const Sizes& s = p.sizes;
     const int t = threadIdx.x % 4;
-    const FinishedRow<float> finished =
-        finish_row(row_max * p.softmax.scale - kPLog2Bias * kLn2, l, empty);
+    FinishedRow<float> finished = finish_row(row_max * p.softmax.scale - kPLog2Bias * kLn2, l, empty);
+    finished.inv_l *= p.dropout.keep_scale;  // dropout's (core/dropout.h); 1 without
     float* o_row = split.count == 1
                        ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
                              tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride

@@ -30,6 +30,7 @@
 #include <cmath>
 
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/common/split_f16.cuh"
 #include "cuda/common/tile_scheduler.cuh"
@@ -303,6 +304,20 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       }
     __syncthreads();  // every warp's maxima are in; every warp is done with the last P
 
+    // Dropout (core/dropout.h): bit 4·nt + e of kept[mt] says whether element e
+    // of column nt of slice mt is kept; a dropped probability is summed into l
+    // but leaves P·V.
+    uint32_t kept[2] = {~0u, ~0u};
+    if constexpr (Variant::kDropout) {
+      if (p.dropout.on()) {
+        const DropoutRows dropout = dropout_rows(p.dropout, tc.b, s.heads_q, tc.hq);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+          for_each_kept<1>(dropout, row0 + 16 * mt + g, key0 + 2 * t, [&](int nt, int e, bool keep) {
+            if (!keep) kept[mt] &= ~(1u << (4 * nt + e));
+          });
+      }
+    }
     // The block-wide running maximum (the same in every warp), the rescale, and
     // P = 2^(s·c − m·c + bias) split into the P tiles at this warp's keys.
 #pragma unroll
@@ -323,9 +338,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         const float bias_minus_mc = kPLog2Bias - m_c;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const float p0 = fast_exp2(fmaf(sc[mt][nt][2 * h], c, bias_minus_mc));
-          const float p1 = fast_exp2(fmaf(sc[mt][nt][2 * h + 1], c, bias_minus_mc));
+          float p0 = fast_exp2(fmaf(sc[mt][nt][2 * h], c, bias_minus_mc));
+          float p1 = fast_exp2(fmaf(sc[mt][nt][2 * h + 1], c, bias_minus_mc));
           row_sum[mt][h] += p0 + p1;
+          if constexpr (Variant::kDropout) {
+            p0 = (kept[mt] >> (4 * nt + 2 * h)) & 1 ? p0 : 0.0f;
+            p1 = (kept[mt] >> (4 * nt + 2 * h + 1)) & 1 ? p1 : 0.0f;
+          }
           const HalfPairs split_p = split_pair(p0, p1);
           const uint32_t at = PTile::offset(r, 2 * w + nt) + 4 * t;
           *reinterpret_cast<uint32_t*>(sm.p_hi + at) = split_p.hi;

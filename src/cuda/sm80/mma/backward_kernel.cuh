@@ -17,7 +17,9 @@
 // right for any scale, a scale <= 0 included. Only tiles that the mask or the
 // ragged ends cut pay for it. A score variant (the Variant template parameter,
 // core/variant.h) changes S before P and multiplies dS by its derivative. dK takes `scale` at the end; dQ takes it where
-// dq_output.cu turns the fp32 sums into the output.
+// dq_output.cu turns the fp32 sums into the output. Dropout (core/dropout.h):
+// the tile's keep decisions, regenerated, scale dP (dS = P∘(Z∘dP − D)) and
+// zero the dropped P of dV's product; dV takes the keep scale at the end.
 //
 // Query tile loads (Q, dO, lse, D) are double-buffered where shared memory
 // holds two of each: tile i + 1 is loaded by cp.async while tile i is computed.
@@ -38,12 +40,14 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/mask.h"
 #include "core/params.h"
 #include "cuda/common/backward_walk.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/dq_accum.cuh"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/common/opaque.cuh"
 #include "cuda/sm80/mma/backward_shape.cuh"
@@ -209,6 +213,26 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const float* lse = reinterpret_cast<const float*>(smem + Shape::kLseOffset) + stage * kBlockM;
     const float* row_dot =
         reinterpret_cast<const float*>(smem + Shape::kRowDotOffset) + stage * kBlockM;
+    // Dropout: bit 4·nt + e of kept[mt] says whether element e of column nt of
+    // slice mt is kept; dP takes Z (keep scale or 0) here.
+    using KeptBits = std::conditional_t<(4 * kSNT > 32), uint64_t, uint32_t>;
+    KeptBits kept[kSMT];
+#pragma unroll
+    for (int mt = 0; mt < kSMT; ++mt) kept[mt] = ~KeptBits(0);
+    if constexpr (Variant::kDropout) {
+      if (p.dropout.on()) {
+        const DropoutRows dropout = dropout_rows(p.dropout, w.b, s.heads_q, hq);
+        const float keep_scale = p.dropout.keep_scale;
+#pragma unroll
+        for (int mt = 0; mt < kSMT; ++mt)
+          for_each_kept<kSNT / 2>(dropout, row0 + s_row0 + 16 * mt + g, w.key0 + s_col0 + 2 * t,
+                                  [&](int nt, int e, bool keep) {
+                                    float& y = dp[mt][nt][e];
+                                    y = keep ? y * keep_scale : 0.0f;
+                                    if (!keep) kept[mt] &= ~(KeptBits(1) << (4 * nt + e));
+                                  });
+      }
+    }
     // bias: the bias's reader for its element type (Score::kBias), else
     // NoBiasReader; only visible keys' elements are read.
     const auto probabilities = [&](const auto& bias) {
@@ -239,7 +263,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                 if (visible) x += bias.at(bias_row, col0 + 8 * nt + e);
               }
               const float prob = fast_exp2(fmaf(x, p.softmax.scale_log2, neg_lse2));
-              x = visible ? prob : 0.0f;
+              if constexpr (Variant::kDropout)
+                x = visible && ((kept[mt] >> (4 * nt + 2 * h + e)) & 1) ? prob : 0.0f;
+              else
+                x = visible ? prob : 0.0f;
               if constexpr (Score::kIdentity) y = visible ? prob * (y - d) : 0.0f;
               else y = visible ? prob * (y - d) * dscore : 0.0f;
             }
@@ -338,8 +365,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       for (int nt = 0; nt < kKVNT; ++nt) {
         const uint32_t offset =
             KTile::offset(kv_row0 + 16 * mt + g + 8 * h, (kv_col0 + 8 * nt) / 8) + 4 * t;
+        const float dv_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;
         *reinterpret_cast<uint32_t*>(v_tile + offset) =
-            pack_pair<T>(dv[mt][nt][2 * h], dv[mt][nt][2 * h + 1]);
+            pack_pair<T>(dv[mt][nt][2 * h] * dv_scale, dv[mt][nt][2 * h + 1] * dv_scale);
         *reinterpret_cast<uint32_t*>(k_tile + offset) = pack_pair<T>(
             dk[mt][nt][2 * h] * p.softmax.scale, dk[mt][nt][2 * h + 1] * p.softmax.scale);
       }

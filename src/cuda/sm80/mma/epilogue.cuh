@@ -18,12 +18,13 @@ namespace flashattn::cuda::mma {
 
 // info: the block's BlockInfo (b, hq, the sequence's rows and mask, col0, vec16).
 // kZeroSumEmpty: a bias or boolean mask may leave any row without keys
-// (core/softmax.h, finished_empty).
+// (core/softmax.h, finished_empty). out_scale multiplies every output
+// (dropout's keep scale, else 1).
 template <typename T, typename Shape, bool kZeroSumEmpty, typename Info>
 __device__ __forceinline__ void store_output(
     const AttnParams& p, const Info& info, char* q_tile,
     const float (&acc)[Shape::kMTiles][Shape::kOTiles][4], const float (&row_max)[Shape::kMTiles][2],
-    const sm80::RowSums<Shape::kMTiles>& row_sum) {
+    const sm80::RowSums<Shape::kMTiles>& row_sum, float out_scale) {
   using QTile = typename Shape::QTile;
   constexpr int kOT = Shape::kOTiles;
   const Sizes& s = p.sizes;
@@ -38,6 +39,7 @@ __device__ __forceinline__ void store_output(
       const float l = sm80::quad_sum(row_sum.l[mt][h]);
       finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale, l,
                                    finished_empty<kZeroSumEmpty>(info.mask.empty(info.row0 + r), l));
+      finished[mt][h].inv_l *= out_scale;
     }
   const auto staged = [&](int r, int ot) {
     return reinterpret_cast<uint32_t*>(q_tile + QTile::offset(r, ot) + 4 * t);

@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "core/mask.h"
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm80/mma/epilogue.cuh"
@@ -225,6 +226,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
     sm80::online_softmax<Shape>(p.softmax.scale_log2, 0.0f, sc, row_max,
                                 sm80::row_sum<Shape>(row_sum_slots, row_sum_registers), acc);
+    // Dropout (core/dropout.h): the dropped probabilities, summed into l, leave P·V.
+    if constexpr (Variant::kDropout) {
+      if (p.dropout.on())
+        drop_fragments(dropout_rows(p.dropout, info.b, s.heads_q, info.hq),
+                       info.row0 + thread_coord<Shape>().warp_row0, key0, sc);
+    }
     uint32_t pa[kMT][kBlockN / 16][4];
     sm80::for_each_p_fragment<Shape>(sc, [&](int mt, int kk, int r, float x0, float x1) {
       pa[mt][kk][r] = pack_pair<T>(x0, x1);
@@ -247,7 +254,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   }
   for (; n >= blocks.first<kLowerEnds>(); --n) attend_block(n, std::false_type{});
   store_output<T, Shape, Score::kBias>(p, info, q_tile, acc, row_max,
-                         sm80::row_sum<Shape>(row_sum_slots, row_sum_registers));
+                                       sm80::row_sum<Shape>(row_sum_slots, row_sum_registers),
+                                       Variant::kDropout ? p.dropout.keep_scale : 1.0f);
 }
 
 }  // namespace flashattn::cuda::mma

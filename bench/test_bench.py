@@ -251,7 +251,7 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
-                             "paper_bwd": 144, "wide_bwd": 48, "variants": 36,
+                             "paper_bwd": 144, "wide_bwd": 48, "variants": 44,
                              "models": 45, "models_bwd": 8}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
@@ -475,13 +475,14 @@ def test_grouped_reference_is_the_reference_on_kv_heads_repeated_over_each_group
 
 def test_variants_grid_sets_each_variant_beside_its_plain_shape():
     points = grid.variants_points()
-    assert len(points) == 36 and grid.full_suite()["variants"] == points
+    assert len(points) == 44 and grid.full_suite()["variants"] == points
     assert {(p.dtype, p.head_dim, p.heads) for p in points} == {("bf16", 128, 16)}
     assert {p.pass_ for p in points} == {"fwd", "bwd"}
     labels = {p.label() for p in points}
     assert "B1 N16384 H16 d128 bf16 causal window(4096,0) bwd" in labels
     assert "B4 N4096 H16 d128 bf16 softcap 30" in labels
     assert "B1 N16384 H16 d128 bf16 causal alibi bwd" in labels
+    assert "B4 N4096 H16 d128 bf16 dropout 0.1" in labels
     shapes = {}
     for p in points:
         if p.window is None:
@@ -493,7 +494,7 @@ def test_variants_grid_sets_each_variant_beside_its_plain_shape():
              (4, 4096, "top_left"): ["documents (1,1,N,N) bool"],
              (1, 16384, "none"): ["bias (1,1,N,N) bf16"], (1, 16384, "top_left"): []}
     for (pass_, *shape), variants in beside_plain.items():
-        assert variants == ["", "softcap 30", "alibi"] + masks[tuple(shape)]
+        assert variants == ["", "softcap 30", "alibi", "dropout 0.1"] + masks[tuple(shape)]
     quick = grid.quick_suite()["variants"]
     assert [p.label() for p in quick][:2] == ["B1 N16384 H16 d128 bf16 causal window(4096,0)",
                                                "B1 N10880 H16 d128 bf16 causal"]
@@ -550,7 +551,7 @@ def test_report_sets_each_variant_against_plain_and_the_window_against_equal_wor
     assert window.endswith("| 1.00× |") and "1×10880" in window
     assert "`flash` unsupported" in md
     line = report.history_line(results, "x.json")
-    assert line["grids"] == {"variants": 36}
+    assert line["grids"] == {"variants": 44}
     assert "cuda_tiled/efficient variants bwd" in line["ratios"]
     rows = [synthetic_row(p, "auto") for p in grid.variants_points()[2:5]]
     assert len(report.merge_rounds(rows)) == 3  # plain, softcap, alibi: three points
@@ -561,7 +562,7 @@ def test_dry_run_lists_the_variants_grid():
     run = Path(__file__).resolve().parent / "run"
     listed = subprocess.run([sys.executable, str(run), "--dry-run", "--grids", "variants"],
                             capture_output=True, text=True, check=True).stdout
-    assert "variants: 36 points" in listed
+    assert "variants: 44 points" in listed
     assert "B1 N16384 H16 d128 bf16 causal window(4096,0) bwd" in listed
     assert "B4 N4096 H16 d128 bf16 key padding (B,1,1,N) bool bwd" in listed
     assert "B1 N16384 H16 d128 bf16 bias (1,1,N,N) bf16" in listed

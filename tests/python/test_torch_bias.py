@@ -48,7 +48,7 @@ def test_an_expanded_mask_is_read_in_place():
     spread = mask.expand(2, 4, 9, 12)
     geometry = _torch_op.check_mask(spread, q, k)
     assert geometry == ((2, 4, 9, 12), (0, 0, 12, 1))
-    (*_, bias), _ = _torch_op.variant_values(-1, -1, 0.0, None, spread, geometry)
+    (*_, bias, _), _ = _torch_op.variant_values(-1, -1, 0.0, None, spread, geometry)
     assert bias[0] == mask.data_ptr()
     torch.testing.assert_close(flashattn.attention(q, k, v, attn_mask=spread),
                                flashattn.attention(q, k, v, attn_mask=spread.contiguous()),

@@ -40,7 +40,9 @@ struct Philox4 {
 FLASHATTN_HOST_DEVICE Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+#ifdef __CUDA_ARCH__
 #pragma unroll
+#endif
   for (int round = 0; round < 10; ++round) {
     const uint64_t p0 = uint64_t(kM0) * c.x[0], p1 = uint64_t(kM1) * c.x[2];
     c = {{uint32_t(p1 >> 32) ^ c.x[1] ^ k0, uint32_t(p1), uint32_t(p0 >> 32) ^ c.x[3] ^ k1,
@@ -80,7 +82,10 @@ inline DropoutParams dropout_params(float p, uint64_t seed, uint64_t offset) {
 struct DropoutRows {
   uint32_t k0 = 0, k1 = 0;          // the seed
   uint32_t stream_lo = 0, stream_hi = 0;  // offset + b·heads_q + h
-  uint32_t threshold = 0;
+  // threshold·2^16 − 1: a uniform u in a word's high half is kept when the word
+  // exceeds it, one in the low half when the word shifted up by 16 does (one
+  // compare each, no extraction); 2^32 − 1 for threshold 2^16 keeps none.
+  uint32_t limit = 0;
 
   // The 8 uniforms of the group holding (row, key), as 4 words (see the top).
   FLASHATTN_HOST_DEVICE Philox4 group(int64_t row, int64_t key) const {
@@ -88,15 +93,15 @@ struct DropoutRows {
     const uint32_t row_group = uint32_t((row >> 4) * 8 + (row & 7));
     return philox4x32_10({{key_group, row_group, stream_lo, stream_hi}}, k0, k1);
   }
-  // Uniform e of a group's words.
-  FLASHATTN_HOST_DEVICE static uint32_t uniform(const Philox4& w, int e) {
-    return (w.x[e >> 1] >> (16 * (e & 1))) & 0xffffu;
-  }
   // The index of (row, key) in its group.
   FLASHATTN_HOST_DEVICE static int element(int64_t row, int64_t key) {
     return int(((row >> 3) & 1) * 4 + ((key >> 3) & 1) * 2 + (key & 1));
   }
-  FLASHATTN_HOST_DEVICE bool kept(const Philox4& w, int e) const { return uniform(w, e) >= threshold; }
+  // Whether uniform e of a group (half e % 2 of word e / 2) is at least the threshold.
+  FLASHATTN_HOST_DEVICE bool kept(const Philox4& w, int e) const {
+    const uint32_t word = w.x[e >> 1];
+    return (e & 1 ? word : word << 16) > limit;
+  }
   // One element's decision, with a call of its own (the scalar kernels and the references).
   FLASHATTN_HOST_DEVICE bool keep(int64_t row, int64_t key) const {
     return kept(group(row, key), element(row, key));
@@ -135,7 +140,7 @@ FLASHATTN_HOST_DEVICE DropoutRows dropout_rows(const DropoutParams& d, int b, in
   const uint64_t stream = d.offset + uint64_t(b) * uint64_t(heads_q) + uint64_t(hq);
   r.stream_lo = uint32_t(stream);
   r.stream_hi = uint32_t(stream >> 32);
-  r.threshold = d.threshold;
+  r.limit = uint32_t((uint64_t(d.threshold) << 16) - 1);
   return r;
 }
 

@@ -195,11 +195,13 @@ FLASHATTN_HOST_DEVICE bool needs_any_variant(const AttnParams& p) {
 }
 
 // Calls run(Variant{}) with the instantiation p needs (core/variant.h): Bias
-// for a bias or boolean mask, else Any for the other variants, else NoVariant.
-// The 16-bit tensor-core kernels pass AnyVariant16 and BiasVariant16.
-template <class Any, class Bias, typename Run>
+// for a bias or boolean mask, else Dropout for dropout, else Any for the other
+// variants, else NoVariant. The 16-bit tensor-core kernels pass AnyVariant16,
+// BiasVariant16 and DropoutVariant16; the others take dropout in Any.
+template <class Any, class Bias, class Dropout = Any, typename Run>
 void with_variant(const AttnParams& p, Run&& run) {
   if (p.scores.bias.data != nullptr) run(Bias{});
+  else if (p.dropout.on()) run(Dropout{});
   else if (needs_any_variant(p)) run(Any{});
   else run(NoVariant{});
 }

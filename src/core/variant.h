@@ -10,7 +10,8 @@
 //
 // A kernel is instantiated with a Variant: NoVariant (plain attention: the
 // identity score, no lower key ends, no dropout) or AnyVariant (every variant,
-// each on or off at run time, windows' lower ends and dropout, core/dropout.h). Every backend's score step calls
+// each on or off at run time, windows' lower ends and dropout, core/dropout.h;
+// the 16-bit tensor-core kernels keep dropout in DropoutVariant16). Every backend's score step calls
 // the Variant's score functor before the mask and skips the call when
 // kIdentity, so the plain instantiation pays nothing. needs_any_variant(p)
 // (core/params.h) picks the instantiation for a call.
@@ -312,12 +313,20 @@ struct AnyVariant {
 // bound (the Hopper forward ran 3.2× plain attention's time with it).
 struct AnyVariant16 {
   static constexpr bool kLowerEnds = true;
-  static constexpr bool kDropout = true;  // on or off at run time (AttnParams::dropout)
+  static constexpr bool kDropout = false;  // DropoutVariant16 below
   using Score = SoftcapAlibi<float, true>;
   FLASHATTN_HOST_DEVICE static Score score(const ScoreParams& sp, float scale, int, int hq,
                                            int64_t alignment) {
     return softcap_alibi<float, true>(sp, scale, hq, alignment);
   }
+};
+
+// AnyVariant16 with dropout (core/dropout.h): an instantiation of its own in the
+// 16-bit tensor-core kernels, so that the generator's registers and branches
+// cost softcap, ALiBi and windows nothing there (they took cuda_mma's backward
+// from +19% to +28% over plain attention when dropout rode on AnyVariant16).
+struct DropoutVariant16 : AnyVariant16 {
+  static constexpr bool kDropout = true;  // on or off at run time (AttnParams::dropout)
 };
 
 // Every variant and a bias or boolean mask: an instantiation of its own, so that

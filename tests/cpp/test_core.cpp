@@ -220,6 +220,22 @@ TEST(Dropout, PhiloxMatchesTheKnownAnswers) {
   }
 }
 
+// kept() compares whole words against threshold·2^16 − 1: the same as taking
+// the 16-bit half and comparing it with the threshold, at every threshold's edges.
+TEST(Dropout, KeptComparesEachHalfWithTheThreshold) {
+  for (float p : {1.0f / 65536, 0.1f, 0.5f, 65535.0f / 65536, 1.0f}) {
+    const DropoutParams d = dropout_params(p, 1, 0);
+    const DropoutRows rows = dropout_rows(d, 0, 1, 0);
+    for (uint32_t half : {0u, 1u, d.threshold - 1, d.threshold, d.threshold + 1, 65535u}) {
+      if (half > 65535u) continue;
+      const Philox4 w{{half, half << 16 | 0xffffu, half | 0xffff0000u, half << 16}};
+      const bool want = half >= d.threshold;
+      EXPECT_EQ(rows.kept(w, 0), want) << "p " << p << ", half " << half;
+      EXPECT_EQ(rows.kept(w, 3), want) << "p " << p << ", half " << half;
+    }
+  }
+}
+
 TEST(Dropout, RateRoundsToSixteenBitsAndScalesExactly) {
   EXPECT_FALSE(dropout_params(0.0f, 1, 0).on());
   EXPECT_FALSE(dropout_params(1e-6f, 1, 0).on());  // rounds to 0

@@ -184,14 +184,15 @@ void launch(const AttnParams& p) {
 }
 
 // The plain kernels, or, where p asks for a variant, the one that takes every
-// variant (core/variant.h's AnyVariant16, on VariantTraitsFor), or every variant
-// and a bias (BiasVariant16).
+// variant (core/variant.h's AnyVariant16, on VariantTraitsFor), every variant
+// and dropout (DropoutVariant16), or every variant and a bias (BiasVariant16).
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p) {
   using Persistent = typename PersistentTraitsFor<kHeadDim>::type;
   using Paired = typename PairedTraitsFor<kHeadDim>::type;
   using VariantTraits = typename VariantTraitsFor<kHeadDim>::type;
   if (p.scores.bias.data) return launch<T, VariantTraits, BiasVariant16>(p);
+  if (p.dropout.on()) return launch<T, VariantTraits, DropoutVariant16>(p);
   if (needs_any_variant(p)) return launch<T, VariantTraits, AnyVariant16>(p);
   using Short = typename ShortTraitsFor<kHeadDim>::type;
   if constexpr (!std::is_void_v<Persistent>) {

@@ -63,7 +63,7 @@ void launch_backward(const BwdParams& p) {
 // The plain kernel, or the one that takes every variant where p asks for one.
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p) {
-  with_variant<AnyVariant16, BiasVariant16>(
+  with_variant<AnyVariant16, BiasVariant16, DropoutVariant16>(
       p, [&](auto variant) { launch_backward<T, kHeadDim, decltype(variant)>(p); });
 }
 

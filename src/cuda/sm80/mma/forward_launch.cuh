@@ -44,7 +44,7 @@ void launch_forward(const AttnParams& p) {
 // The plain kernel, or the one that takes every variant where p asks for one.
 template <typename T, int kHeadDim>
 void run_forward(const AttnParams& p) {
-  with_variant<AnyVariant16, BiasVariant16>(
+  with_variant<AnyVariant16, BiasVariant16, DropoutVariant16>(
       p, [&](auto variant) { launch_forward<T, kHeadDim, decltype(variant)>(p); });
 }
 

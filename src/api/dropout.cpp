@@ -1,19 +1,13 @@
 // dropout_keep_mask: the elements a Dropout keeps, from core/dropout.h's
 // generator, the one every backend uses.
-#include <cmath>
 #include <vector>
 
-#include "core/dropout.h"
 #include "api/validate.h"
+#include "core/dropout.h"
 #include "core/error.h"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn {
-
-void check_dropout_p(float p) {
-  require(std::isfinite(p) && p >= 0.0f && p <= 1.0f, "variants.dropout.p: is ", p,
-          ", must be in [0, 1] (0: none)");
-}
 
 std::vector<uint8_t> dropout_keep_mask(const Dropout& dropout, int batch, int heads_q,
                                        int seqlen_q, int seqlen_k) {
@@ -24,12 +18,13 @@ std::vector<uint8_t> dropout_keep_mask(const Dropout& dropout, int batch, int he
   const DropoutParams d = dropout_params(dropout.p, dropout.seed, dropout.offset);
   std::vector<uint8_t> keep(size_t(batch) * heads_q * seqlen_q * seqlen_k, 1);
   if (!d.on()) return keep;
-  size_t at = 0;
+  // One generator call per group of 8 elements, as the kernels make them.
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < heads_q; ++h) {
-      const DropoutRows rows = dropout_rows(d, b, heads_q, h);
-      for (int i = 0; i < seqlen_q; ++i)
-        for (int j = 0; j < seqlen_k; ++j) keep[at++] = rows.keep(i, j) ? 1 : 0;
+      uint8_t* head = keep.data() + (size_t(b) * heads_q + h) * seqlen_q * seqlen_k;
+      dropout_rows(d, b, heads_q, h).for_each(0, seqlen_q, 0, seqlen_k, [&](int i, int j, bool kept) {
+        head[size_t(i) * seqlen_k + j] = kept ? 1 : 0;
+      });
     }
   return keep;
 }

@@ -136,6 +136,11 @@ bool has_elements(const TensorView& t) {
   return t.shape[0] > 0 && t.shape[1] > 0 && t.shape[2] > 0 && t.shape[3] > 0;
 }
 
+void check_dropout_p(float p) {
+  require(std::isfinite(p) && p >= 0.0f && p <= 1.0f, "variants.dropout.p: is ", p,
+          ", must be in [0, 1] (0: none)");
+}
+
 namespace {
 
 // The forward's problem: q, k, v and an output of q's shape (out), each view

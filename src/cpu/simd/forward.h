@@ -91,11 +91,11 @@ inline void softmax_tile(const Tiles& t, int lanes, int cols) {
 // Dropout (core/dropout.h): P(r, j) = 0 where element (m0 + r, n0 + j) is
 // dropped, after the softmax has summed it into l; the kept ones take the
 // dropout's scale with 1/l when the row finishes.
-inline void drop_probabilities(const DropoutRows& dropout, MatA probs, int m0, int rows, int n0,
-                               int cols) {
-  float* p = const_cast<float*>(probs.p);
+// P(r, j) is at s[r·row + j·key] (walk_keys' probs over its score tile).
+inline void drop_probabilities(const DropoutRows& dropout, float* s, int64_t row, int64_t key,
+                               int m0, int rows, int n0, int cols) {
   dropout.for_each(m0, rows, n0, cols, [&](int r, int j, bool kept) {
-    if (!kept) p[r * probs.row + j * probs.k] = 0.0f;
+    if (!kept) s[r * row + j * key] = 0.0f;
   });
 }
 
@@ -219,7 +219,7 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
       softmax_tile(t, lanes, cols);
     }
     if constexpr (Variant::kDropout)
-      if (p.dropout.on()) drop_probabilities(dropout, probs, m0, rows, n0, cols);
+      if (p.dropout.on()) drop_probabilities(dropout, t.s, probs.row, probs.k, m0, rows, n0, cols);
     // The next tile's bias rows, requested while this tile's P·V runs.
     if constexpr (Variant::Score::kBias)
       prefetch_bias(bias, m0, rows, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));

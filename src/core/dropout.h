@@ -89,11 +89,8 @@ struct DropoutRows {
 
   // The 8 uniforms of the group holding (row, key), as 4 words (see the top).
   FLASHATTN_HOST_DEVICE Philox4 group(int64_t row, int64_t key) const {
-    return call(uint32_t((key >> 4) * 4 + ((key & 7) >> 1)), uint32_t((row >> 4) * 8 + (row & 7)));
-  }
-  // The same by the group's counter words: key group (key >> 4)·4 + (key mod 8) / 2
-  // and row group (row >> 4)·8 + row mod 8.
-  FLASHATTN_HOST_DEVICE Philox4 call(uint32_t key_group, uint32_t row_group) const {
+    const uint32_t key_group = uint32_t((key >> 4) * 4 + ((key & 7) >> 1));
+    const uint32_t row_group = uint32_t((row >> 4) * 8 + (row & 7));
     return philox4x32_10({{key_group, row_group, stream_lo, stream_hi}}, k0, k1);
   }
   // The index of (row, key) in its group.

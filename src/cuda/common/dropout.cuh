@@ -85,24 +85,22 @@ __device__ __forceinline__ void for_each_kept_transposed(const DropoutRows& d, i
   }
 }
 
-// The 8 decisions of group w in a fragment's bit order: element 4h + 2n + e
-// (row half h, n8 column n of the pair, key parity e) at bit 4n + 2h + e, so
-// that the byte of column pair m is bits [8m, 8m + 8) of a wgmma fragment's
-// mask, bit 4·nt + (2h + e) for s[4·nt + 2h + e].
-__device__ __forceinline__ uint32_t kept_byte(const DropoutRows& d, const Philox4& w) {
-  uint32_t byte = 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        byte |= uint32_t(d.kept(w, 4 * h + 2 * n + e)) << (4 * n + 2 * h + e);
-  return byte;
+// The keep decisions of a wgmma fragment of one warp's 16 rows, s[4·nt + e] of
+// kValues: bit 4·nt + e set where kept. row: this thread's row of half 0, key:
+// its key of column 0. The Hopper kernels make them before they wait for the
+// wgmma that computes the fragment (the generator's integer work is then free
+// to be scheduled under it).
+template <int kValues>
+__device__ __forceinline__ uint64_t kept_bits(const DropoutRows& d, int64_t row, int64_t key) {
+  static_assert(kValues % 8 == 0 && kValues <= 64, "two n8 columns a group, 64 bits");
+  uint64_t bits = 0;
+  for_each_kept<kValues / 8>(d, row, key, [&](int nt, int e, bool kept) {
+    bits |= uint64_t(kept) << (4 * nt + e);
+  });
+  return bits;
 }
 
-// The keep decisions of a transposed fragment (for_each_kept_transposed):
-// bit 4·j + e set where element s[4·j + e] is kept.
+// The same for the transposed fragment (for_each_kept_transposed): bit 4·j + e.
 template <int kValues>
 __device__ __forceinline__ uint64_t kept_bits_transposed(const DropoutRows& d, int64_t query,
                                                          int64_t key) {

@@ -19,14 +19,11 @@
 // Key blocks that need masking (the causal diagonal, the ragged end of
 // seqlen_k) come first; blocks above the diagonal are never loaded.
 // Persistent d-128 tiles may run in pairs, two blocks of a cluster sharing
-// each K and V load (Traits::kCluster). With dropout, warps 1–3 of warpgroup 0
-// make half of the consumers' keep bits (keep_bits.cuh).
+// each K and V load (Traits::kCluster).
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
-#include "cuda/sm90/keep_bits.cuh"
 #include "cuda/sm90/mainloop.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
@@ -57,24 +54,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ::cuda::ptx::mbarrier_init(&bar.k_empty[stage], Tr::kSlotReleases);
       ::cuda::ptx::mbarrier_init(&bar.v_empty[stage], Tr::kSlotReleases);
     }
-    if constexpr (kKeepBitRing<Variant>) KeepBitRing<Tr>::init(smem);
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
   // Paired, the other block's loads and releases reach these barriers.
   if constexpr (Tr::kCluster == 1) __syncthreads();
   else cluster_sync();
 
-  // The register split: the plain one, or with the keep-bit generator's.
-  using Split = std::conditional_t<kKeepBitRing<Variant>, KeepBitRing<Tr>, Tr>;
   if (warpgroup == 0) {
-    release_registers<Split::kProducerRegisters>();
+    release_registers<Tr::kProducerRegisters>();
     if (threadIdx.x == 0) producer<Tr, Variant::kLowerEnds>(p, smem, bar);
-    if constexpr (kKeepBitRing<Variant>) {
-      if (threadIdx.x >= 32 && p.dropout.on())
-        generate_keep_bits<Tr, Variant::kLowerEnds>(p, smem, int(threadIdx.x) - 32);
-    }
   } else {
-    claim_registers<Split::kConsumerRegisters>();
+    claim_registers<Tr::kConsumerRegisters>();
     consumer<T, Tr, Variant>(p, smem, bar, warpgroup - 1);
   }
 #endif

@@ -72,8 +72,7 @@ bool pairs_tiles(const AttnParams& p) {
 // A launch of `blocks` blocks of Tr's shape in clusters of Tr::kCluster
 // along x; `cluster` holds the cluster shape the config points to.
 template <class Tr>
-cudaLaunchConfig_t launch_config(int blocks, uint32_t smem_bytes, cudaStream_t stream,
-                                 cudaLaunchAttribute& cluster) {
+cudaLaunchConfig_t launch_config(int blocks, cudaStream_t stream, cudaLaunchAttribute& cluster) {
   cluster = {};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = Tr::kCluster;
@@ -82,7 +81,7 @@ cudaLaunchConfig_t launch_config(int blocks, uint32_t smem_bytes, cudaStream_t s
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(Tr::kThreads);
-  config.dynamicSmemBytes = smem_bytes;
+  config.dynamicSmemBytes = Tr::kSmemBytes;
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = Tr::kCluster > 1 ? 1 : 0;
@@ -103,8 +102,7 @@ int resident_blocks(const AttnParams& p, Kernel kernel) {
     const bool keep = p.device_index < kDevicesKept;
     if (keep && kept[p.device_index] > 0) return kept[p.device_index];
     cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t config =
-        launch_config<Tr>(sms - sms % Tr::kCluster, Tr::kSmemBytes, nullptr, cluster);
+    const cudaLaunchConfig_t config = launch_config<Tr>(sms - sms % Tr::kCluster, nullptr, cluster);
     int clusters = 0;
     FLASHATTN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
     const int blocks = std::max(clusters, 1) * Tr::kCluster;
@@ -172,16 +170,15 @@ void launch(const AttnParams& p) {
   kp.tiles = int(grid.dims.x);
   kp.heads_fastest = heads_fastest(p, grid);
   const auto kernel = forward_kernel<T, Tr, Variant>;
-  constexpr uint32_t kSmemBytes = smem_bytes<Tr, Variant>();
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            kSmemBytes));
+                                            Tr::kSmemBytes));
   const int blocks =
       Tr::kPersistent
           ? persistent_blocks<Tr>(p, grid, kp.heads_fastest, resident_blocks<Tr>(p, kernel))
           : kp.tiles;
   cudaLaunchAttribute cluster;
   const cudaLaunchConfig_t config =
-      launch_config<Tr>(blocks, kSmemBytes, static_cast<cudaStream_t>(p.stream), cluster);
+      launch_config<Tr>(blocks, static_cast<cudaStream_t>(p.stream), cluster);
   FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, kp));
   check_launch("cuda_wgmma forward_kernel");
 }

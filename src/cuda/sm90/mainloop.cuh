@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/sm90/epilogue.cuh"
-#include "cuda/sm90/keep_bits.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
 #include "cuda/sm90/scheduler.cuh"
@@ -115,8 +115,6 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       for (uint32_t rank = 0; rank < Tr::kCluster; ++rank) arrive_in_cluster(barrier, rank);
   };
   const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
-  const KeepBitReader<Tr, kKeepBitRing<Variant>> keep_reader{
-      smem, 128 * warpgroup + int(threadIdx.x) % 128};
 
   float acc[Tr::kHeadDim / 2];
 #pragma unroll
@@ -159,9 +157,6 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     for (int skipped = 0; skipped < t.n_end - wg_end; ++skipped, ++ring.it) {
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       release_slot(&bar.k_empty[ring.stage()]);
-      if constexpr (Variant::kDropout) {
-        if (p.dropout.on()) keep_reader.skip(ring.it);
-      }
       const auto skip_values = [&] {
         wait_barrier(&bar.v_full[ring.stage()], ring.filled_parity());
         release_slot(&bar.v_empty[ring.stage()]);
@@ -205,13 +200,14 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
                p.mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
       };
       const Score score = Variant::score(p.scores, p.scale, t.batch, t.head_q, p.mask.alignment);
-      // Dropout: the keep bits of block n_block at ring position `it` (made here
-      // or by the generator warps, keep_bits.cuh); the dropped probabilities
-      // are zeroed after the softmax has summed them.
-      const DropoutRows dropout = dropout_rows(p.dropout, t.batch, p.sizes.heads_q, t.head_q);
-      const auto keep_bits = [&](int n_block, int it) -> uint64_t {
+      // Dropout: block n_block's keep bits, made while its scores' wgmma runs;
+      // the dropped probabilities are zeroed after the softmax has summed them.
+      const auto keep_bits = [&](int n_block) -> uint64_t {
         if constexpr (Variant::kDropout) {
-          if (p.dropout.on()) return keep_reader.take(dropout, t.row0, n_block, it);
+          if (p.dropout.on())
+            return kept_bits<Tr::kBlockN / 2>(
+                dropout_rows(p.dropout, t.batch, p.sizes.heads_q, t.head_q), t.row0 + at.row0,
+                int64_t(n_block) * Tr::kBlockN + at.col0);
         }
         return ~uint64_t(0);
       };
@@ -237,7 +233,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       if (pv_owed) issue_owed();
       wgmma_commit();
       turns.hand_over();
-      uint64_t kept = keep_bits(wg_end - 1, ring.it);
+      uint64_t kept = keep_bits(wg_end - 1);
       wgmma_wait<1>();
       fence_registers(s);
       release_slot(&bar.k_empty[ring.stage()]);
@@ -268,7 +264,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         issue_values<T, Tr>(acc, probs, v_desc(prev.stage()));
         wgmma_commit();
         turns.hand_over();
-        kept = keep_bits(n_block, ring.it);
+        kept = keep_bits(n_block);
         wgmma_wait<1>();
         fence_registers(s);
         release_slot(&bar.k_empty[ring.stage()]);

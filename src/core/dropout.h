@@ -4,7 +4,7 @@
 // of storing it.
 //
 // Element (b, h, i, j) (batch index or sequence b, query head h, query row i and
-// key j of its sequence) draws a 16-bit uniform u from Philox4x32-10 (a
+// key j of its sequence) draws a 16-bit uniform u from Philox4x32-7 (a
 // counter-based generator: the random of an element is a function of its
 // coordinates, whatever thread or order computes it) and is kept when
 // u >= threshold = round(p·2^16); a kept probability is scaled by
@@ -32,18 +32,20 @@
 
 namespace flashattn {
 
-// Philox4x32-10 (Salmon et al., SC'11): four 32-bit words of counter, two of key.
+// Philox4x32 with kRounds rounds (Salmon et al., SC'11): four 32-bit words of
+// counter, two of key.
 struct Philox4 {
   uint32_t x[4];
 };
 
-FLASHATTN_HOST_DEVICE Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
+template <int kRounds>
+FLASHATTN_HOST_DEVICE Philox4 philox4x32(Philox4 c, uint32_t k0, uint32_t k1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
-  for (int round = 0; round < 10; ++round) {
+  for (int round = 0; round < kRounds; ++round) {
     const uint64_t p0 = uint64_t(kM0) * c.x[0], p1 = uint64_t(kM1) * c.x[2];
     c = {{uint32_t(p1 >> 32) ^ c.x[1] ^ k0, uint32_t(p1), uint32_t(p0 >> 32) ^ c.x[3] ^ k1,
           uint32_t(p0)}};
@@ -52,6 +54,14 @@ FLASHATTN_HOST_DEVICE Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1)
   }
   return c;
 }
+
+// Dropout's rounds: 7, the fewest with which its authors found Philox4x32 to
+// pass TestU01's BigCrush, and the count FlashAttention-2 (PyTorch's `flash`
+// backend) uses for its dropout. The generator is most of dropout's cost in
+// the tensor-core kernels, each round two 32×32→64-bit multiplies per call
+// (docs/perf/variants.md, v12); 10, the authors' default with a margin, cost
+// 3/7 more.
+constexpr int kDropoutRounds = 7;
 
 // A call's dropout, checked (AttnParams::dropout): p = 0 is none.
 struct DropoutParams {
@@ -91,7 +101,7 @@ struct DropoutRows {
   FLASHATTN_HOST_DEVICE Philox4 group(int64_t row, int64_t key) const {
     const uint32_t key_group = uint32_t((key >> 4) * 4 + ((key & 7) >> 1));
     const uint32_t row_group = uint32_t((row >> 4) * 8 + (row & 7));
-    return philox4x32_10({{key_group, row_group, stream_lo, stream_hi}}, k0, k1);
+    return philox4x32<kDropoutRounds>({{key_group, row_group, stream_lo, stream_hi}}, k0, k1);
   }
   // The index of (row, key) in its group.
   FLASHATTN_HOST_DEVICE static int element(int64_t row, int64_t key) {

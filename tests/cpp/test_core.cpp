@@ -194,29 +194,39 @@ TEST(SoftmaxRules, MergingPartialsKeepsNaN) {
   EXPECT_FLOAT_EQ(partial_weight(1.0f, 2.0f), std::exp(-1.0f));
 }
 
-// The registry through the C ABI: the same table as flashattn::backends(), and a
-// caller built with a shorter flashattn_backend_info gets only its own fields.
-// Random123's known-answer vectors for Philox4x32-10 (its tests/kat_vectors).
+// Random123's known-answer vectors for Philox4x32 at 7 rounds (dropout's) and
+// 10 (its tests/kat_vectors): the round function and the key schedule.
 TEST(Dropout, PhiloxMatchesTheKnownAnswers) {
   struct Vector {
     Philox4 counter;
     uint32_t k0, k1;
-    Philox4 expected;
+    Philox4 expected7, expected10;
   };
   const Vector vectors[] = {
-      {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}}},
+      {{{0, 0, 0, 0}},
+       0,
+       0,
+       {{0x5f6fb709u, 0x0d893f64u, 0x4f121f81u, 0x4f730a48u}},
+       {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}}},
       {{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}},
        0xffffffffu,
        0xffffffffu,
+       {{0x5207ddc2u, 0x45165e59u, 0x4d8ee751u, 0x8c52f662u}},
        {{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}}},
       {{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
        0xa4093822u,
        0x299f31d0u,
+       {{0x4dfccabau, 0x190a87f0u, 0xc47362bau, 0xb6b5242au}},
        {{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}},
   };
+  static_assert(kDropoutRounds == 7, "dropout's generator is the 7-round one");
   for (const Vector& v : vectors) {
-    const Philox4 got = philox4x32_10(v.counter, v.k0, v.k1);
-    for (int w = 0; w < 4; ++w) EXPECT_EQ(got.x[w], v.expected.x[w]) << "word " << w;
+    const Philox4 got7 = philox4x32<7>(v.counter, v.k0, v.k1);
+    const Philox4 got10 = philox4x32<10>(v.counter, v.k0, v.k1);
+    for (int w = 0; w < 4; ++w) {
+      EXPECT_EQ(got7.x[w], v.expected7.x[w]) << "7 rounds, word " << w;
+      EXPECT_EQ(got10.x[w], v.expected10.x[w]) << "10 rounds, word " << w;
+    }
   }
 }
 

@@ -78,7 +78,7 @@ struct ScoreBias {
 // p_ij of query head h (after the softmax, before the product with V) is kept
 // with probability 1 - p and scaled by 1 / (1 - p), or zeroed. Which elements
 // are dropped is a function of (seed, offset) and the element's coordinates
-// alone (Philox4x32-10, counter-based; docs/variants.md gives the layout), the
+// alone (Philox4x32-7, counter-based; docs/variants.md gives the layout), the
 // same on every backend: a backward given the forward's Dropout drops the same
 // elements without a stored mask, and dropout_keep_mask() below returns them.
 // p is rounded to a multiple of 2^-16 (the scale is the rounded rate's exact

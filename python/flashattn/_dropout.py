@@ -26,14 +26,11 @@ def draw_seed(generator):
         return int(generator.integers(0, DRAW_END, dtype=np.uint64))
     import sys
     torch = sys.modules.get("torch")
-    if torch is None:
-        if generator is not None:
-            raise TypeError(f"generator: is a {_options.type_name(generator)}, must be a "
-                            f"torch.Generator, a numpy.random.Generator or None")
-        return int(np.random.default_rng().integers(0, DRAW_END, dtype=np.uint64))
-    if generator is not None and not isinstance(generator, torch.Generator):
+    if generator is not None and (torch is None or not isinstance(generator, torch.Generator)):
         raise TypeError(f"generator: is a {_options.type_name(generator)}, must be a "
                         f"torch.Generator, a numpy.random.Generator or None")
+    if torch is None:
+        return int(np.random.default_rng().integers(0, DRAW_END, dtype=np.uint64))
     device = generator.device if generator is not None else "cpu"
     return int(torch.randint(0, DRAW_END - 1, (), generator=generator, device=device).item())
 

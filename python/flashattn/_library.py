@@ -70,10 +70,8 @@ def require_variant_fields(lib, variants):
     variants ask: a bias or mask, or dropout."""
     if has_bias(variants):
         require_bias(lib)
-    if has_dropout(variants) and not _abi.has_dropout(lib):
-        raise _errors.UnsupportedError(
-            f"flashattn: {getattr(lib, '_name', lib)} has no dropout "
-            f"(flashattn_variants.dropout_p); it predates it")
+    if has_dropout(variants):
+        require_dropout(lib)
 
 
 def require_variants(lib):
@@ -125,6 +123,15 @@ def knows_bias(lib):
     options = _abi.pack_forward_options(address, 0)
     status = lib.flashattn_forward_with(params, options)
     return status == _abi.ERR_INVALID_ARGUMENT and b"bias_type" in lib.flashattn_last_error()
+
+
+def require_dropout(lib):
+    """Raises UnsupportedError naming the library for a build from before dropout (which
+    would ignore flashattn_variants.dropout_p and attend without)."""
+    if not _abi.has_dropout(lib):
+        raise _errors.UnsupportedError(
+            f"flashattn: {getattr(lib, '_name', lib)} has no dropout "
+            f"(flashattn_variants.dropout_p, flashattn_dropout_keep_mask); it predates it")
 
 
 def require_bias(lib):
@@ -241,10 +248,7 @@ def dropout_keep_mask(dropout_p, seed, offset, batch, heads_q, seqlen_q, seqlen_
     import numpy as np
 
     lib = lib or library()
-    if not _abi.has_dropout(lib):
-        raise _errors.UnsupportedError(
-            f"flashattn: {getattr(lib, '_name', lib)} has no dropout "
-            f"(flashattn_dropout_keep_mask); it predates it")
+    require_dropout(lib)
     sizes = (batch, heads_q, seqlen_q, seqlen_k)
     keep = np.empty(tuple(max(n, 0) for n in sizes), np.uint8)
     status = lib.flashattn_dropout_keep_mask(dropout_p, seed, offset, *sizes,

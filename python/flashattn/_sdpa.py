@@ -21,8 +21,9 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
 
     query: (batch, heads_q, seqlen_q, head_dim); key, value: (batch, heads_kv, seqlen_k,
     head_dim). is_causal is top-left aligned, as in PyTorch. heads_q may differ from heads_kv
-    (a multiple of it) only with enable_gqa=True, as in PyTorch. Returns (batch, heads_q, seqlen_q, head_dim): a transposed view of
-    flashattn's contiguous (batch, seqlen, heads, head_dim) output.
+    (a multiple of it) only with enable_gqa=True, as in PyTorch. Returns (batch, heads_q,
+    seqlen_q, head_dim): a transposed view of flashattn's contiguous (batch, seqlen, heads,
+    head_dim) output.
 
     attn_mask, as in PyTorch: a bool tensor (True: the key takes part in attention) or a
     float tensor added to the scaled scores, on query's device, whose shape broadcasts to

@@ -97,9 +97,10 @@ typedef struct {
   int32_t compute_capability; /* 0: any GPU of 8.0 or newer; else only this one (major*10+minor) */
   const char* summary;        /* how it computes, in one line: static storage */
   int32_t backward_max_head_dim; /* -1: no backward on this backend; 0: any head_dim; else the limit */
-  int32_t takes_sequences;    /* nonzero: runs variable-length batches (flashattn_sequences) */
+  int32_t takes_sequences;    /* nonzero: its forward runs variable-length batches (flashattn_sequences) */
   int32_t takes_kv_cache;     /* nonzero: runs KV-cache calls (flashattn_kv_cache) */
   int32_t takes_paged_kv;     /* nonzero: runs paged KV caches */
+  int32_t takes_backward_sequences; /* nonzero: its backward runs variable-length batches */
 } flashattn_backend_info;
 
 /* Number of backends (FLASHATTN_BACKEND_AUTO excluded); index them 0 .. count-1. */

@@ -184,11 +184,13 @@ struct BackendInfo {
   // backward() on this backend: -1 where it has none, else its head_dim limit
   // (0: any). Its dtypes are the forward's.
   int backward_max_head_dim = -1;
-  // Whether it runs variable-length batches (Sequences), forward and backward.
+  // Whether its forward runs variable-length batches (Sequences).
   bool takes_sequences = false;
   // Whether it runs KV-cache calls (KVCache), and paged caches among them.
   bool takes_kv_cache = false;
   bool takes_paged_kv = false;
+  // Whether its backward runs variable-length batches.
+  bool takes_backward_sequences = false;
   bool takes(DType dtype) const { return (dtypes >> int(dtype)) & 1u; }
   bool takes_head_dim(int head_dim) const { return max_head_dim == 0 || head_dim <= max_head_dim; }
   bool has_backward() const { return backward_max_head_dim >= 0; }

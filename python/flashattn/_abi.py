@@ -92,6 +92,7 @@ class BackendInfo(ctypes.Structure):
         ("takes_sequences", ctypes.c_int32),
         ("takes_kv_cache", ctypes.c_int32),
         ("takes_paged_kv", ctypes.c_int32),
+        ("takes_backward_sequences", ctypes.c_int32),
     ]
 
 

@@ -19,10 +19,10 @@ const std::vector<BackendEntry>& table() {
   static const std::vector<BackendEntry> entries = {
       {{Backend::reference, "reference", DeviceKind::cpu, kAll, 0, 0,
         "float64 with each score row materialised: the oracle the tests compare with", 0, true,
-        true, true},
+        true, true, true},
        cpu::reference_forward, cpu::reference_backward},
       {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
-        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true, true, true},
+        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true, true, true, true},
        cpu::flash_forward, cpu::flash_backward},
       {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
         "one thread per query row, scores recomputed: simple enough to be obviously right", -1,
@@ -30,18 +30,19 @@ const std::vector<BackendEntry>& table() {
        cuda::naive_forward},
       {{Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, kAll, 0, 0,
         "FlashAttention-1 style shared-memory tiles in fp32, any head_dim; tiny fp32 "
-        "problems in one round of loads", 0, true, true},
+        "problems in one round of loads", 0, true, true, false, true},
        cuda::tiled_forward, cuda::tiled_backward},
       {{Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, kF32, 0, 0,
         "tensor cores at fp32 accuracy through a 3xTF32 split (mma.sync)"},
        cuda::tf32x3_forward},
       {{Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, kHalf, cuda::kMmaMaxHeadDim, 0,
         "FlashAttention-2 style tensor-core kernel on mma.sync; KV-cache decode with split-KV and "
-        "a GQA group's query heads in one tile", cuda::kMmaBackwardMaxHeadDim, true, true, true},
+        "a GQA group's query heads in one tile", cuda::kMmaBackwardMaxHeadDim, true, true, true,
+        true},
        cuda::mma_forward, cuda::mma_backward},
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
-        "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim},
+        "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim, true},
        cuda::wgmma_forward, cuda::wgmma_backward},
       {{Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, kF32, cuda::kF16x3MaxHeadDim, 0,
         "fp32 accuracy from three fp16 mma.sync per product on a scaled hi/lo split"},
@@ -64,16 +65,21 @@ bool f16x3_preferred(const Sizes& s) {
   return s.head_dim <= cuda::kF16x3MaxHeadDim && rows >= 64;
 }
 
-// A variable-length batch on the GPU: the backends that take one (their
-// table rows say), 16-bit on mma.sync up to its head_dim limit, else cuda_tiled.
-Backend packed_backend(DType dtype, int head_dim, bool backward);
-
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }
 
-Backend packed_backend(DType dtype, int head_dim, bool backward) {
+// A variable-length batch on the GPU: the backends that take one (their
+// table rows say). 16-bit: forward on wgmma where its rules hold (Hopper,
+// head_dim and strides, no bias or dropout), else, and backward, on mma.sync
+// up to its head_dim limit; cuda_tiled otherwise.
+Backend packed_backend(const AttnParams& p, bool backward) {
+  const int head_dim = p.sizes.head_dim;
+  if (p.dtype == DType::f32) return Backend::cuda_tiled;
+  if (!backward && find_backend(Backend::cuda_wgmma)->info.takes_head_dim(head_dim) &&
+      cuda::wgmma_unsupported(p).empty())
+    return Backend::cuda_wgmma;
   const BackendInfo& mma = find_backend(Backend::cuda_mma)->info;
   const bool fits = backward ? mma.takes_backward_head_dim(head_dim) : mma.takes_head_dim(head_dim);
-  return dtype != DType::f32 && fits ? Backend::cuda_mma : Backend::cuda_tiled;
+  return fits ? Backend::cuda_mma : Backend::cuda_tiled;
 }
 
 // A KV cache: on the GPU, 16-bit on cuda_mma (its decode kernel) up to its
@@ -123,7 +129,7 @@ std::string dtype_list(const BackendInfo& info) {
 Backend automatic_backend(const AttnParams& p, DeviceKind device) {
   if (p.seqs.cache.present()) return cache_backend(p, device);
   if (device == DeviceKind::cpu) return Backend::cpu;
-  if (p.seqs.packed()) return packed_backend(p.dtype, p.sizes.head_dim, false);
+  if (p.seqs.packed()) return packed_backend(p, false);
   if (p.dtype == DType::f32)
     return cuda::tiny_fits(p)          ? Backend::cuda_tiled
            : f16x3_preferred(p.sizes) ? Backend::cuda_f16x3
@@ -141,7 +147,7 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device) {
 // hold, else the mma.sync backward up to its head_dim limit, cuda_tiled beyond it.
 Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
-  if (p.seqs.packed()) return packed_backend(p.dtype, p.sizes.head_dim, true);
+  if (p.seqs.packed()) return packed_backend(p, true);
   if (p.dtype == DType::f32) return Backend::cuda_tiled;
   const int head_dim = p.sizes.head_dim;
   if (find_backend(Backend::cuda_wgmma)->info.takes_backward_head_dim(head_dim) &&
@@ -154,8 +160,8 @@ Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
 
 namespace {
 
-std::string no_sequences(const BackendInfo& info) {
-  return "sequences: " + std::string(info.name) + " does not take variable-length batches";
+std::string no_sequences(const BackendInfo& info, const char* pass = "") {
+  return "sequences: " + std::string(info.name) + pass + " does not take variable-length batches";
 }
 
 // Why `info` cannot run p's KV cache; empty where it can.
@@ -198,7 +204,8 @@ std::string backward_unsupported(Backend backend, const BwdParams& p, DeviceKind
     return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds the limit of " +
            std::string(info.name) + "'s backward, " + std::to_string(info.backward_max_head_dim) +
            instead();
-  if (p.seqs.packed() && !info.takes_sequences) return no_sequences(info) + instead();
+  if (p.seqs.packed() && !info.takes_backward_sequences)
+    return no_sequences(info, "'s backward") + instead();
   const Sizes& s = p.sizes;
   if (backend == Backend::cuda_wgmma && s.batch > 0 && s.seqlen_q > 0 && s.seqlen_k > 0) {
     const std::string why = cuda::wgmma_backward_unsupported(p);

@@ -37,9 +37,10 @@ struct Placed {
   }
 };
 
-std::vector<uint8_t> slope_bytes(const DenseProblem& p) {
-  std::vector<uint8_t> bytes(p.alibi_slopes.size() * sizeof(float));
-  if (!bytes.empty()) std::memcpy(bytes.data(), p.alibi_slopes.data(), bytes.size());
+template <typename E>
+std::vector<uint8_t> bytes_of(const std::vector<E>& values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(E));
+  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
 }
 
@@ -116,9 +117,11 @@ DenseResult run_dense(const DenseProblem& p, Backend backend) {
                        out = encode(result.out, dtype);
   std::vector<uint8_t> lse(result.lse.size() * sizeof(float));
   std::memcpy(lse.data(), result.lse.data(), lse.size());
-  std::vector<uint8_t> slopes = slope_bytes(p);
+  std::vector<uint8_t> slopes = bytes_of(p.alibi_slopes), cu_q = bytes_of(p.cu_seqlens_q),
+                       cu_k = bytes_of(p.cu_seqlens_k);
   Placed q_at(q, device), k_at(k, device), v_at(v, device), out_at(out, device),
-      lse_at(lse, device), slopes_at(slopes, device);
+      lse_at(lse, device), slopes_at(slopes, device), cu_q_at(cu_q, device),
+      cu_k_at(cu_k, device);
 
   auto view = [&](Placed& placed, const Dense& t) {
     return contiguous_view(placed.data(), dtype, t.batch, t.seqlen, t.heads, t.head_dim, device);
@@ -132,6 +135,10 @@ DenseResult run_dense(const DenseProblem& p, Backend backend) {
   params.scale = p.scale;
   params.mask = p.mask;
   params.variants = variants(p, slopes_at);
+  if (!p.cu_seqlens_q.empty())
+    params.sequences = {static_cast<const int32_t*>(cu_q_at.data()),
+                        static_cast<const int32_t*>(cu_k_at.data()),
+                        int(p.cu_seqlens_q.size()) - 1};
   params.backend = backend;
   forward(params);
   if (device.kind == DeviceKind::cuda) harness::device_synchronize(device.index);
@@ -158,7 +165,7 @@ DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float
                        o = encode(out, dtype), d_o = encode(dout, dtype), dq = encode(g.dq, dtype),
                        dk = encode(g.dk, dtype), dv = encode(g.dv, dtype);
   std::vector<uint8_t> lse(size_t(p.q.batch) * p.q.heads * p.q.seqlen * sizeof(float));
-  std::vector<uint8_t> slopes = slope_bytes(p);
+  std::vector<uint8_t> slopes = bytes_of(p.alibi_slopes);
   Placed q_at(q, device), k_at(k, device), v_at(v, device), o_at(o, device), do_at(d_o, device),
       dq_at(dq, device), dk_at(dk, device), dv_at(dv, device), lse_at(lse, device),
       slopes_at(slopes, device);

@@ -38,6 +38,10 @@ struct DenseProblem {
   int window_left = -1, window_right = -1;
   float softcap = 0.0f;
   std::vector<float> alibi_slopes;
+  // A packed batch (flashattn::Sequences; empty: dense): q, k and v of batch 1
+  // hold the sequences one after another, these their prefix sums (copied to
+  // the backend's device); lse is then (heads_q, total_q).
+  std::vector<int32_t> cu_seqlens_q, cu_seqlens_k;
 };
 
 struct DenseResult {

@@ -114,10 +114,16 @@ std::vector<BackendCase> forward_cases() {
   return out;
 }
 
+bool takes_backward_sequences(Backend backend) {
+  for (const BackendInfo& info : backends())
+    if (info.backend == backend) return info.takes_backward_sequences;
+  return false;
+}
+
 std::vector<BackendCase> backward_cases() {
   std::vector<BackendCase> out;
   for (Backend backend : backward_backends())
-    if (takes_sequences(backend))
+    if (takes_backward_sequences(backend))
       for (const harness::Case& c : cases_for(backend))
         if (takes_backward(backend, c)) out.push_back({backend, c});
   return out;
@@ -145,6 +151,101 @@ TEST_P(VarlenBackward, GradientsMatchEachSequenceAlone) {
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenBackward, testing::ValuesIn(backward_cases()),
                          [](const auto& info) { return backend_case_name(info.param); });
+
+// A sequence sees only its own rows, keys and values: NaN in every query,
+// key and value of its neighbour reaches none of its rows, though the tiles
+// of the tensor-core kernels read across the ends of the sequences (a short
+// sequence's one key block holds the next one's keys; a tile's last rows, the
+// next one's rows). Checked element by element against the float64 reference
+// on the same packed batch, which computes each sequence alone.
+class VarlenIsolation : public BackendDtypeTest {};
+
+TEST_P(VarlenIsolation, NonFiniteNeighboursStayOut) {
+  if (!takes_sequences(backend()) || backend() == Backend::reference)
+    GTEST_SKIP() << "not a backend under test for packed batches";
+  const std::vector<SequenceLengths> lengths = {{70, 33}, {40, 200}, {130, 75}, {3, 9}};
+  std::vector<int32_t> cu_q = {0}, cu_k = {0};
+  for (const SequenceLengths& l : lengths) {
+    cu_q.push_back(cu_q.back() + l.seqlen_q);
+    cu_k.push_back(cu_k.back() + l.seqlen_k);
+  }
+  for (int head_dim : {64, 128}) {
+    if (!backend_supports(backend(), dtype(), head_dim)) continue;
+    for (Mask mask : kMasks) {
+      DenseProblem problem{Dense(1, cu_q.back(), 2, head_dim), Dense(1, cu_k.back(), 1, head_dim),
+                           Dense(1, cu_k.back(), 1, head_dim)};
+      double phase = 0.0;
+      for (Dense* t : {&problem.q, &problem.k, &problem.v}) {
+        for (size_t e = 0; e < t->values.size(); ++e)
+          t->values[e] = float(std::sin(1.3 * double(e) + phase));
+        phase += 0.9;
+      }
+      const auto plant = [](Dense& t, int row0, int row_end) {
+        for (int r = row0; r < row_end; ++r)
+          for (int h = 0; h < t.heads; ++h)
+            for (int c = 0; c < t.head_dim; ++c) t.at(0, r, h, c) = std::nanf("");
+      };
+      plant(problem.q, cu_q[1], cu_q[2]);
+      plant(problem.k, cu_k[1], cu_k[2]);
+      plant(problem.v, cu_k[1], cu_k[2]);
+      problem.dtype = dtype();
+      problem.mask = mask;
+      problem.cu_seqlens_q = cu_q;
+      problem.cu_seqlens_k = cu_k;
+      round_inputs(problem);
+      const DenseResult want = run_dense(problem, Backend::reference);
+      const DenseResult got = run_dense(problem, backend());
+      const double tolerance = dtype() == DType::f32 ? 1e-4 : dtype() == DType::f16 ? 1e-2 : 4e-2;
+      int mismatches = 0;
+      for (size_t e = 0; e < want.out.values.size(); ++e) {
+        const float w = want.out.values[e], g = got.out.values[e];
+        const bool ok = std::isnan(w) ? std::isnan(g)
+                                      : std::fabs(double(g) - w) <= tolerance * (1.0 + std::fabs(w));
+        if (!ok && ++mismatches <= 5)
+          ADD_FAILURE() << "head_dim " << head_dim << ", mask " << int(mask) << ": out element "
+                        << e << " (row " << e / (2 * head_dim) << ") is " << g
+                        << ", the reference gives " << w;
+      }
+      EXPECT_EQ(mismatches, 0) << "head_dim " << head_dim << ", mask " << int(mask);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenIsolation, testing::ValuesIn(backend_dtypes()),
+                         backend_dtype_name);
+
+// A backend whose backward does not take packed batches refuses them, naming
+// the argument (cuda_wgmma's forward takes them, its backward not yet).
+class VarlenBackwardRefused : public testing::TestWithParam<Backend> {};
+
+TEST_P(VarlenBackwardRefused, NamesSequences) {
+  const Backend backend = GetParam();
+  const std::string why = skip_reason(backend);
+  if (!why.empty()) GTEST_SKIP() << why;
+  harness::GradProblem problem(packed({0, 0, 0, 2, 1, 64}, DType::f16, Mask::none, {{10, 20}, {5, 5}}),
+                               {device_of(backend), 0}, fresh_seed());
+  try {
+    problem.run(backend);
+    FAIL() << "backward accepted a packed batch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("sequences:"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<Backend> backward_refusing_backends() {
+  std::vector<Backend> out;
+  for (const BackendInfo& info : backends())
+    if (info.takes_sequences && info.has_backward() && !info.takes_backward_sequences &&
+        info.takes(DType::f16))
+      out.push_back(info.backend);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenBackwardRefused,
+                         testing::ValuesIn(backward_refusing_backends()),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VarlenBackwardRefused);
 
 // A backend that does not take packed batches refuses them, naming the
 // argument, forward and backward.

@@ -14,6 +14,26 @@
 
 namespace flashattn::cuda::sm90 {
 
+// The first `rows` (< 64) of a warpgroup's staged output rows, written to the
+// output by the warpgroup's threads in 16-byte chunks (head_dim is a multiple
+// of 8, strides of 16 bytes: wgmma_unsupported). Packed batches' rows at a
+// sequence's end, which a TMA store of the warpgroup's 64 would carry into
+// the next sequence's.
+template <typename T, class Tr>
+__device__ __forceinline__ void store_rows(const KernelParams& p, const Tile& t,
+                                           const uint8_t* smem, int warpgroup, int rows) {
+  constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks of a staged row
+  const int wg_row0 = t.row0 + 64 * warpgroup;
+  T* out = static_cast<T*>(p.out.data) + (t.q_row0 + wg_row0) * p.out.row_stride +
+           t.head_q * p.out.head_stride;
+  for (int i = int(threadIdx.x) % 128; i < rows * kChunks; i += 128) {
+    const int row = i / kChunks, col = 8 * (i % kChunks);
+    if (col >= p.sizes.head_dim) continue;
+    *reinterpret_cast<uint4*>(out + row * p.out.row_stride + col) = *reinterpret_cast<const uint4*>(
+        smem + Tr::kOOffset + swizzled_offset(64 * warpgroup + row, col, Tr::kBlockM));
+  }
+}
+
 // Named barriers: 1 to 3 gather one consumer warpgroup before its output
 // store; 4 to 6 are the consumers' turns on the tensor cores.
 constexpr int kEpilogueBarrier = 1;
@@ -29,9 +49,13 @@ constexpr int kTurnBarrier = 4;
 // ptxas serialise the kernel's wgmma, 0.7x measured.) kZeroSumEmpty: a bias
 // or boolean mask may leave any row without keys (core/softmax.h,
 // finished_empty); such rows take a select per element. out_scale multiplies
-// every output (dropout's keep scale, else 1).
-template <typename T, class Tr, bool kZeroSumEmpty>
-__device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, uint8_t* smem,
+// every output (dropout's keep scale, else 1). mask: the tile's rows'
+// (tile_mask). kPacked: a TMA store drops only rows past the tensor's end, so
+// a warpgroup whose rows run past its sequence's end stores the rows up to it
+// from the staging buffer by hand (store_rows).
+template <typename T, class Tr, bool kZeroSumEmpty, bool kPacked>
+__device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
+                                         const RowMask& mask, uint8_t* smem,
                                          const float (&acc)[Tr::kHeadDim / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
@@ -44,7 +68,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     finished[half] = finish_row(
         row_max[half] * p.scale, l,
-        finished_empty<kZeroSumEmpty>(empty || p.mask.empty(t.row0 + at.row0 + 8 * half), l));
+        finished_empty<kZeroSumEmpty>(empty || mask.empty(t.row0 + at.row0 + 8 * half), l));
     finished[half].inv_l *= out_scale;
   }
   const bool storer = warp == 0 && lane == 0;
@@ -75,29 +99,39 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t, u
   // writes zeros over them; a select per element (FinishedRow::out) cost every
   // tile 64 (d 128) to 128 (d 256) instructions on the path between its last
   // products and the next tile's (docs/perf/cuda_wgmma.md, v4.17).
-  if (!empty && p.mask.empty(t.row0 + 64 * warpgroup + 16 * warp)) {
+  if (!empty && mask.empty(t.row0 + 64 * warpgroup + 16 * warp)) {
     __syncwarp();  // the warp's stmatrix writes land before the zeros
-    if (p.mask.empty(t.row0 + stm_row)) {
+    if (mask.empty(t.row0 + stm_row)) {
 #pragma unroll
       for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) store_zero_16(chunk(jj));
     }
   }
   fence_shared_to_async();
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
-  if (storer && t.row0 + 64 * warpgroup >= 0) {  // a warpgroup before row 0 has no rows
+  const int wg_row0 = t.row0 + 64 * warpgroup;
+  // A warpgroup before row 0 has no rows; packed, one whose rows run past its
+  // sequence's end stores them by hand.
+  const bool whole = !kPacked || wg_row0 + 64 <= t.seqlen_q;
+  if (storer && wg_row0 >= 0 && whole) {
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel)
-      tma_store(&p.o, 64 * panel, t.row0 + 64 * warpgroup, t.head_q, t.batch,
+      tma_store(&p.o, 64 * panel, t.q_row0 + wg_row0, t.head_q, kPacked ? 0 : t.batch,
                 smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
     tma_store_commit();
   }
+  if constexpr (kPacked) {
+    if (!whole && wg_row0 >= 0)
+      store_rows<T, Tr>(p, t, smem, warpgroup, t.seqlen_q - wg_row0);
+  }
   if (p.lse != nullptr && lane % 4 == 0) {
+    // (batch, heads_q, seqlen_q) dense, (heads_q, total_q) packed (core/seqlen.h).
+    const int64_t lse_row0 =
+        kPacked ? t.head_q * p.total_q + t.q_row0
+                : (int64_t(t.batch) * p.sizes.heads_q + t.head_q) * p.sizes.seqlen_q;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = t.row0 + at.row0 + 8 * half;
-      if (row >= 0 && row < p.sizes.seqlen_q)
-        p.lse[(int64_t(t.batch) * p.sizes.heads_q + t.head_q) * p.sizes.seqlen_q + row] =
-            finished[half].lse;
+      if (row >= 0 && row < t.seqlen_q) p.lse[lse_row0 + row] = finished[half].lse;
     }
   }
 }

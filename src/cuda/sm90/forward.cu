@@ -35,7 +35,13 @@ std::string wgmma_unsupported(const AttnParams& p) {
     return "q: cuda device " + std::to_string(p.device_index) + " has compute capability " +
            std::to_string(cc / 10) + "." + std::to_string(cc % 10) +
            "; cuda_wgmma runs on 9.0 (Hopper) only";
-  const Sizes& s = p.sizes;
+  // Packed, the tensors hold one batch index of the total lengths.
+  const Sizes s = storage_sizes(p);
+  if (p.seqs.packed() && p.scores.bias.data != nullptr)
+    return "variants.bias: cuda_wgmma does not take a bias or boolean mask with variable-length "
+           "batches";
+  if (p.seqs.packed() && p.dropout.on())
+    return "variants.dropout: cuda_wgmma does not take dropout with variable-length batches";
   if (s.head_dim % 8 != 0)
     return "q: head_dim " + std::to_string(s.head_dim) +
            " is not a multiple of 8, as cuda_wgmma's TMA rows need";

@@ -20,6 +20,10 @@
 // seqlen_k) come first; blocks above the diagonal are never loaded.
 // Persistent d-128 tiles may run in pairs, two blocks of a cluster sharing
 // each K and V load (Traits::kCluster).
+// kPacked: a packed batch (core/seqlen.h), each tile in its sequence's rows
+// and keys (scheduler.cuh's tile_at); the producer's warp then also zeroes
+// the keys past a sequence's end in its last V block (producer.cuh), and the
+// epilogue stores the rows up to the sequence's end.
 #pragma once
 
 #include <cstdint>
@@ -32,10 +36,16 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <typename T, class Tr, class Variant>
+template <typename T, class Tr, class Variant, bool kPacked>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     forward_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Packed, a block per tile: most of the grid's tiles may lie past their
+  // sequences' rows (it is sized by the longest); such a block leaves before
+  // it sets anything up.
+  if constexpr (kPacked && !Tr::kPersistent) {
+    if (!tile_at<Tr, Variant::kLowerEnds, true>(p, int(blockIdx.x)).has_rows()) return;
+  }
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes; tiles start on that boundary.
   uint8_t* smem = reinterpret_cast<uint8_t*>(
@@ -53,6 +63,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ::cuda::ptx::mbarrier_init(&bar.v_full[stage], 1);
       ::cuda::ptx::mbarrier_init(&bar.k_empty[stage], Tr::kSlotReleases);
       ::cuda::ptx::mbarrier_init(&bar.v_empty[stage], Tr::kSlotReleases);
+      if constexpr (kPacked) ::cuda::ptx::mbarrier_init(&bar.v_landed[stage], 1);
     }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
@@ -62,10 +73,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
-    if (threadIdx.x == 0) producer<Tr, Variant::kLowerEnds>(p, smem, bar);
+    if (kPacked ? threadIdx.x < 32 : threadIdx.x == 0)
+      producer<Tr, Variant::kLowerEnds, kPacked>(p, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
-    consumer<T, Tr, Variant>(p, smem, bar, warpgroup - 1);
+    consumer<T, Tr, Variant, kPacked>(p, smem, bar, warpgroup - 1);
   }
 #endif
 }

@@ -136,28 +136,24 @@ int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fast
   return blocks - blocks % Tr::kCluster;
 }
 
-// Where a causal seqlen_q is not a multiple of kBlockM, one tile is partly
-// empty. Tiles shifted back by whole warpgroups (64 rows) leave that room
-// before row 0 instead of after seqlen_q: the partial tile is then the first,
-// which sees the fewest keys, instead of the last, which sees the most and
-// would run them with idle warpgroups. The number of tiles stays the same.
-template <class Tr>
-int tile_row_shift(const AttnParams& p) {
-  if (!p.mask.bounded_above) return 0;
-  const int room = (Tr::kBlockM - p.sizes.seqlen_q % Tr::kBlockM) % Tr::kBlockM;
-  return 64 * (room / 64);
-}
-
-template <typename T, class Tr, class Variant>
+// kPacked: p is a packed batch (core/seqlen.h). The maps then cover the
+// tensors' own rows (one batch index of the total lengths), and the grid the
+// longest sequence's query tiles for every sequence and head; the tiles past a
+// shorter sequence's rows end at once (Tile::has_rows).
+template <typename T, class Tr, class Variant, bool kPacked = false>
 void launch(const AttnParams& p) {
   const Sizes& s = p.sizes;
+  const Sizes stored = storage_sizes(p);
   const TileGrid grid = make_tile_grid(s, Tr::kBlockM, Tr::kHeadDim, "cuda_wgmma");
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  KernelParams kp;
-  kp.q = make_tensor_map(p.q, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, Tr::kBlockM);
-  kp.k = make_tensor_map(p.k, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBoxRows);
-  kp.v = make_tensor_map(p.v, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBoxRows);
-  kp.o = make_tensor_map(p.o, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, 64);
+  const auto map = [&](const TensorRef& t, int seqlen, int heads, int box_rows) {
+    return make_tensor_map(t, bf16, s.head_dim, seqlen, heads, stored.batch, box_rows);
+  };
+  KernelParams kp{};
+  kp.q = map(p.q, stored.seqlen_q, s.heads_q, Tr::kBlockM);
+  kp.k = map(p.k, stored.seqlen_k, s.heads_kv, Tr::kBoxRows);
+  kp.v = map(p.v, stored.seqlen_k, s.heads_kv, Tr::kBoxRows);
+  kp.o = map(p.o, stored.seqlen_q, s.heads_q, 64);
   kp.sizes = s;
   kp.mask = dense_mask(p);
   kp.scores = p.scores;
@@ -166,10 +162,17 @@ void launch(const AttnParams& p) {
   kp.scale = p.softmax.scale;
   kp.scale_log2 = p.softmax.scale_log2;
   kp.m_blocks = grid.m_blocks;
-  kp.row_shift = tile_row_shift<Tr>(p);
+  kp.row_shift = kPacked ? 0 : tile_row_shift<Tr::kBlockM>(p.mask.bounded_above, s.seqlen_q);
   kp.tiles = int(grid.dims.x);
-  kp.heads_fastest = heads_fastest(p, grid);
-  const auto kernel = forward_kernel<T, Tr, Variant>;
+  kp.heads_fastest = !kPacked && heads_fastest(p, grid);
+  if constexpr (kPacked) {
+    kp.cu_seqlens_q = p.seqs.cu_seqlens_q;
+    kp.cu_seqlens_k = p.seqs.cu_seqlens_k;
+    kp.rule = p.rule;
+    kp.out = p.o;
+    kp.total_q = p.seqs.total_q;
+  }
+  const auto kernel = forward_kernel<T, Tr, Variant, kPacked>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
   const int blocks =
@@ -191,6 +194,18 @@ void run_forward(const AttnParams& p) {
   using Persistent = typename PersistentTraitsFor<kHeadDim>::type;
   using Paired = typename PairedTraitsFor<kHeadDim>::type;
   using VariantTraits = typename VariantTraitsFor<kHeadDim>::type;
+  // Packed batches: the plain kernels, persistent where a dense batch of the
+  // longest sequence's lengths would be (there a block also skips the tiles
+  // past its sequences' rows in a few instructions, where a block per tile
+  // costs a launch), or the per-tile kernel of every variant but a bias and
+  // dropout (wgmma_unsupported refuses those).
+  if (p.seqs.packed()) {
+    if (needs_any_variant(p)) return launch<T, VariantTraits, AnyVariant16, true>(p);
+    if constexpr (!std::is_void_v<Persistent>) {
+      if (use_persistent(p)) return launch<T, Persistent, NoVariant, true>(p);
+    }
+    return launch<T, typename TraitsFor<kHeadDim>::type, NoVariant, true>(p);
+  }
   if (p.scores.bias.data) return launch<T, VariantTraits, BiasVariant16>(p);
   if (p.dropout.on()) return launch<T, VariantTraits, DropoutVariant16>(p);
   if (needs_any_variant(p)) return launch<T, VariantTraits, AnyVariant16>(p);

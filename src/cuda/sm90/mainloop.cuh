@@ -86,7 +86,7 @@ __device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
 // score masked (at most a block or two: its rows start 64 after the tile's
 // first), which keeps the turns as they are. With a score variant
 // (core/variant.h) every block takes the score step.
-template <typename T, class Tr, class Variant>
+template <typename T, class Tr, class Variant, bool kPacked>
 __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
                                          int warpgroup) {
   constexpr bool kLowerEnds = Variant::kLowerEnds;
@@ -138,8 +138,10 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   // final row statistics.
   const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2]) {
     release_slot(&bar.v_empty[owed.stage()]);
-    epilogue<T, Tr, Variant::Score::kBias>(p, owed_tile, smem, acc, tile_max, tile_sum, false, at,
-                                           warpgroup, warp, lane, out_scale);
+    RowMask owed_mask;
+    epilogue<T, Tr, Variant::Score::kBias, kPacked>(
+        p, owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), smem, acc, tile_max, tile_sum,
+        false, at, warpgroup, warp, lane, out_scale);
 #pragma unroll
     for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
     pv_owed = false;
@@ -149,11 +151,14 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   RingPosition<Tr::kQStages> q{0};
   turns.start();
   for_each_tile(p, [&](int index) {
-    const Tile t = tile_at<Tr, kLowerEnds>(p, index);
+    const Tile t = tile_at<Tr, kLowerEnds, kPacked>(p, index);
+    if (kPacked && !t.has_rows()) return;  // past its sequence: nothing loaded, nothing stored
+    RowMask own_mask;
+    const RowMask& mask = tile_mask<kPacked>(p, t, own_mask);
     const int qs = q.stage();
     const int wg_row0 = t.row0 + 64 * warpgroup;
     // Blocks [t.n_first, wg_end) hold every key this warpgroup's rows see.
-    const int wg_end = max(t.n_first, visible_key_blocks<Tr, false>(p, wg_row0, 64).end);
+    const int wg_end = max(t.n_first, visible_key_blocks<Tr, false>(mask, wg_row0, 64).end);
     for (int skipped = 0; skipped < t.n_end - wg_end; ++skipped, ++ring.it) {
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       release_slot(&bar.k_empty[ring.stage()]);
@@ -182,8 +187,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         release(&bar.q_empty[qs]);
       }
       float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
-      epilogue<T, Tr, Variant::Score::kBias>(p, t, smem, acc, no_max, no_sum, true, at, warpgroup,
-                                             warp, lane, out_scale);
+      epilogue<T, Tr, Variant::Score::kBias, kPacked>(p, t, mask, smem, acc, no_max, no_sum, true,
+                                                      at, warpgroup, warp, lane, out_scale);
     } else {
       // Blocks whose last key lies beyond the keys the warpgroup's first row sees
       // (beyond seqlen_k, or beyond its causal limit) need the score step; the
@@ -192,14 +197,14 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       // the loop or of the first row's clamped key_end: with three consumer
       // warpgroups at head dim 64 those forms measured 4-6% slower, ncu showing
       // twice the barrier stalls; docs/perf/cuda_wgmma.md, v4.15.)
-      const KeyBlocks wg_keys = p.mask.key_blocks(wg_row0, 64, Tr::kBlockN);
+      const KeyBlocks wg_keys = mask.key_blocks(wg_row0, 64, Tr::kBlockN);
       // A score variant changes every score (a window alone only the cut blocks).
       const bool rescores = !Score::kIdentity && p.scores.any();
       const auto needs_mask = [&](int n_block) {
         return rescores || wg_keys.lower_end_in<kLowerEnds>(n_block) ||
-               p.mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
+               mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
       };
-      const Score score = Variant::score(p.scores, p.scale, t.batch, t.head_q, p.mask.alignment);
+      const Score score = Variant::score(p.scores, p.scale, t.batch, t.head_q, mask.alignment);
       // Dropout: block n_block's keep bits, made while its scores' wgmma runs;
       // the dropped probabilities are zeroed after the softmax has summed them.
       const auto keep_bits = [&](int n_block) -> uint64_t {
@@ -244,7 +249,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         row_max[half] = -INFINITY, row_sum[half] = 0.0f;
       }
       if (needs_mask(wg_end - 1))
-        score_step<Tr, Variant>(s, p.mask, wg_keys, at, t.row0, wg_end - 1, score);
+        score_step<Tr, Variant>(s, mask, wg_keys, at, t.row0, wg_end - 1, score);
       softmax_update<Tr>(s, row_max, row_sum, alpha, c);
       drop(kept);
       wgmma_wait<0>();
@@ -269,7 +274,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         fence_registers(s);
         release_slot(&bar.k_empty[ring.stage()]);
         if (needs_mask(n_block))
-          score_step<Tr, Variant>(s, p.mask, wg_keys, at, t.row0, n_block, score);
+          score_step<Tr, Variant>(s, mask, wg_keys, at, t.row0, n_block, score);
         softmax_update<Tr>(s, row_max, row_sum, alpha, c);
         drop(kept);
         wgmma_wait<0>();

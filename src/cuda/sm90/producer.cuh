@@ -6,6 +6,7 @@
 
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/scheduler.cuh"
+#include "cuda/sm90/wgmma.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -14,6 +15,9 @@ struct Barriers {
   uint64_t q_full[Tr::kQStages], q_empty[Tr::kQStages];
   uint64_t k_full[Tr::kStages], k_empty[Tr::kStages];
   uint64_t v_full[Tr::kStages], v_empty[Tr::kStages];
+  // Packed: a sequence's last V block lands here, and v_full completes once
+  // the producer's warp has zeroed its keys past the sequence's end.
+  uint64_t v_landed[Tr::kStages];
 };
 
 // Which slot of a kSlots-deep ring the it-th load of the block's run uses, and
@@ -28,49 +32,100 @@ struct RingPosition {
   __device__ __forceinline__ uint32_t free_parity() const { return filled_parity() ^ 1; }
 };
 
-// The producer thread: for each tile, Q once its buffer is free, then K and V
-// of each visible key block, last to first (a window's blocks below it never), into the ring as its stages free
-// up. The ring runs on across tiles, so the next tile's first blocks load
-// while this one finishes. Paired, it loads its block's half of each K and V
-// block (keys [rank·kBoxRows, +kBoxRows) of it) into both blocks' rings.
-template <class Tr, bool kLowerEnds>
+// A sequence's last V block of a packed batch, landing in ring slot `stage`:
+// its keys from `keys` on belong to the next sequence (or lie past the
+// tensor's end, where TMA gave zeros). Their probabilities are 0, but 0·inf
+// and 0·NaN are NaN, so another sequence's non-finite values would reach this
+// one's rows: the producer's warp overwrites them with zeros before the
+// consumers may read the slot (v_full). stage < 0: none pending.
+struct SequenceEnd {
+  int stage = -1;
+  int keys = 0;
+};
+
+template <class Tr>
+__device__ __forceinline__ void zero_past_sequence_end(uint8_t* smem, Barriers<Tr>& bar,
+                                                       SequenceEnd& end, uint32_t& landed_phases) {
+  if (end.stage < 0) return;
+  const int lane = int(threadIdx.x) % 32;
+  wait_barrier(&bar.v_landed[end.stage], (landed_phases >> end.stage) & 1u);
+  landed_phases ^= 1u << end.stage;
+  // A key is one 128-byte row of each 64-column panel, so its row is zeroed
+  // whole whatever the swizzle did within it.
+  const uint32_t slot = static_cast<uint32_t>(
+      __cvta_generic_to_shared(smem + Tr::kVOffset + end.stage * Tr::kKVBytes));
+#pragma unroll
+  for (int panel = 0; panel < Tr::kPanels; ++panel)
+    for (int chunk = 8 * end.keys + lane; chunk < 8 * Tr::kBlockN; chunk += 32)
+      store_zero_16(slot + panel * Tr::kBlockN * 128 + chunk * 16);
+  fence_shared_to_async();
+  __syncwarp();
+  if (lane == 0) arrive(&bar.v_full[end.stage]);
+  end.stage = -1;
+}
+
+// The producer: for each tile, Q once its buffer is free, then K and V of
+// each visible key block, last to first (a window's blocks below it never),
+// into the ring as its stages free up. The ring runs on across tiles, so the
+// next tile's first blocks load while this one finishes. Paired, it loads its
+// block's half of each K and V block (keys [rank·kBoxRows, +kBoxRows) of it)
+// into both blocks' rings. Dense, one thread; packed, warp 0, lane 0 issuing
+// the loads and the warp zeroing each sequence's last V block past its end
+// once the next block's loads are issued (so that the wait for it to land
+// holds nothing up; SequenceEnd).
+template <class Tr, bool kLowerEnds, bool kPacked>
 __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar) {
+  const bool issues = !kPacked || threadIdx.x == 0;
   const int half_row0 = Tr::kCluster == 1 ? 0 : int(cluster_rank()) * Tr::kBoxRows;
   RingPosition<Tr::kQStages> q{0};
   RingPosition<Tr::kStages> ring{0};
+  SequenceEnd pending;
+  uint32_t landed_phases = 0;
   for_each_tile(p, [&](int index) {
-    const Tile t = tile_at<Tr, kLowerEnds>(p, index);
+    const Tile t = tile_at<Tr, kLowerEnds, kPacked>(p, index);
     if (t.n_end <= t.n_first) return;  // no Q, no keys: the consumers write 0 and -inf
+    const int batch = kPacked ? 0 : t.batch;  // packed, the maps hold one batch index
     // Free once every consumer warp is done with the Q it held before (a fresh
     // barrier counts as free).
     const int qs = q.stage();
     wait_barrier(&bar.q_empty[qs], q.free_parity());
     ++q.it;
-    expect_bytes(&bar.q_full[qs], Tr::kQBytes);
+    if (issues) {
+      expect_bytes(&bar.q_full[qs], Tr::kQBytes);
 #pragma unroll
-    for (int panel = 0; panel < Tr::kPanels; ++panel)
-      tma_load(smem + Tr::kQOffset + qs * Tr::kQBytes + panel * Tr::kBlockM * 128, &p.q,
-               64 * panel, t.row0, t.head_q, t.batch, &bar.q_full[qs]);
+      for (int panel = 0; panel < Tr::kPanels; ++panel)
+        tma_load(smem + Tr::kQOffset + qs * Tr::kQBytes + panel * Tr::kBlockM * 128, &p.q,
+                 64 * panel, t.q_row0 + t.row0, t.head_q, batch, &bar.q_full[qs]);
+    }
     for (int n_block = t.n_end - 1; n_block >= t.n_first; --n_block, ++ring.it) {
       const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full,
                             uint64_t* empty) {
         wait_barrier(empty, ring.free_parity());
+        if (!issues) return;
         expect_bytes(full, Tr::kKVBytes);
         uint8_t* dst = smem + offset + ring.stage() * Tr::kKVBytes + half_row0 * 128;
-        const int row = n_block * Tr::kBlockN + half_row0;
+        const int row = t.k_row0 + n_block * Tr::kBlockN + half_row0;
 #pragma unroll
         for (int panel = 0; panel < Tr::kPanels; ++panel) {
           if constexpr (Tr::kCluster == 1)
-            tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, row, t.head_kv, t.batch, full);
+            tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, row, t.head_kv, batch, full);
           else
             tma_load_multicast(dst + panel * Tr::kBlockN * 128, map, 64 * panel, row, t.head_kv,
-                               t.batch, full, (1u << Tr::kCluster) - 1);
+                               batch, full, (1u << Tr::kCluster) - 1);
         }
       };
-      load(&p.k, Tr::kKOffset, &bar.k_full[ring.stage()], &bar.k_empty[ring.stage()]);
-      load(&p.v, Tr::kVOffset, &bar.v_full[ring.stage()], &bar.v_empty[ring.stage()]);
+      const int stage = ring.stage();
+      const bool past_end = kPacked && (n_block + 1) * Tr::kBlockN > t.seqlen_k;
+      load(&p.k, Tr::kKOffset, &bar.k_full[stage], &bar.k_empty[stage]);
+      load(&p.v, Tr::kVOffset, past_end ? &bar.v_landed[stage] : &bar.v_full[stage],
+           &bar.v_empty[stage]);
+      if constexpr (kPacked) {
+        zero_past_sequence_end(smem, bar, pending, landed_phases);
+        if (past_end) pending = {stage, t.seqlen_k - n_block * Tr::kBlockN};
+      }
     }
   });
+  if constexpr (kPacked) zero_past_sequence_end(smem, bar, pending, landed_phases);
   // Paired, the block may leave only once the other block's consumers have
   // released every slot: their releases arrive on this block's barriers.
   if constexpr (Tr::kCluster > 1) {

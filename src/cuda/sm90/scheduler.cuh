@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include "core/host_device.h"
 #include "core/mask.h"
 #include "core/params.h"
 
@@ -24,6 +25,18 @@ struct KernelParams {
   int row_shift;     // tile m covers rows [m·kBlockM − row_shift, +kBlockM); see tile_row_shift
   int tiles;         // query tiles in all: m_blocks · batch · heads_q
   bool heads_fastest;  // tile order: see tile_at
+  // A packed batch (core/seqlen.h; the kernels instantiated with kPacked):
+  // the maps are over the tensors' own (1, total) rows, the sequences' places
+  // and lengths are read from the prefix sums per tile, and each sequence
+  // resolves the rule for its own lengths (sizes and mask: the longest, which
+  // size the grid and order the tiles). out: where the rows that a TMA store
+  // would carry past a sequence's end are written one by one. total_q: lse's
+  // rows per head, (heads_q, total_q).
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  MaskRule rule;
+  TensorRef out;
+  int64_t total_q;
 };
 
 // A query tile and the key blocks it visits.
@@ -32,7 +45,34 @@ struct Tile {
   int row0;     // its first query row, negative when the tile starts before row 0
   int n_first;  // key blocks [n_first, n_end) hold a key visible to some row of the tile
   int n_end;
+  // Its sequence: where the sequence's rows and keys start along the tensors'
+  // seqlen (0 dense), and its lengths. A packed tile at or past seqlen_q has
+  // no rows (the grid is sized by the longest sequence).
+  int q_row0, k_row0, seqlen_q, seqlen_k;
+  __device__ __forceinline__ bool has_rows() const { return row0 < seqlen_q; }
 };
+
+// Where a causal sequence's length is not a multiple of kBlockM, one tile is
+// partly empty. Tiles shifted back by whole warpgroups (64 rows) leave that
+// room before row 0 instead of after seqlen_q: the partial tile is then the
+// first, which sees the fewest keys, instead of the last, which sees the most
+// and would run them with idle warpgroups. The number of tiles stays the same.
+template <int kBlockM>
+FLASHATTN_HOST_DEVICE int tile_row_shift(bool bounded_above, int seqlen_q) {
+  if (!bounded_above) return 0;
+  const int room = (kBlockM - seqlen_q % kBlockM) % kBlockM;
+  return 64 * (room / 64);
+}
+
+// The mask of tile t's rows: dense, the batch's, read from the parameters
+// where it is used; packed, the rule resolved for t's sequence, into `own`.
+template <bool kPacked>
+__device__ __forceinline__ const RowMask& tile_mask(const KernelParams& p, const Tile& t,
+                                                    RowMask& own) {
+  if constexpr (!kPacked) return p.mask;
+  own = resolve(p.rule, {t.seqlen_q, t.seqlen_k});
+  return own;
+}
 
 // The key blocks that hold a key visible to some query row in [row0, row0 + rows):
 // the last real row sees up to the last, the first real row from the first
@@ -42,12 +82,12 @@ struct BlockSpan {
   int first, end;
 };
 template <class Tr, bool kLowerEnds>
-__device__ __forceinline__ BlockSpan visible_key_blocks(const KernelParams& p, int row0, int rows) {
-  const int last_row = min(row0 + rows, p.sizes.seqlen_q) - 1;
+__device__ __forceinline__ BlockSpan visible_key_blocks(const RowMask& mask, int row0, int rows) {
+  const int last_row = min(row0 + rows, mask.seqlen_q) - 1;
   if (last_row < max(row0, 0)) return {0, 0};
-  const int end = (p.mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN;
+  const int end = (mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN;
   if constexpr (!kLowerEnds) return {0, end};
-  const int first = min(end, p.mask.key_begin(max(row0, 0)) / Tr::kBlockN);
+  const int first = min(end, mask.key_begin(max(row0, 0)) / Tr::kBlockN);
   return {first, end};
 }
 
@@ -57,8 +97,9 @@ __device__ __forceinline__ BlockSpan visible_key_blocks(const KernelParams& p, i
 // neighbouring heads: every head's heaviest tile, then every head's next, so
 // the last wave holds only light tiles. Otherwise consecutive tiles are
 // neighbouring query tiles of one head (heaviest first if causal), and the
-// blocks running at once share its K and V in L2.
-template <class Tr, bool kLowerEnds>
+// blocks running at once share its K and V in L2. Packed, tile m of a
+// sequence shorter than the longest may have no rows (Tile::has_rows).
+template <class Tr, bool kLowerEnds, bool kPacked>
 __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const Sizes& s = p.sizes;
   int bh, m_block;
@@ -71,10 +112,23 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
     m_block = index % p.m_blocks;
     if (p.mask.bounded_above) m_block = p.m_blocks - 1 - m_block;
   }
-  const int head_q = bh % s.heads_q;
-  const int row0 = m_block * Tr::kBlockM - p.row_shift;
-  const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p, row0, Tr::kBlockM);
-  return {m_block, bh / s.heads_q, head_q, head_q / s.group(), row0, blocks.first, blocks.end};
+  const int batch = bh / s.heads_q, head_q = bh % s.heads_q;
+  if constexpr (kPacked) {
+    const int q_row0 = p.cu_seqlens_q[batch], k_row0 = p.cu_seqlens_k[batch];
+    Tile t{m_block, batch, head_q, head_q / s.group(), 0, 0, 0,
+           q_row0, k_row0, p.cu_seqlens_q[batch + 1] - q_row0, p.cu_seqlens_k[batch + 1] - k_row0};
+    const RowMask mask = resolve(p.rule, {t.seqlen_q, t.seqlen_k});
+    t.row0 = m_block * Tr::kBlockM - tile_row_shift<Tr::kBlockM>(mask.bounded_above, t.seqlen_q);
+    const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(mask, t.row0, Tr::kBlockM);
+    t.n_first = blocks.first;
+    t.n_end = blocks.end;
+    return t;
+  } else {
+    const int row0 = m_block * Tr::kBlockM - p.row_shift;
+    const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p.mask, row0, Tr::kBlockM);
+    return {m_block, batch, head_q, head_q / s.group(), row0, blocks.first, blocks.end,
+            0, 0, s.seqlen_q, s.seqlen_k};
+  }
 }
 
 // A block's tiles: one per block (gridDim.x = tiles), or, persistent, round r

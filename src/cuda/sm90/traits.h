@@ -50,7 +50,7 @@ struct Traits {
   static constexpr uint32_t kKOffset = kPersistent ? (kQStages + 1) * kQBytes : kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  static constexpr uint32_t kBarrierBytes = 8 * (2 * kQStages + 4 * kStages);
+  static constexpr uint32_t kBarrierBytes = 8 * (2 * kQStages + 5 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");

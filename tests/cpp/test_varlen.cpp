@@ -214,6 +214,22 @@ TEST_P(VarlenIsolation, NonFiniteNeighboursStayOut) {
 INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenIsolation, testing::ValuesIn(backend_dtypes()),
                          backend_dtype_name);
 
+// Runs `pass` (forward, or forward and backward) of `backend` on a small
+// packed batch, which must be refused as unsupported with an error naming
+// `sequences`.
+template <typename Run>
+void expect_sequences_refused(Backend backend, DType dtype, const char* what, Run&& pass) {
+  harness::GradProblem problem(packed({0, 0, 0, 2, 1, 64}, dtype, Mask::none, {{10, 20}, {5, 5}}),
+                               {device_of(backend), 0}, fresh_seed());
+  try {
+    pass(problem);
+    FAIL() << what << " accepted a packed batch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("sequences:"), std::string::npos) << e.what();
+  }
+}
+
 // A backend whose backward does not take packed batches refuses them, naming
 // the argument (cuda_wgmma's forward takes them, its backward not yet).
 class VarlenBackwardRefused : public testing::TestWithParam<Backend> {};
@@ -222,15 +238,8 @@ TEST_P(VarlenBackwardRefused, NamesSequences) {
   const Backend backend = GetParam();
   const std::string why = skip_reason(backend);
   if (!why.empty()) GTEST_SKIP() << why;
-  harness::GradProblem problem(packed({0, 0, 0, 2, 1, 64}, DType::f16, Mask::none, {{10, 20}, {5, 5}}),
-                               {device_of(backend), 0}, fresh_seed());
-  try {
-    problem.run(backend);
-    FAIL() << "backward accepted a packed batch";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::unsupported);
-    EXPECT_NE(std::string(e.what()).find("sequences:"), std::string::npos) << e.what();
-  }
+  expect_sequences_refused(backend, DType::f16, "backward",
+                           [&](harness::GradProblem& problem) { problem.run(backend); });
 }
 
 std::vector<Backend> backward_refusing_backends() {
@@ -248,7 +257,7 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenBackwardRefused,
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VarlenBackwardRefused);
 
 // A backend that does not take packed batches refuses them, naming the
-// argument, forward and backward.
+// argument.
 class VarlenRefused : public testing::TestWithParam<Backend> {};
 
 TEST_P(VarlenRefused, NamesSequences) {
@@ -256,15 +265,9 @@ TEST_P(VarlenRefused, NamesSequences) {
   const std::string why = skip_reason(backend);
   if (!why.empty()) GTEST_SKIP() << why;
   const DType dtype = backend_supports(backend, DType::f16, 64) ? DType::f16 : DType::f32;
-  harness::GradProblem problem(packed({0, 0, 0, 2, 1, 64}, dtype, Mask::none, {{10, 20}, {5, 5}}),
-                               {device_of(backend), 0}, fresh_seed());
-  try {
+  expect_sequences_refused(backend, dtype, "forward", [&](harness::GradProblem& problem) {
     forward(problem.forward_params(backend));
-    FAIL() << "forward accepted a packed batch";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::unsupported);
-    EXPECT_NE(std::string(e.what()).find("sequences:"), std::string::npos) << e.what();
-  }
+  });
 }
 
 std::vector<Backend> refusing_backends() {

@@ -16,7 +16,13 @@ inline Vec load(const float* p) {
   return v;
 }
 inline void store(float* p, Vec v) { __builtin_memcpy(p, &v, sizeof v); }
-inline Vec splat(float x) { return Vec{} + x; }
+// Every lane x. x − (+0) is x for every x (−0 and NaN included), so the
+// compiler drops the subtraction and broadcasts x, from memory where it was
+// just loaded; Vec{} + x is no identity at x = −0, and it kept that add (a
+// scalar add and a register broadcast per call, on the ports the
+// multiply-adds need). A lane-by-lane copy compiled to one masked insert per
+// lane.
+inline Vec splat(float x) { return x - Vec{}; }
 // Bit casts (a C-style cast between vector types of one size keeps the bits).
 inline Vec as_float(IVec v) { return (Vec)v; }
 inline IVec as_int(Vec v) { return (IVec)v; }

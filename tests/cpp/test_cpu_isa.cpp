@@ -1,8 +1,9 @@
 // The CPU backend on each instruction set this machine runs, forced through
 // FLASHATTN_CPU_ISA (baseline, avx2, avx512; a set the CPU lacks is skipped): the shared case list plus shapes that
-// reach the kernels' other paths (few query rows scored by dot products, keys
-// split across threads and merged, query tiles and key tiles cut by the
-// sequence ends, the backward's two schedules), forward and backward, against
+// reach the kernels' other paths (few query rows scored by dot products, a
+// GQA group's heads in one such tile, keys split across threads and merged,
+// query tiles and key tiles cut by the sequence ends, the backward's two
+// schedules), forward and backward, against
 // the float64 reference, with and without the variants (sliding windows' lower
 // ends on the element mask, the vector tanh of the softcap, ALiBi); and the
 // variable's rules.
@@ -50,6 +51,11 @@ std::vector<harness::Case> isa_cases() {
   cases.push_back(make_case({1, 2, 2500, 4, 2, 64}, DType::bf16, Mask::causal_bottom_right));
   cases.push_back(make_case({1, 1, 700, 1, 1, 80}, DType::f16, Mask::none, true));
   cases.push_back(make_case({2, 3, 1100, 1, 1, 40}, DType::f32, Mask::causal_top_left));
+  // A GQA group's query heads sharing one few-rows tile (plain attention):
+  // rows whose key ends restart with each head, MQA, key splits, strided.
+  cases.push_back(make_case({2, 2, 1500, 8, 2, 64}, DType::f16, Mask::causal_bottom_right, true));
+  cases.push_back(make_case({1, 1, 2100, 8, 1, 80}, DType::f32, Mask::none));
+  cases.push_back(make_case({3, 3, 190, 6, 3, 32}, DType::bf16, Mask::causal_bottom_right));
   // Several query and key tiles, ragged at both ends, head dims that are not
   // multiples of the lanes, GQA.
   cases.push_back(make_case({1, 200, 190, 4, 2, 72}, DType::f32, Mask::causal_top_left));

@@ -100,12 +100,13 @@ inline void drop_probabilities(const DropoutRows& dropout, float* s, int64_t row
 }
 
 // O = diag(alpha)·O + P·V on a tile the mask cuts, each row adding only the
-// keys it sees: a block of rows multiplies the keys all its rows see (from its
-// last row's beginning to its first row's end: both ends grow with the row)
-// on the matrix kernel, then each row adds its few further keys on either
-// side alone. So a NaN or Inf in v at a key a row does not see never reaches
-// it as 0·v, as standard attention's rule has it (docs/guide.md, non-finite
-// values). Without kLowerEnds every row's keys begin at 0.
+// keys it sees: a block of rows multiplies the keys all its rows see (from
+// the latest beginning to the earliest end among them; a grouped tile's rows
+// restart with each head, so they need not grow with the row) on the matrix
+// kernel, then each row adds its few further keys on either side alone. So a
+// NaN or Inf in v at a key a row does not see never reaches it as 0·v, as
+// standard attention's rule has it (docs/guide.md, non-finite values).
+// Without kLowerEnds every row's keys begin at 0.
 // P(r, j) is probs.p[r·probs.row + j·probs.k]: Pᵀ's lanes or, for few rows,
 // P's (few_rows.h).
 template <bool kLowerEnds>
@@ -120,8 +121,11 @@ void masked_update(const Tiles& t, MatA probs, int rows, int dp, int n0, int col
   };
   for (int r0 = 0; r0 < rows; r0 += kGemmRows) {
     const int block = std::min(kGemmRows, rows - r0);
-    const int shared_lo = kLowerEnds ? std::clamp(t.key_begin[r0 + block - 1] - n0, 0, cols) : 0;
-    const int shared_hi = std::clamp(t.key_end[r0] - n0, shared_lo, cols);
+    const int32_t* ends = t.key_end + r0;
+    const int32_t* begins = t.key_begin + r0;
+    const int shared_lo =
+        kLowerEnds ? std::clamp(*std::max_element(begins, begins + block) - n0, 0, cols) : 0;
+    const int shared_hi = std::clamp(*std::min_element(ends, ends + block) - n0, shared_lo, cols);
     gemm<Init::scale_rows>(block, dp, shared_hi - shared_lo,
                            {probs.p + r0 * probs.row + shared_lo * probs.k, probs.row, probs.k},
                            {v.p + int64_t(shared_lo) * v.ld, v.ld}, {t.o + int64_t(r0) * dp, dp},
@@ -139,28 +143,55 @@ void masked_update(const Tiles& t, MatA probs, int rows, int dp, int n0, int col
   }
 }
 
-// Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for query rows
-// [m0, m0 + rows) of (sequence b, hq); leaves O unnormalised, m and l in the
-// tiles. Rows and keys count from the sequence's first (seq.q_row0, k_row0).
+// A tile's query rows: rows [m0, m0 + per_head) of `heads` query heads from
+// hq, one head's after another. One head, except in decode with grouped kv
+// heads, where a group's heads share the tile, so that each K and V row is
+// read once for the group rather than once per head.
+struct TileRows {
+  int hq, heads, m0, per_head;
+  int count() const { return heads * per_head; }
+  int row(int r) const { return m0 + r % per_head; }  // tile row r's query row
+};
+
+// Whether a group's query heads share the tile (TileRows): plain attention
+// only (ALiBi's slopes, a bias and dropout differ per head), when the group's
+// rows of the longest query sequence make a few-rows tile.
 template <typename Variant>
-void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int hq, int m0,
-               int rows, int key_lo, int key_hi) {
+bool heads_share_tiles(const Sizes& sz) {
+  return std::is_same_v<Variant, NoVariant> && sz.group() > 1 &&
+         few_rows(sz.group() * sz.seqlen_q);
+}
+
+// Walks keys [key_lo, key_hi) (key_lo a multiple of kBlockN) for the query
+// rows `tr` of sequence b; leaves O unnormalised, m and l in the tiles. Rows
+// and keys count from the sequence's first (seq.q_row0, k_row0). The variants,
+// a bias and dropout take tile row r as query row m0 + r of head hq: tiles
+// that hold several heads have none of them (heads_share_tiles).
+template <typename Variant>
+void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, const TileRows& tr,
+               int key_lo, int key_hi) {
   const Sizes& sz = p.sizes;
+  const int hq = tr.hq, m0 = tr.m0, rows = tr.count();
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
   const RowMask mask = row_mask(p, seq);
   const int q0 = int(seq.q_row0);
   // Q's rows, scaled: as they are for dot products, else transposed (lanes of
-  // Qᵀ are rows).
+  // Qᵀ are rows; one head's).
   const bool dots = few_rows(rows);
   const MatA probs = dots ? MatA{t.s, kBlockN, 1} : MatA{t.s, 1, lanes};  // P(r, j)
-  if (dots) load_tile(p.dtype, p.q, d, b, hq, q0 + m0, rows, t.q_t, dp, p.softmax.scale);
-  else load_transposed(p.dtype, p.q, d, b, hq, q0 + m0, rows, t.q_t, lanes, p.softmax.scale);
+  if (dots) {
+    for (int g = 0; g < tr.heads; ++g)
+      load_tile(p.dtype, p.q, d, b, hq + g, q0 + m0, tr.per_head,
+                t.q_t + int64_t(g) * tr.per_head * dp, dp, p.softmax.scale);
+  } else {
+    load_transposed(p.dtype, p.q, d, b, hq, q0 + m0, rows, t.q_t, lanes, p.softmax.scale);
+  }
   for (int r = 0; r < lanes; ++r) {
     const bool real = r < rows;
     t.m[r] = -INFINITY;
     t.l[r] = 0.0f;
-    t.key_end[r] = real ? mask.key_end(m0 + r) : 0;
-    t.key_begin[r] = real ? mask.key_begin(m0 + r) : 0;
+    t.key_end[r] = real ? mask.key_end(tr.row(r)) : 0;
+    t.key_begin[r] = real ? mask.key_begin(tr.row(r)) : 0;
   }
   const ScoreVariants variants = score_variants(p, hq, mask);
   const BiasRows<float> bias = Variant::Score::kBias ? scaled_bias(p, b, hq) : BiasRows<float>{};
@@ -181,8 +212,8 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   // needs V as one matrix (masked_update): those gather.
   const bool runs_in_place = dots && k_in_place && v_in_place && p.seqs.cache.paged() &&
                              p.seqs.cache.page_size >= kBlockN / 4;
-  const KeyBlocks blocks = mask.key_blocks(m0, rows, kBlockN);
-  const int hi = std::min(key_hi, mask.key_end(m0 + rows - 1));
+  const KeyBlocks blocks = mask.key_blocks(m0, tr.per_head, kBlockN);
+  const int hi = std::min(key_hi, mask.key_end(m0 + tr.per_head - 1));
   for (int n0 = std::max(key_lo, blocks.first<Variant::kLowerEnds>() * kBlockN); n0 < hi;
        n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
@@ -255,30 +286,57 @@ inline int key_splits(int64_t tiles, int n_blocks) {
   return int(std::min<int64_t>((want + tiles - 1) / tiles, n_blocks / 2));
 }
 
+// The tiles' rows from row r0 on (per-row state and O), as a tiles view.
+inline Tiles rows_from(const Tiles& t, int r0, int dp) {
+  Tiles view = t;
+  view.o += int64_t(r0) * dp;
+  view.m += r0;
+  view.l += r0;
+  view.alpha += r0;
+  return view;
+}
+
 template <typename Variant>
 void run_with(const AttnParams& p) {
   const Sizes& sz = p.sizes;
-  const int d = sz.head_dim, bm = block_rows(d);
-  const int m_blocks = (sz.seqlen_q + bm - 1) / bm;
-  const int64_t query_tiles = int64_t(sz.batch) * sz.heads_q * m_blocks;
+  const int d = sz.head_dim, dp = padded(d), bm = block_rows(d);
+  // Tiles per (batch, q head) and query block, or, where a group's heads
+  // share them, per (batch, kv head): one block holds all their rows then.
+  const bool shared = heads_share_tiles<Variant>(sz);
+  const int tile_heads = shared ? sz.group() : 1, head_tiles = sz.heads_q / tile_heads;
+  const int m_blocks = shared ? 1 : (sz.seqlen_q + bm - 1) / bm;
+  const int64_t query_tiles = int64_t(sz.batch) * head_tiles * m_blocks;
   const int n_blocks = (sz.seqlen_k + kBlockN - 1) / kBlockN;
   const int splits = key_splits(query_tiles, n_blocks);
   const int split_keys = (n_blocks + splits - 1) / splits * kBlockN;
   float* lse = p.softmax.lse;
+  // The rows of query tile `tile` in sequence seq (none past its rows).
+  auto tile_rows = [&](int64_t tile, const Sequence& seq) {
+    const int m_block = int(tile % m_blocks), h = int(tile / m_blocks % head_tiles);
+    const int m0 = m_block * bm;
+    const int per_head = shared ? seq.seqlen_q : std::max(0, std::min(bm, seq.seqlen_q - m0));
+    return TileRows{h * tile_heads, tile_heads, m0, per_head};
+  };
+  auto batch_of = [&](int64_t tile) { return int(tile / m_blocks / head_tiles); };
 
   if (splits == 1) {
     parallel_for(query_tiles, [&](int64_t item, int) {
-      const int m_block = int(item % m_blocks), hq = int(item / m_blocks % sz.heads_q);
-      const int b = int(item / m_blocks / sz.heads_q);
+      const int b = batch_of(item);
       const Sequence seq = sequence(p, b);
-      const int m0 = m_block * bm, rows = std::min(bm, seq.seqlen_q - m0);
-      if (rows <= 0) return;  // a shorter sequence of a packed batch
-      const Tiles t = tiles(d, bm);
-      walk_keys<Variant>(p, t, b, seq, hq, m0, rows, 0, seq.seqlen_k);
+      const TileRows tr = tile_rows(item, seq);
+      if (tr.per_head == 0) return;  // a shorter sequence of a packed batch
+      const Tiles t = tiles(d, shared ? tr.count() : bm);
+      walk_keys<Variant>(p, t, b, seq, tr, 0, seq.seqlen_k);
       const RowMask mask = row_mask(p, seq);
-      finish_rows<Variant::Score::kBias>(t, rows, d, [&](int r) { return mask.empty(m0 + r); },
-                  lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1, p.dropout.keep_scale);
-      store_tile(p.dtype, p.o, d, b, hq, int(seq.q_row0) + m0, rows, t.o, padded(d), t.alpha);
+      for (int g = 0; g < tr.heads; ++g) {
+        const int hq = tr.hq + g, m0 = tr.m0;
+        const Tiles head = rows_from(t, g * tr.per_head, dp);
+        finish_rows<Variant::Score::kBias>(
+            head, tr.per_head, d, [&](int r) { return mask.empty(m0 + r); },
+            lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1, p.dropout.keep_scale);
+        store_tile(p.dtype, p.o, d, b, hq, int(seq.q_row0) + m0, tr.per_head, head.o, dp,
+                   head.alpha);
+      }
     });
     return;
   }
@@ -294,24 +352,27 @@ void run_with(const AttnParams& p) {
   parallel_for(query_tiles * splits, [&](int64_t item, int) {
     const int split = int(item % splits);
     const int64_t tile = item / splits;
-    const int m_block = int(tile % m_blocks), hq = int(tile / m_blocks % sz.heads_q);
-    const int b = int(tile / m_blocks / sz.heads_q);
+    const int b = batch_of(tile);
     const Sequence seq = sequence(p, b);
-    const int m0 = m_block * bm, rows = std::min(bm, seq.seqlen_q - m0);
-    if (rows <= 0) return;
+    const TileRows tr = tile_rows(tile, seq);
+    if (tr.per_head == 0) return;
     const int key_lo = split * split_keys, key_hi = std::min(seq.seqlen_k, key_lo + split_keys);
-    const Tiles t = tiles(d, bm);
-    walk_keys<Variant>(p, t, b, seq, hq, m0, rows, key_lo, std::max(key_lo, key_hi));
+    const Tiles t = tiles(d, shared ? tr.count() : bm);
+    walk_keys<Variant>(p, t, b, seq, tr, key_lo, std::max(key_lo, key_hi));
     const RowMask mask = row_mask(p, seq);
-    const int64_t row0 = stats_row0(p, b, hq, seq) + m0;
-    // A partial whose keys the bias masked entirely finishes empty too: lse
-    // −inf, weighed 0 by the merge.
-    finish_rows<Variant::Score::kBias>(
-        t, rows, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
-        partial_lse + split * all_rows + row0, 1, p.dropout.keep_scale);
-    // Partial (split, row): out at partial_out[(split·all_rows + row)·d].
-    const TensorRef out{partial_out + (split * all_rows + row0) * d, 0, d, 0};
-    store_tile(DType::f32, out, d, 0, 0, 0, rows, t.o, padded(d), t.alpha);
+    for (int g = 0; g < tr.heads; ++g) {
+      const int hq = tr.hq + g, m0 = tr.m0;
+      const Tiles head = rows_from(t, g * tr.per_head, dp);
+      const int64_t row0 = stats_row0(p, b, hq, seq) + m0;
+      // A partial whose keys the bias masked entirely finishes empty too: lse
+      // −inf, weighed 0 by the merge.
+      finish_rows<Variant::Score::kBias>(
+          head, tr.per_head, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
+          partial_lse + split * all_rows + row0, 1, p.dropout.keep_scale);
+      // Partial (split, row): out at partial_out[(split·all_rows + row)·d].
+      const TensorRef out{partial_out + (split * all_rows + row0) * d, 0, d, 0};
+      store_tile(DType::f32, out, d, 0, 0, 0, tr.per_head, head.o, dp, head.alpha);
+    }
   });
   parallel_for((all_rows + 63) / 64, [&](int64_t chunk, int) {
     std::vector<float> merged(d);

@@ -12,7 +12,8 @@ that takes it on the CPU (flash and math) and the fastest counts; a variant reac
 additive attn_mask, and softcap, which has no SDPA form, has no PyTorch time. The ceilings: the vector
 units' fp32 multiply-add rate on all threads, measured by flashattn-cpu-peak (tools/cpu_peak,
 found beside the library or at $FLASHATTN_CPU_PEAK), for the instruction set the backend runs;
-the fp32 matrix rate of torch.mm at 4096³; and the copy bandwidth.
+the fp32 matrix rate of torch.mm at 4096³; and the copy bandwidth. Each run writes its JSON and
+Markdown and adds a line to history.jsonl (report.history_line, kind "cpu grid").
 """
 import json
 import os
@@ -29,6 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 import grid
+import report
 import score_variants
 
 TORCH_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
@@ -243,6 +245,7 @@ def markdown(results):
 def run(out_dir, commit, quick=False, match=None):
     isa = os.environ.get("FLASHATTN_CPU_ISA") or flashattn_isa()
     results = {"cpu": cpu_name(), "commit": commit, "isa": isa, "threads": os.cpu_count(),
+               "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
                "torch_threads": torch.get_num_threads(), "rows": []}
     if hasattr(os, "sched_getaffinity"):
         results["threads"] = len(os.sched_getaffinity(0))
@@ -267,4 +270,5 @@ def run(out_dir, commit, quick=False, match=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1))
     (out_dir / f"{stem}.md").write_text(markdown(results))
+    report.append_history(results, f"{stem}.json", out_dir / report.HISTORY)
     print(f"wrote {out_dir / stem}.json and .md")

@@ -513,7 +513,10 @@ def history_line(results, file=None, git=None):
     line = {"date": iso_date(results.get("date")), "commit": results.get("commit"),
             "device": results.get("device")}
     rows = results.get("rows") or results.get("bench_rows") or []
-    if "bench_rows" in results or "tests" in results:
+    if "isa" in results:  # bench/cpu_suite.py
+        line["kind"] = "cpu grid"
+        line["device"] = results.get("cpu")
+    elif "bench_rows" in results or "tests" in results:
         line["kind"] = "gpu-check"
     elif (rows and "grid" in rows[0]) or any(
             results.get(key) for key in (decode_report.ROWS, varlen_report.ROWS)):
@@ -545,6 +548,19 @@ def history_line(results, file=None, git=None):
                                for label, pairs in script_ratio_pairs(results).items()})
         if intervals:
             line["rounds_interval"] = intervals
+    elif line["kind"] == "cpu grid":
+        line["isa"], line["threads"] = results.get("isa"), results.get("threads")
+        line["grids"] = {"cpu": len(rows)}
+        c = results.get("ceilings", {})
+        line["ceilings"] = {k: four(c[k]) for k in ("vector_peak_gflops", "f32_matmul_gflops",
+                                                     "copy_gb_per_s") if c.get(k)}
+        # PyTorch's fastest CPU SDPA time over ours, per pass; a point with no PyTorch form
+        # (softcap) has no ratio.
+        pairs = defaultdict(list)
+        for r in rows:
+            if r.get("ratio"):
+                pairs[f"cpu/torch best {r['pass_']}"].append((r["ratio"], 1.0))
+        line["ratios"] = {label: ratio_entry(p) for label, p in pairs.items()}
     else:
         shapes = {tuple(r.get(k) for k in ROW_KEY[2:]) for r in rows}
         line["grids"] = {"cli": len(shapes)}

@@ -266,6 +266,20 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert [x["file"] for x in report.read_history(path)] == ["a.json", "b.json"]
 
 
+def test_history_line_of_a_cpu_grid_run_has_its_ratios_per_pass():
+    results = {"cpu": "Some CPU", "commit": "c0ffee0", "isa": "avx512", "threads": 16,
+               "date": "2026-11-25T12:00:00+00:00",
+               "ceilings": {"vector_peak_gflops": 1345.0, "copy_gb_per_s": 78.5},
+               "rows": [dict(pass_="fwd", ratio=2.0), dict(pass_="fwd", ratio=0.5),
+                        dict(pass_="bwd", ratio=1.5), dict(pass_="bwd", ratio=None)]}
+    line = report.history_line(results, "cpu-some-cpu-2026-11-25-c0ffee0.json")
+    assert (line["kind"], line["device"], line["isa"], line["threads"]) == (
+        "cpu grid", "Some CPU", "avx512", 16)
+    assert line["grids"] == {"cpu": 4}
+    assert line["ratios"] == {"cpu/torch best fwd": [1.0, 0.5, 2.0, 2, 1],
+                              "cpu/torch best bwd": [1.5, 1.5, 1.5, 1, 1]}
+
+
 def test_history_series_keeps_whole_grid_runs_and_cli_lines_parse():
     full = report.history_line(synthetic_results(grid.full_suite()), "h-abc1234.json")
     quick = report.history_line(synthetic_results(grid.quick_suite(), mode="quick"),

@@ -14,6 +14,13 @@ units' fp32 multiply-add rate on all threads, measured by flashattn-cpu-peak (to
 found beside the library or at $FLASHATTN_CPU_PEAK), for the instruction set the backend runs;
 the fp32 matrix rate of torch.mm at 4096³; and the copy bandwidth. Each run writes its JSON and
 Markdown and adds a line to history.jsonl (report.history_line, kind "cpu grid").
+
+A/B of CPU kernel versions (bench/run --grids cpu --builds NAME=PATH): each point also runs
+on every other build's `cpu` backend, this build and those in turn over AB_ROUNDS rounds
+(each call timed as timed() does, the best round kept), all through the same op
+(_torch_op.run and run_backward, lib= each build's library), so drift during a point
+reaches every build alike; the report gives this build's speed-up over each per point and
+their geometric mean. Both libraries' thread pools live in the process; an idle pool sleeps.
 """
 import json
 import os
@@ -27,9 +34,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from flashattn import _library, _torch_op
 
 import flashattn
 import grid
+import implementations
 import report
 import score_variants
 
@@ -97,6 +106,10 @@ def flops(p):
     return f * (2.5 if p["pass_"] == "bwd" else 1.0)
 
 
+AB_ROUNDS = 3  # turns of this build and each other build per point (A/B mode)
+THIS_BUILD = "@this"  # this build's name among the A/B builds (theirs have no "@")
+
+
 def timed(fn, budget_s=0.6, min_reps=3, max_reps=20):
     fn()
     times = []
@@ -123,6 +136,39 @@ def vector_peak(threads, isa):
     return peaks.get(isa, max(peaks.values()) if peaks else None)
 
 
+def interleaved(calls, rounds=AB_ROUNDS):
+    """{name: seconds} for {name: fn}: the calls timed in turn, `rounds` times, each one's
+    best round kept."""
+    best = {}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            t = timed(fn)
+            best[name] = min(best.get(name, t), t)
+    return best
+
+
+def build_calls(libs, q, k, v, causal, variants, backward=None):
+    """{name: fn} running the `cpu` backend of each library in `libs` ({name: loaded
+    library}) on one point, all through the package's op with lib= (so this build's and
+    the others' calls take the same path); backward: (out, dout, lse) of this build's
+    forward, to time the backward instead."""
+    (window_left, window_right), options = variants.window, dict(
+        softcap=variants.softcap, alibi_slopes=variants.alibi_slopes,
+        attn_mask=variants.attn_mask)
+    common = dict(window_left=window_left, window_right=window_right, **options)
+
+    def forward(lib):
+        return lambda: _torch_op.run(q, k, v, causal, "top_left", None, "cpu", False, lib=lib,
+                                     **common)
+
+    def gradients(lib):
+        out, dout, lse = backward
+        return lambda: _torch_op.run_backward(dout, q, k, v, out, lse, causal, "top_left",
+                                              None, "cpu", False, lib=lib, **common)
+    make = forward if backward is None else gradients
+    return {name: make(lib) for name, lib in libs.items()}
+
+
 def ceilings():
     a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
     mm = min(timed(lambda: torch.mm(a, b), budget_s=1.0) for _ in range(2))
@@ -141,7 +187,9 @@ def inputs(p):
     return q, k, v
 
 
-def measure_point(p):
+def measure_point(p, builds=None):
+    """The point's row; builds ({name: loaded library}): other builds timed beside this one
+    (A/B mode), their times in row["builds_ms"]."""
     q, k, v = inputs(p)
     causal = p["causal"]
     gqa = p["hkv"] != p["hq"]
@@ -156,8 +204,14 @@ def measure_point(p):
     # PyTorch's layout (batch, heads, seqlen, head_dim), as views of the same tensors.
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     row = dict(p, label=label(p), gflop=flops(p) / 1e9)
+    libs = dict({THIS_BUILD: _library.library()}, **(builds or {}))
     if p["pass_"] == "fwd":
-        ours = timed(lambda: flashattn.attention(q, k, v, **ours_options))
+        if builds:
+            times = interleaved(build_calls(libs, q, k, v, causal, variants))
+            ours = times.pop(THIS_BUILD)
+            row["builds_ms"] = {name: t * 1e3 for name, t in times.items()}
+        else:
+            ours = timed(lambda: flashattn.attention(q, k, v, **ours_options))
         theirs = {}
         for name, backend in torch_backends.items():
             try:
@@ -169,8 +223,13 @@ def measure_point(p):
     else:
         out, lse = flashattn.attention(q, k, v, return_lse=True, **ours_options)
         dout = torch.randn_like(out)
-        ours = timed(lambda: flashattn.attention_backward(q, k, v, out, dout, lse,
-                                                          **ours_options))
+        if builds:
+            times = interleaved(build_calls(libs, q, k, v, causal, variants, (out, dout, lse)))
+            ours = times.pop(THIS_BUILD)
+            row["builds_ms"] = {name: t * 1e3 for name, t in times.items()}
+        else:
+            ours = timed(lambda: flashattn.attention_backward(q, k, v, out, dout, lse,
+                                                              **ours_options))
         theirs = {}
         for name, backend in torch_backends.items():
             try:
@@ -221,32 +280,44 @@ def cpu_name():
 
 def markdown(results):
     c = results["ceilings"]
+    builds = results.get("builds", {})
     lines = [f"# CPU grid: {results['cpu']}, commit {results['commit']}", "",
              f"{results['threads']} flashattn threads, {results['torch_threads']} PyTorch "
              f"threads, flashattn's vector set {results['isa']}. Ceilings: vector fp32 "
              f"multiply-add peak {c.get('vector_peak_gflops') or float('nan'):.0f} GFLOP/s "
              f"(measured), fp32 torch.mm 4096³ {c['f32_matmul_gflops']:.0f} GFLOP/s, copy "
              f"{c['copy_gb_per_s']:.1f} GB/s (read + write).", "",
-             "| point | flashattn ms | GFLOP/s | of peak | PyTorch best | its GFLOP/s | ratio |",
-             "|---|---|---|---|---|---|---|"]
+             "| point | flashattn ms | GFLOP/s | of peak | PyTorch best | its GFLOP/s | ratio |"
+             + "".join(f" {name} ms | vs {name} |" for name in builds),
+             "|---|---|---|---|---|---|---|" + "---|---|" * len(builds)]
     peak = c.get("vector_peak_gflops") or c["f32_matmul_gflops"]
     for r in results["rows"]:
         theirs = ("none (no SDPA form)", "", "") if r["torch_best"] is None else (
             f"{r['torch_best']} {r['torch_ms'][r['torch_best']]:.3f} ms",
             f"{r['torch_gflops']:.0f}", f"{r['ratio']:.2f}×")
+        other = "".join(f" {r['builds_ms'][name]:.3f} | {r['builds_ms'][name] / r['ms']:.3f}× |"
+                        for name in builds)
         lines.append(f"| {r['label']} | {r['ms']:.3f} | {r['gflops']:.0f} | "
-                     f"{r['gflops'] / peak:.0%} | " + " | ".join(theirs) + " |")
+                     f"{r['gflops'] / peak:.0%} | " + " | ".join(theirs) + " |" + other)
     ratios = [r["ratio"] for r in results["rows"] if r["ratio"] is not None]
     lines += ["", f"Ratio (PyTorch's fastest time / flashattn's): min {min(ratios):.2f}×, "
               f"geometric mean {statistics.geometric_mean(ratios):.2f}× over {len(ratios)} points."]
+    for name, path in builds.items():
+        speedups = [r["builds_ms"][name] / r["ms"] for r in results["rows"]]
+        lines.append(f"This build over {name} ({path}), interleaved, best of {AB_ROUNDS} "
+                     f"rounds: min {min(speedups):.3f}×, geometric mean "
+                     f"{statistics.geometric_mean(speedups):.3f}× over {len(speedups)} points.")
     return "\n".join(lines) + "\n"
 
 
-def run(out_dir, commit, quick=False, match=None):
+def run(out_dir, commit, quick=False, match=None, builds=None):
+    """Measures the grid and writes its files; builds: bench/run's --builds text (A/B)."""
     isa = os.environ.get("FLASHATTN_CPU_ISA") or flashattn_isa()
+    paths = implementations.parse_builds(builds) if builds else {}
+    libs = {name: _library.load(path) for name, path in paths.items()}
     results = {"cpu": cpu_name(), "commit": commit, "isa": isa, "threads": os.cpu_count(),
                "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-               "torch_threads": torch.get_num_threads(), "rows": []}
+               "torch_threads": torch.get_num_threads(), "builds": paths, "rows": []}
     if hasattr(os, "sched_getaffinity"):
         results["threads"] = len(os.sched_getaffinity(0))
     if os.environ.get("FLASHATTN_NUM_THREADS"):
@@ -260,11 +331,13 @@ def run(out_dir, commit, quick=False, match=None):
     for p in points(quick):
         if match and not re.search(match, label(p)):
             continue
-        row = measure_point(p)
+        row = measure_point(p, libs)
         results["rows"].append(row)
         theirs = (f"PyTorch {row['torch_best']} {row['torch_gflops']:7.1f}  ratio "
                   f"{row['ratio']:.2f}" if row["torch_best"] else "PyTorch: no SDPA form")
-        print(f"  {row['label']:<40} {row['gflops']:7.1f} GFLOP/s  {theirs}", flush=True)
+        other = "".join(f"  vs {name} {ms / row['ms']:.3f}"
+                        for name, ms in row.get("builds_ms", {}).items())
+        print(f"  {row['label']:<40} {row['gflops']:7.1f} GFLOP/s  {theirs}{other}", flush=True)
     slug = re.sub(r"\W+", "-", results["cpu"]).strip("-").lower()
     stem = f"cpu-{slug}-{time.strftime('%Y-%m-%d')}-{commit}"
     out_dir.mkdir(parents=True, exist_ok=True)

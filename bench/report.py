@@ -560,6 +560,9 @@ def history_line(results, file=None, git=None):
         for r in rows:
             if r.get("ratio"):
                 pairs[f"cpu/torch best {r['pass_']}"].append((r["ratio"], 1.0))
+            # An A/B run: this build's speed-up over each other build.
+            for name, ms in r.get("builds_ms", {}).items():
+                pairs[f"cpu/{name} {r['pass_']}"].append((ms / r["ms"], 1.0))
         line["ratios"] = {label: ratio_entry(p) for label, p in pairs.items()}
     else:
         shapes = {tuple(r.get(k) for k in ROW_KEY[2:]) for r in rows}

@@ -1,12 +1,12 @@
 // The CPU backend on each instruction set this machine runs, forced through
-// FLASHATTN_CPU_ISA (baseline, avx2, avx512; a set the CPU lacks is skipped): the shared case list plus shapes that
-// reach the kernels' other paths (few query rows scored by dot products, a
-// GQA group's heads in one such tile, keys split across threads and merged,
-// query tiles and key tiles cut by the sequence ends, the backward's two
-// schedules), forward and backward, against
-// the float64 reference, with and without the variants (sliding windows' lower
-// ends on the element mask, the vector tanh of the softcap, ALiBi); and the
-// variable's rules.
+// FLASHATTN_CPU_ISA (baseline, avx2, avx512; a set the CPU lacks is skipped):
+// the shared case list plus shapes that reach the kernels' other paths (few
+// query rows scored by dot products, a GQA group's heads in one such tile,
+// keys split across threads and merged, query tiles of 64, 128 and 256 rows
+// and key tiles cut by the sequence ends, the backward's two schedules),
+// forward and backward, against the float64 reference, with and without the
+// variants (sliding windows' lower ends on the element mask, the vector tanh of
+// the softcap, ALiBi); and the variable's rules.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -165,6 +165,32 @@ TEST(CpuIsaVariable, UnknownNameIsAnErrorThatNamesTheChoices) {
 }
 
 TEST(CpuIsaVariable, TheBaselineRunsEverywhere) { EXPECT_TRUE(runs("baseline")); }
+
+// Query tiles of 256 and 128 rows (cpu/simd/forward_tiles.h, block_rows): a
+// tile reads 4 MiB or more of K and V (at its middle row), and there are
+// enough tiles for four per thread at 256 rows (f32) or only at 128 (bf16);
+// ragged last tiles, causal ends inside them, GQA, strided views. Forward
+// only: the backward's tiles do not depend on it. One problem per shape,
+// checked on every set.
+TEST(CpuIsaWideQueryTiles, ForwardMatchesFloat64Reference) {
+  const int heads = thread_count();
+  const harness::Case cases[] = {
+      make_case({1, 1025, 5000, heads, 1, 128}, DType::f32, Mask::causal_bottom_right),
+      make_case({1, 700, 8192, heads, 1, 128}, DType::bf16, Mask::none, true)};
+  for (const harness::Case& c : cases) {
+    const uint64_t seed = fresh_seed();
+    harness::Problem problem(c, Device{}, seed);
+    for (const char* set : kSets) {
+      if (!runs(set)) continue;
+      SCOPED_TRACE(std::string(set) + " on " + harness::describe(c) + ", " + replay_hint(seed));
+      ForcedIsa forced(set);
+      problem.poison_output();
+      forward(problem.params(Backend::cpu));
+      const harness::Accuracy acc = problem.evaluate(Backend::cpu);
+      EXPECT_TRUE(acc.passed) << acc.summary();
+    }
+  }
+}
 
 }  // namespace
 }  // namespace flashattn::test

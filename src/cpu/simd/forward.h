@@ -217,11 +217,6 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   for (int n0 = std::max(key_lo, blocks.first<Variant::kLowerEnds>() * kBlockN); n0 < hi;
        n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
-    // Few rows spend little arithmetic per key, so the next tile's K and V
-    // rows are requested now: rows of one head lie a row stride apart (or on
-    // pages of a cache), each often in its own memory page, where the
-    // hardware prefetchers do not follow.
-    if (dots) prefetch_keys(p, b, seq, hk, n0 + kBlockN, std::min(hi, n0 + 2 * kBlockN));
     const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
     const bool by_runs =
         runs_in_place && !cut && key_run(p, b, seq, n0, n0 + cols).count < cols;
@@ -299,11 +294,12 @@ inline Tiles rows_from(const Tiles& t, int r0, int dp) {
 template <typename Variant>
 void run_with(const AttnParams& p) {
   const Sizes& sz = p.sizes;
-  const int d = sz.head_dim, dp = padded(d), bm = block_rows(d);
   // Tiles per (batch, q head) and query block, or, where a group's heads
   // share them, per (batch, kv head): one block holds all their rows then.
   const bool shared = heads_share_tiles<Variant>(sz);
   const int tile_heads = shared ? sz.group() : 1, head_tiles = sz.heads_q / tile_heads;
+  const int d = sz.head_dim, dp = padded(d);
+  const int bm = block_rows(p, int64_t(sz.batch) * head_tiles);
   const int m_blocks = shared ? 1 : (sz.seqlen_q + bm - 1) / bm;
   const int64_t query_tiles = int64_t(sz.batch) * head_tiles * m_blocks;
   const int n_blocks = (sz.seqlen_k + kBlockN - 1) / kBlockN;

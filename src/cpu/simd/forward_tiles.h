@@ -7,9 +7,34 @@ constexpr int kBlockN = 64;
 
 inline int padded(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
-// Query rows per item: as many as keep Qᵀ and O (rows × head_dim each) within
-// a core's L2 beside the K and V tiles.
-inline int block_rows(int head_dim) { return head_dim <= 256 ? 64 : 32; }
+// K and V bytes of one head that a query tile reads, beyond which they no
+// longer stay in the cache from one of the head's tiles to the next
+// (measured: docs/perf/cpu.md v13).
+constexpr int64_t kStreamedKeyBytes = int64_t(4) << 20;
+
+// Query rows per item. Each item reads the keys its rows see, so the rows per
+// tile set how often K and V are read. 64 rows keep Qᵀ and O (rows ×
+// head_dim each) within a core's L2 beside the K and V tiles at any head_dim
+// up to 256 (32 beyond). Where the keys a tile reads come from memory for
+// every tile (over kStreamedKeyBytes, counted at the middle row, which sees
+// the average of a causal problem's), up to 256 rows at head dims to 128 read
+// them a quarter as often (Qᵀ, O and Sᵀ then take 320 KiB at head_dim 128),
+// as far as the tiles (slices: batch × query heads of them per query block)
+// still give every thread four items, so that uneven (causal) rows balance.
+// Wider causal tiles also compute more of the masked triangle at the
+// diagonal, which the middle-row count keeps to long sequences.
+inline int block_rows(const AttnParams& p, int64_t slices) {
+  const Sizes& sz = p.sizes;
+  if (sz.head_dim > 256) return 32;
+  const int64_t middle = sz.seqlen_q / 2;
+  const int64_t keys = p.mask.key_end(middle) - p.mask.key_begin(middle);
+  const int64_t key_bytes = 2 * keys * sz.head_dim * (p.dtype == DType::f32 ? 4 : 2);
+  if (sz.head_dim > 128 || sz.seqlen_q <= 64 || key_bytes < kStreamedKeyBytes) return 64;
+  int rows = 256;
+  while (rows > 64 && slices * ((sz.seqlen_q + rows - 1) / rows) < 4 * int64_t(thread_count()))
+    rows /= 2;
+  return rows;
+}
 
 // One worker's tiles, carved from a buffer kept by its thread.
 struct Tiles {

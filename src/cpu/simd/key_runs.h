@@ -51,18 +51,3 @@ inline MatB key_tile(const AttnParams& p, const TensorRef& t, int b, const Seque
   });
   return {tile, ld};
 }
-
-// Asks for keys [begin, end) of head h's K and V rows to be brought into the
-// cache.
-inline void prefetch_keys(const AttnParams& p, int b, const Sequence& seq, int h, int begin,
-                          int end) {
-  const int64_t item = p.dtype == DType::f32 ? 4 : 2, bytes = int64_t(p.sizes.head_dim) * item;
-  for_each_run(p, b, seq, begin, end, [&](const KeyRun& run, int) {
-    for (const TensorRef* t : {&p.k, &p.v})
-      for (int r = 0; r < run.count; ++r) {
-        const char* row =
-            static_cast<const char*>(t->data) + row_index(*t, run.slab, h, run.row0 + r) * item;
-        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
-      }
-  });
-}

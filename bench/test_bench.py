@@ -280,6 +280,18 @@ def test_history_line_of_a_cpu_grid_run_has_its_ratios_per_pass():
                               "cpu/torch best bwd": [1.5, 1.5, 1.5, 1, 1]}
 
 
+def test_history_line_of_a_cpu_ab_run_has_the_speedup_over_each_build():
+    results = {"cpu": "Some CPU", "commit": "c0ffee0", "isa": "avx2",
+               "date": "2026-11-28T12:00:00+00:00",
+               "builds": {"base": "old/libflashattn.so"},
+               "rows": [dict(pass_="fwd", ratio=1.2, ms=2.0, builds_ms={"base": 4.0}),
+                        dict(pass_="fwd", ratio=1.1, ms=2.0, builds_ms={"base": 1.0}),
+                        dict(pass_="bwd", ratio=None, ms=5.0, builds_ms={"base": 5.0})]}
+    ratios = report.history_line(results)["ratios"]
+    assert ratios["cpu/base fwd"] == [1.0, 0.5, 2.0, 2, 1]
+    assert ratios["cpu/base bwd"] == [1.0, 1.0, 1.0, 1, 1]
+
+
 def test_history_series_keeps_whole_grid_runs_and_cli_lines_parse():
     full = report.history_line(synthetic_results(grid.full_suite()), "h-abc1234.json")
     quick = report.history_line(synthetic_results(grid.quick_suite(), mode="quick"),

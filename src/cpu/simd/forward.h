@@ -371,12 +371,13 @@ void run_with(const AttnParams& p) {
     }
   });
   parallel_for((all_rows + 63) / 64, [&](int64_t chunk, int) {
-    std::vector<float> merged(d);
+    thread_local AlignedBuffer merge_buffer;  // kept between calls, as the tiles
+    float* merged = merge_buffer.reserve(size_t(d));
     for (int64_t row = chunk * 64; row < std::min(all_rows, (chunk + 1) * 64); ++row) {
       float lse_top = -INFINITY;
       for (int s = 0; s < splits; ++s) lse_top = lse_max(lse_top, partial_lse[s * all_rows + row]);
       float sum = 0.0f;
-      std::fill(merged.begin(), merged.end(), 0.0f);
+      std::fill(merged, merged + d, 0.0f);
       for (int s = 0; s < splits; ++s) {
         const float w = partial_weight(partial_lse[s * all_rows + row], lse_top);
         sum += w;

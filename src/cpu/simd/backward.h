@@ -137,15 +137,16 @@ struct KeyTile {
 
 // A KeyTile laid out in `buffer`, grown to fit head dims padded to dp.
 inline KeyTile key_tile_in(AlignedBuffer& buffer, int dp) {
-  const size_t tile = size_t(kBlockN) * dp, square = size_t(kBlockM) * kBlockN;
+  const size_t tile = size_t(kBlockN) * dp, row_tile = size_t(kBlockM) * dp;
+  const size_t square = size_t(kBlockM) * kBlockN;
   KeyTile t;
-  t.k_t = buffer.reserve(6 * tile + 4 * square + 2 * kBlockM);
+  t.k_t = buffer.reserve(4 * tile + 2 * row_tile + 4 * square + 2 * kBlockM);
   t.v_t = t.k_t + tile;
   t.dk = t.v_t + tile;
   t.dv = t.dk + tile;
   t.q_tile = t.dv + tile;
-  t.dout_tile = t.q_tile + tile;
-  t.s = t.dout_tile + tile;
+  t.dout_tile = t.q_tile + row_tile;
+  t.s = t.dout_tile + row_tile;
   t.ds = t.s + square;
   t.derivative = t.ds + square;
   t.keep = t.derivative + square;
@@ -268,13 +269,14 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
   const RowMask mask = row_mask(p, seq);
   const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
   thread_local AlignedBuffer buffer;
-  const size_t tile = size_t(kBlockM) * dp, square = size_t(kBlockM) * kBlockN;
-  float* q_t = buffer.reserve(5 * tile + 4 * square + 4 * kBlockM);
+  const size_t tile = size_t(kBlockM) * dp, key_tile = size_t(kBlockN) * dp;
+  const size_t square = size_t(kBlockM) * kBlockN;
+  float* q_t = buffer.reserve(3 * tile + 2 * key_tile + 4 * square + 4 * kBlockM);
   float* dout_t = q_t + tile;
   float* dq = dout_t + tile;
   float* k_tile = dq + tile;
-  float* v_tile = k_tile + tile;
-  float* s = v_tile + tile;
+  float* v_tile = k_tile + key_tile;
+  float* s = v_tile + key_tile;
   float* ds = s + square;
   float* derivative = ds + square;
   float* keep = derivative + square;

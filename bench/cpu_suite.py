@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from flashattn import _library, _torch_op
 
 import flashattn
+from flashattn import _library, _torch_op
 import grid
 import implementations
 import report
@@ -169,6 +169,19 @@ def build_calls(libs, q, k, v, causal, variants, backward=None):
     return {name: make(lib) for name, lib in libs.items()}
 
 
+def time_builds(row, builds, alone, q, k, v, causal, variants, backward=None):
+    """Seconds of this build's call on a point: `alone` timed by itself, or, with builds
+    ({name: loaded library}), this build's and theirs interleaved (build_calls), their
+    times put in row["builds_ms"]."""
+    if not builds:
+        return timed(alone)
+    libs = dict({THIS_BUILD: _library.library()}, **builds)
+    times = interleaved(build_calls(libs, q, k, v, causal, variants, backward))
+    ours = times.pop(THIS_BUILD)
+    row["builds_ms"] = {name: t * 1e3 for name, t in times.items()}
+    return ours
+
+
 def ceilings():
     a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
     mm = min(timed(lambda: torch.mm(a, b), budget_s=1.0) for _ in range(2))
@@ -204,14 +217,9 @@ def measure_point(p, builds=None):
     # PyTorch's layout (batch, heads, seqlen, head_dim), as views of the same tensors.
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     row = dict(p, label=label(p), gflop=flops(p) / 1e9)
-    libs = dict({THIS_BUILD: _library.library()}, **(builds or {}))
     if p["pass_"] == "fwd":
-        if builds:
-            times = interleaved(build_calls(libs, q, k, v, causal, variants))
-            ours = times.pop(THIS_BUILD)
-            row["builds_ms"] = {name: t * 1e3 for name, t in times.items()}
-        else:
-            ours = timed(lambda: flashattn.attention(q, k, v, **ours_options))
+        ours = time_builds(row, builds, lambda: flashattn.attention(q, k, v, **ours_options),
+                           q, k, v, causal, variants)
         theirs = {}
         for name, backend in torch_backends.items():
             try:
@@ -223,13 +231,9 @@ def measure_point(p, builds=None):
     else:
         out, lse = flashattn.attention(q, k, v, return_lse=True, **ours_options)
         dout = torch.randn_like(out)
-        if builds:
-            times = interleaved(build_calls(libs, q, k, v, causal, variants, (out, dout, lse)))
-            ours = times.pop(THIS_BUILD)
-            row["builds_ms"] = {name: t * 1e3 for name, t in times.items()}
-        else:
-            ours = timed(lambda: flashattn.attention_backward(q, k, v, out, dout, lse,
-                                                              **ours_options))
+        ours = time_builds(row, builds, lambda: flashattn.attention_backward(
+            q, k, v, out, dout, lse, **ours_options), q, k, v, causal, variants,
+            (out, dout, lse))
         theirs = {}
         for name, backend in torch_backends.items():
             try:

@@ -15,9 +15,14 @@ found beside the library or at $FLASHATTN_CPU_PEAK), for the instruction set the
 the fp32 matrix rate of torch.mm at 4096³; and the copy bandwidth. Each run writes its JSON and
 Markdown and adds a line to history.jsonl (report.history_line, kind "cpu grid").
 
+Timing: flashattn's call and each PyTorch backend's are timed in turn, ROUNDS times, each
+call's best round kept (timed() per turn: the median of its repetitions), so that a phase
+of the machine (the lent VMs' vector rate was seen to halve between two processes of one
+lease) reaches both sides alike. A PyTorch backend over 1.5× the fastest of them after the
+first round cannot be the fastest and drops out.
+
 A/B of CPU kernel versions (bench/run --grids cpu --builds NAME=PATH): each point also runs
-on every other build's `cpu` backend, this build and those in turn over AB_ROUNDS rounds
-(each call timed as timed() does, the best round kept), all through the same op
+on every other build's `cpu` backend, in the same turns, all through the same op
 (_torch_op.run and run_backward, lib= each build's library), so drift during a point
 reaches every build alike; the report gives this build's speed-up over each per point and
 their geometric mean. Both libraries' thread pools live in the process; an idle pool sleeps.
@@ -106,8 +111,9 @@ def flops(p):
     return f * (2.5 if p["pass_"] == "bwd" else 1.0)
 
 
-AB_ROUNDS = 3  # turns of this build and each other build per point (A/B mode)
+ROUNDS = 3  # turns of each call (this build, other builds, PyTorch's backends) per point
 THIS_BUILD = "@this"  # this build's name among the A/B builds (theirs have no "@")
+TORCH = "torch:"  # prefix of PyTorch's backends among a point's calls
 
 
 def timed(fn, budget_s=0.6, min_reps=3, max_reps=20):
@@ -121,29 +127,36 @@ def timed(fn, budget_s=0.6, min_reps=3, max_reps=20):
     return statistics.median(times)
 
 
-def vector_peak(threads, isa):
-    """GFLOP/s of flashattn-cpu-peak's line for `isa` on `threads` threads, or None."""
+def vector_peak(threads, isa, runs=3):
+    """GFLOP/s of flashattn-cpu-peak's line for `isa` on `threads` threads, the best of
+    `runs` runs (a lent VM's rate was seen to halve from one run to the next), or None."""
     lib = Path(os.environ.get("FLASHATTN_LIBRARY", "build/libflashattn.so")).resolve().parent
     exe = Path(os.environ.get("FLASHATTN_CPU_PEAK", lib / "tools/cpu_peak/flashattn-cpu-peak"))
     if not exe.exists():
         return None
-    out = subprocess.run([str(exe), str(threads)], capture_output=True, text=True).stdout
     peaks = {}
-    for line in out.splitlines():
-        m = re.match(r"(\w+) 1 thread ([\d.]+) GFLOP/s, \d+ threads ([\d.]+)", line)
-        if m:
-            peaks[m.group(1)] = float(m.group(3))
+    for _ in range(runs):
+        out = subprocess.run([str(exe), str(threads)], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            m = re.match(r"(\w+) 1 thread ([\d.]+) GFLOP/s, \d+ threads ([\d.]+)", line)
+            if m:
+                peaks[m.group(1)] = max(peaks.get(m.group(1), 0.0), float(m.group(3)))
     return peaks.get(isa, max(peaks.values()) if peaks else None)
 
 
-def interleaved(calls, rounds=AB_ROUNDS):
+def interleaved(calls, rounds=ROUNDS):
     """{name: seconds} for {name: fn}: the calls timed in turn, `rounds` times, each one's
-    best round kept."""
+    best round kept. After the first round, PyTorch's backends (names starting with TORCH)
+    over 1.5× the fastest of them drop out: they cannot become the fastest."""
     best = {}
-    for _ in range(rounds):
+    for turn in range(rounds):
         for name, fn in calls.items():
             t = timed(fn)
             best[name] = min(best.get(name, t), t)
+        if turn == 0:
+            theirs = [t for name, t in best.items() if name.startswith(TORCH)]
+            calls = {name: fn for name, fn in calls.items()
+                     if not name.startswith(TORCH) or best[name] <= 1.5 * min(theirs)}
     return best
 
 
@@ -169,17 +182,13 @@ def build_calls(libs, q, k, v, causal, variants, backward=None):
     return {name: make(lib) for name, lib in libs.items()}
 
 
-def time_builds(row, builds, alone, q, k, v, causal, variants, backward=None):
-    """Seconds of this build's call on a point: `alone` timed by itself, or, with builds
-    ({name: loaded library}), this build's and theirs interleaved (build_calls), their
-    times put in row["builds_ms"]."""
+def our_calls(builds, alone, q, k, v, causal, variants, backward=None):
+    """This build's call on a point (`alone`), or, with builds ({name: loaded library}), this
+    build's and theirs through one op (build_calls), named by build."""
     if not builds:
-        return timed(alone)
+        return {THIS_BUILD: alone}
     libs = dict({THIS_BUILD: _library.library()}, **builds)
-    times = interleaved(build_calls(libs, q, k, v, causal, variants, backward))
-    ours = times.pop(THIS_BUILD)
-    row["builds_ms"] = {name: t * 1e3 for name, t in times.items()}
-    return ours
+    return build_calls(libs, q, k, v, causal, variants, backward)
 
 
 def ceilings():
@@ -217,33 +226,40 @@ def measure_point(p, builds=None):
     # PyTorch's layout (batch, heads, seqlen, head_dim), as views of the same tensors.
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     row = dict(p, label=label(p), gflop=flops(p) / 1e9)
+    theirs = {}  # PyTorch's calls that run this point, by backend
     if p["pass_"] == "fwd":
-        ours = time_builds(row, builds, lambda: flashattn.attention(q, k, v, **ours_options),
-                           q, k, v, causal, variants)
-        theirs = {}
+        ours = our_calls(builds, lambda: flashattn.attention(q, k, v, **ours_options),
+                         q, k, v, causal, variants)
         for name, backend in torch_backends.items():
-            try:
+            def call(backend=backend):
                 with sdpa_kernel(backend):
-                    theirs[name] = timed(lambda: F.scaled_dot_product_attention(
-                        qt, kt, vt, **torch_options))
+                    return F.scaled_dot_product_attention(qt, kt, vt, **torch_options)
+            try:
+                call()
+                theirs[name] = call
             except RuntimeError:
                 pass
     else:
         out, lse = flashattn.attention(q, k, v, return_lse=True, **ours_options)
         dout = torch.randn_like(out)
-        ours = time_builds(row, builds, lambda: flashattn.attention_backward(
+        ours = our_calls(builds, lambda: flashattn.attention_backward(
             q, k, v, out, dout, lse, **ours_options), q, k, v, causal, variants,
             (out, dout, lse))
-        theirs = {}
         for name, backend in torch_backends.items():
             try:
+                # The graph is built under the backend, which its backward then runs.
                 leaves = [x.detach().requires_grad_() for x in (qt, kt, vt)]
                 with sdpa_kernel(backend), torch.enable_grad():
                     o = F.scaled_dot_product_attention(*leaves, **torch_options)
-                    theirs[name] = timed(lambda: torch.autograd.grad(
-                        o, leaves, dout.transpose(1, 2), retain_graph=True))
+                theirs[name] = lambda o=o, leaves=leaves: torch.autograd.grad(
+                    o, leaves, dout.transpose(1, 2), retain_graph=True)
             except RuntimeError:
                 pass
+    times = interleaved(dict(ours, **{TORCH + name: fn for name, fn in theirs.items()}))
+    theirs = {name[len(TORCH):]: t for name, t in times.items() if name.startswith(TORCH)}
+    ours = times.pop(THIS_BUILD)
+    if builds:
+        row["builds_ms"] = {name: times[name] * 1e3 for name in builds}
     row["ms"] = ours * 1e3
     row["gflops"] = flops(p) / ours / 1e9
     row["torch_ms"] = {name: t * 1e3 for name, t in theirs.items()}
@@ -308,10 +324,23 @@ def markdown(results):
               f"geometric mean {statistics.geometric_mean(ratios):.2f}× over {len(ratios)} points."]
     for name, path in builds.items():
         speedups = [r["builds_ms"][name] / r["ms"] for r in results["rows"]]
-        lines.append(f"This build over {name} ({path}), interleaved, best of {AB_ROUNDS} "
+        lines.append(f"This build over {name} ({path}), interleaved, best of {ROUNDS} "
                      f"rounds: min {min(speedups):.3f}×, geometric mean "
                      f"{statistics.geometric_mean(speedups):.3f}× over {len(speedups)} points.")
     return "\n".join(lines) + "\n"
+
+
+def chosen(quick=False, match=None):
+    """The grid's points whose label matches `match` (all where None)."""
+    return [p for p in points(quick) if not match or re.search(match, label(p))]
+
+
+def dry_run(quick=False, match=None):
+    """Lists the points bench/run would time, without timing any."""
+    pts = chosen(quick, match)
+    print(f"cpu: {len(pts)} points")
+    for p in pts:
+        print(f"  {label(p):<52} {flops(p) / 1e9:12.4g} GFLOP")
 
 
 def run(out_dir, commit, quick=False, match=None, builds=None):
@@ -332,9 +361,7 @@ def run(out_dir, commit, quick=False, match=None, builds=None):
     print(f"  fp32 mm {results['ceilings']['f32_matmul_gflops']:.0f} GFLOP/s, copy "
           f"{results['ceilings']['copy_gb_per_s']:.1f} GB/s, vector peak "
           f"{results['ceilings']['vector_peak_gflops']} GFLOP/s", flush=True)
-    for p in points(quick):
-        if match and not re.search(match, label(p)):
-            continue
+    for p in chosen(quick, match):
         row = measure_point(p, libs)
         results["rows"].append(row)
         theirs = (f"PyTorch {row['torch_best']} {row['torch_gflops']:7.1f}  ratio "

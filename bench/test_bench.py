@@ -787,6 +787,30 @@ def test_cpu_grid_sets_the_variants_beside_plain_points_of_their_shape():
     assert cpu_suite.flops(window) == 2.5 * 4 * 8 * 64 * grid.visible_pairs(4096, True, 512, 0)
 
 
+def test_cpu_grid_times_pytorch_in_turn_with_ours_and_drops_its_clear_losers(monkeypatch):
+    cpu_suite = pytest.importorskip("cpu_suite")  # imports torch
+    # Each call's time per turn; the second turn is the machine's slow phase for "ours".
+    turns = {"@this": [2.0, 3.0, 1.0], "torch:flash": [2.5, 1.5, 2.5], "torch:math": [9.0]}
+    order = []
+
+    def timed(fn):
+        order.append(fn)
+        return turns[fn].pop(0)
+    monkeypatch.setattr(cpu_suite, "timed", timed)
+    best = cpu_suite.interleaved({name: name for name in turns}, rounds=3)
+    assert best == {"@this": 1.0, "torch:flash": 1.5, "torch:math": 9.0}
+    # math (over 1.5x flash after the first turn) is timed once; the others every turn.
+    assert order == ["@this", "torch:flash", "torch:math"] + ["@this", "torch:flash"] * 2
+
+
+def test_cpu_grid_dry_run_lists_points_without_timing(capsys):
+    cpu_suite = pytest.importorskip("cpu_suite")  # imports torch
+    cpu_suite.dry_run(match="^bwd B8 ")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "cpu: 4 points"
+    assert all(line.split()[0] == "bwd" for line in out[1:]) and len(out) == 5
+
+
 def test_models_grid_names_real_layers_at_their_shapes():
     import model_shapes
     points = grid.models_points()

@@ -6,6 +6,13 @@ inline int64_t row_index(const TensorRef& t, int b, int h, int64_t row) {
   return b * t.batch_stride + row * t.row_stride + h * t.head_stride;
 }
 
+// Elements [at, at + kLanes) of a buffer of `dtype` as floats.
+inline Vec load_lanes(DType dtype, const void* data, int64_t at) {
+  if (dtype == DType::f32) return load(static_cast<const float*>(data) + at);
+  if (dtype == DType::bf16) return bf16_to_vec(static_cast<const uint16_t*>(data) + at);
+  return f16_to_vec(static_cast<const uint16_t*>(data) + at);
+}
+
 // dst[r·ld + c] = scale·t[row0 + r][c] for c < head_dim, 0 for head_dim <= c < ld.
 inline void load_tile(DType dtype, const TensorRef& t, int head_dim, int b, int h, int row0,
                       int rows, float* dst, int ld, float scale = 1.0f) {
@@ -14,10 +21,7 @@ inline void load_tile(DType dtype, const TensorRef& t, int head_dim, int b, int 
     const int64_t base = row_index(t, b, h, row0 + r);
     float* out = dst + int64_t(r) * ld;
     for (int c = 0; c < full; c += kLanes) {
-      Vec x;
-      if (dtype == DType::f32) x = load(static_cast<const float*>(t.data) + base + c);
-      else if (dtype == DType::bf16) x = bf16_to_vec(static_cast<const uint16_t*>(t.data) + base + c);
-      else x = f16_to_vec(static_cast<const uint16_t*>(t.data) + base + c);
+      const Vec x = load_lanes(dtype, t.data, base + c);
       store(out + c, scale == 1.0f ? x : x * splat(scale));
     }
     for (int c = full; c < head_dim; ++c) out[c] = load_float(t.data, dtype, base + c) * scale;
@@ -25,13 +29,29 @@ inline void load_tile(DType dtype, const TensorRef& t, int head_dim, int b, int 
   }
 }
 
-// dst[e·ld + r] = scale·t[row0 + r][e] for r < rows; 0 for rows <= r < ld.
+// dst[e·ld + r] = scale·t[row0 + r][e] for r < rows; 0 for rows <= r < ld (a
+// multiple of kLanes). kLanes rows at a time, read as vectors along head_dim
+// and transposed in registers (vec.h, transpose_lanes): element by element,
+// the transposition of a 64-row tile at head_dim 128 cost about two key
+// tiles' products on a Xeon (docs/perf/cpu.md v14).
 inline void load_transposed(DType dtype, const TensorRef& t, int head_dim, int b, int h, int row0,
                             int rows, float* dst, int ld, float scale = 1.0f) {
-  for (int e = 0; e < head_dim; ++e) std::fill(dst + int64_t(e) * ld + rows, dst + int64_t(e + 1) * ld, 0.0f);
-  for (int r = 0; r < rows; ++r) {
-    const int64_t base = row_index(t, b, h, row0 + r);
-    for (int e = 0; e < head_dim; ++e) dst[int64_t(e) * ld + r] = load_float(t.data, dtype, base + e) * scale;
+  const int full = head_dim / kLanes * kLanes;
+  const Vec by = splat(scale);
+  for (int r0 = 0; r0 < ld; r0 += kLanes) {
+    const int real = std::clamp(rows - r0, 0, kLanes);
+    int64_t base[kLanes];
+    for (int i = 0; i < real; ++i) base[i] = row_index(t, b, h, row0 + r0 + i);
+    for (int c = 0; c < full; c += kLanes) {
+      Vec x[kLanes];
+      for (int i = 0; i < kLanes; ++i)
+        x[i] = i < real ? load_lanes(dtype, t.data, base[i] + c) * by : Vec{};
+      transpose_lanes(x);
+      for (int e = 0; e < kLanes; ++e) store(dst + int64_t(c + e) * ld + r0, x[e]);
+    }
+    for (int e = full; e < head_dim; ++e)
+      for (int i = 0; i < kLanes; ++i)
+        dst[int64_t(e) * ld + r0 + i] = i < real ? load_float(t.data, dtype, base[i] + e) * scale : 0.0f;
   }
 }
 

@@ -31,9 +31,9 @@ inline void load_tile(DType dtype, const TensorRef& t, int head_dim, int b, int 
 
 // dst[e·ld + r] = scale·t[row0 + r][e] for r < rows; 0 for rows <= r < ld (a
 // multiple of kLanes). kLanes rows at a time, read as vectors along head_dim
-// and transposed in registers (vec.h, transpose_lanes): element by element,
-// the transposition of a 64-row tile at head_dim 128 cost about two key
-// tiles' products on a Xeon (docs/perf/cpu.md v14).
+// and transposed in registers (vec.h, transpose_lanes): done element by
+// element, it made most of a 64-row tile's fixed cost, which at head_dim 128
+// came to about two key tiles' products on a Xeon (docs/perf/cpu.md v14).
 inline void load_transposed(DType dtype, const TensorRef& t, int head_dim, int b, int h, int row0,
                             int rows, float* dst, int ld, float scale = 1.0f) {
   const int full = head_dim / kLanes * kLanes;

@@ -7,7 +7,8 @@ included, so both ends of a causal mask are covered). That costs O(rows·seqlen�
 not the O(seqlen²) of a full reference, so it fits beside the largest points.
 
 Grouped-query attention: k and v may have fewer heads than q (a divisor of q's); query head
-h reads kv head h // (heads_q / heads_kv), and dk, dv of a kv head sum over its group.
+h reads kv head h // (heads_q / heads_kv), and dk, dv of a kv head sum over its group. v may
+have a head_dim of its own (head_dim_v), which out, dout and dv then have too.
 
 The variants (window, softcap, ALiBi, a mask tensor) come as a score_variants.Variants,
 applied to the float64 scores by score_variants.scores, the same rule the baselines' masks
@@ -42,9 +43,10 @@ def probabilities(s):
 
 
 def reference_rows(q, k, v, causal, rows, variants=score_variants.NONE):
-    """float64 softmax(q·kᵀ/√d)·v for batch 0 at query `rows`: (heads_q, rows, head_dim).
-    q is (batch, seqlen, heads_q, head_dim), k and v (batch, seqlen, heads_kv, head_dim);
-    causal is top-left (key j ≤ query i); the scores go through `variants`."""
+    """float64 softmax(q·kᵀ/√d)·v for batch 0 at query `rows`: (heads_q, rows, head_dim_v).
+    q is (batch, seqlen, heads_q, head_dim), k (batch, seqlen, heads_kv, head_dim), v
+    (batch, seqlen, heads_kv, head_dim_v); causal is top-left (key j ≤ query i); the scores
+    go through `variants`."""
     q0 = q[0, rows].transpose(0, 1).double()
     k0, v0 = (per_query_head(t, q.shape[2]) for t in (k, v))
     keys = torch.arange(k.shape[1], device=q.device)
@@ -54,7 +56,7 @@ def reference_rows(q, k, v, causal, rows, variants=score_variants.NONE):
 
 
 def rel_l2_err(out, reference, rows):
-    """‖out − ref‖ / ‖ref‖ over the sampled rows; out is (batch, heads, seqlen, head_dim).
+    """‖out − ref‖ / ‖ref‖ over the sampled rows; out is (batch, heads, seqlen, head_dim_v).
     None (JSON null) when the output holds NaN or inf."""
     sampled = out[0, :, rows].double()
     err = (torch.linalg.vector_norm(sampled - reference) /
@@ -69,10 +71,11 @@ CHUNK_ELEMENTS = 1 << 27
 
 def reference_gradients(q, k, v, dout, causal, rows, variants=score_variants.NONE):
     """float64 gradients of batch 0 with dout: dq at query `rows`, dk and dv at the keys of
-    the same indices, dq (heads_q, rows, head_dim), dk and dv (heads_kv, rows, head_dim). q
-    and dout are (batch, seqlen, heads_q, head_dim), k and v (batch, seqlen, heads_kv,
-    head_dim), seqlen_q = seqlen_k; causal is top-left; the scores go through `variants`
-    (dS times the softcap's derivative).
+    the same indices, dq (heads_q, rows, head_dim), dk (heads_kv, rows, head_dim) and dv
+    (heads_kv, rows, head_dim_v). q is (batch, seqlen, heads_q, head_dim), dout (batch,
+    seqlen, heads_q, head_dim_v), k (batch, seqlen, heads_kv, head_dim) and v (batch,
+    seqlen, heads_kv, head_dim_v), seqlen_q = seqlen_k; causal is top-left; the scores go
+    through `variants` (dS times the softcap's derivative).
 
     dk and dv of a key sum over every query row, so every row's probabilities are needed:
     the rows go through in chunks, each recomputing its scores against all keys (lse and
@@ -85,7 +88,8 @@ def reference_gradients(q, k, v, dout, causal, rows, variants=score_variants.NON
     scale = 1.0 / math.sqrt(head_dim)
     keys = torch.arange(seqlen, device=q.device)
     dq = torch.zeros(heads, len(rows), head_dim, dtype=torch.float64, device=q.device)
-    dk, dv = torch.zeros_like(dq), torch.zeros_like(dq)
+    dk = torch.zeros_like(dq)
+    dv = torch.zeros(heads, len(rows), v.shape[-1], dtype=torch.float64, device=q.device)
     step = max(1, CHUNK_ELEMENTS // (heads * seqlen))
     for first in range(0, seqlen, step):
         chunk = torch.arange(first, min(first + step, seqlen), device=q.device)

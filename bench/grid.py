@@ -23,8 +23,9 @@ Eleven grids:
 - "models", "models_bwd": attention layers of models people run (model_shapes.py), each
   named by its model and layer: decoder LLMs' causal prefill with their grouped kv heads,
   encoders, vision transformers, diffusion U-Nets and DiTs up to a 119k-token video, many
-  at lengths that are not multiples of 128; the forward, and a training step's forward and
-  backward ("fwd+bwd") on a few of them.
+  at lengths that are not multiples of 128, and DeepSeek's multi-head latent attention,
+  whose v has a head_dim of its own (128 beside q's and k's 192); the forward, and a
+  training step's forward and backward ("fwd+bwd") on a few of them.
 - "decode", "varlen": inference shapes measured by the standalone scripts' own code
   (SCRIPT_GRIDS): one decoding step over a KV cache, contiguous or paged
   (decode_grid.py, bench/decode.py), and packed batches of sequences of a realistic spread
@@ -62,9 +63,10 @@ EXERCISE_BWD_SHAPES = ((1000, 1024, 16), (4096, 1024, 16), (1000, 512, 8))
 # (S = Q·Kᵀ recomputed, dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q), 2.5×.
 PASSES = ("fwd", "bwd", "fwd+bwd")
 PASS_FLOPS = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
-# Tensors each pass must at least read or write once, as (of q's heads, of kv's heads): fwd
-# q, out and k, v; bwd q, out, dout, dq and k, v, dk, dv; fwd+bwd both.
-PASS_TENSORS = {"fwd": (2, 2), "bwd": (4, 4), "fwd+bwd": (6, 6)}
+# Times each pass must at least read or write the bytes of q, k, v and out: fwd reads q, k,
+# v and writes out; bwd reads q, k, v, out and dout and writes dq, dk and dv (each gradient
+# its tensor's size, dout out's); fwd+bwd both.
+PASS_TENSORS = {"fwd": 1, "bwd": 2, "fwd+bwd": 3}
 
 MEMORY_SEQLENS = tuple(512 * 2**i for i in range(8))  # 512 … 65536
 MEMORY_HEADS = 16
@@ -145,9 +147,11 @@ SCRIPT_GRIDS = ("decode", "varlen")
 
 @dataclass(frozen=True)
 class Point:
-    """One problem: q (batch, seqlen, heads, head_dim), k and v (batch, seqlen, heads_kv,
-    head_dim): seqlen_q = seqlen_k; heads_kv divides heads (grouped-query attention, each kv
-    head shared by heads / heads_kv query heads) and is heads where not given."""
+    """One problem: q (batch, seqlen, heads, head_dim), k (batch, seqlen, heads_kv,
+    head_dim), v (batch, seqlen, heads_kv, head_dim_v), out (batch, seqlen, heads,
+    head_dim_v): seqlen_q = seqlen_k; heads_kv divides heads (grouped-query attention, each
+    kv head shared by heads / heads_kv query heads) and is heads where not given; head_dim_v
+    is head_dim where not given."""
 
     grid: str
     dtype: str
@@ -166,20 +170,25 @@ class Point:
     name: str = None        # the model and layer (grids models, models_bwd)
     attn_mask: str = None   # a key of ATTN_MASKS: the tensor passed as attn_mask; None: none
     dropout: float = 0.0    # > 0: dropout on the probabilities at this rate
+    head_dim_v: int = None  # v's (and out's) head_dim; None: head_dim
 
     def __post_init__(self):
         if self.heads_kv is None:
             object.__setattr__(self, "heads_kv", self.heads)
+        if self.head_dim_v is None:
+            object.__setattr__(self, "head_dim_v", self.head_dim)
 
     def flops(self):
-        """The forward's 4·B·H·Nq·Nk·d (two matrix products of 2·Nq·Nk·d each, H the query
-        heads: grouping shares k and v, not the work), halved for causal; with a window,
-        4·B·H·d times the (row, key) pairs it leaves visible. Times 2.5 for the backward,
-        3.5 for forward and backward (PASS_FLOPS)."""
+        """The forward's 2·B·H·Nq·Nk·(d + d_v) (S = Q·Kᵀ, 2·Nq·Nk·d, and P·V, 2·Nq·Nk·d_v,
+        H the query heads: grouping shares k and v, not the work), 4·B·H·Nq·Nk·d where v's
+        head_dim d_v is d, halved for causal; with a window, 2·B·H·(d + d_v) times the
+        (row, key) pairs it leaves visible. Times 2.5 for the backward, 3.5 for forward and
+        backward (PASS_FLOPS)."""
+        per_pair = 2 * self.batch * self.heads * (self.head_dim + self.head_dim_v)
         if self.window is not None:
             pairs = visible_pairs(self.seqlen, self.causal != "none", *self.window)
-            return PASS_FLOPS[self.pass_] * 4 * self.batch * self.heads * self.head_dim * pairs
-        full = 4 * self.batch * self.heads * self.seqlen * self.seqlen * self.head_dim
+            return PASS_FLOPS[self.pass_] * per_pair * pairs
+        full = per_pair * self.seqlen * self.seqlen
         return PASS_FLOPS[self.pass_] * (full / 2 if self.causal != "none" else full)
 
     def variant_label(self):
@@ -193,13 +202,11 @@ class Point:
         parts += [f"dropout {self.dropout:g}"] if self.dropout else []
         return " ".join(parts)
 
-    def tensor_bytes(self):
-        """Bytes of one of q, out (and dout, dq)."""
-        return self.batch * self.seqlen * self.heads * self.head_dim * ITEM_BYTES[self.dtype]
-
-    def kv_bytes(self):
-        """Bytes of one of k, v (and dk, dv)."""
-        return self.batch * self.seqlen * self.heads_kv * self.head_dim * ITEM_BYTES[self.dtype]
+    def tensor_bytes(self, heads, head_dim):
+        """Bytes of a (batch, seqlen, heads, head_dim) tensor of the point's dtype: q (and
+        dq) of heads and head_dim, out (and dout) of heads and head_dim_v, k (and dk) of
+        heads_kv and head_dim, v (and dv) of heads_kv and head_dim_v."""
+        return self.batch * self.seqlen * heads * head_dim * ITEM_BYTES[self.dtype]
 
     def mask_bytes(self):
         """Bytes of the attn_mask tensor (its broadcast dimensions stored once), 0 without."""
@@ -211,14 +218,15 @@ class Point:
     def min_bytes(self):
         """The fewest bytes one call must move: each tensor of the pass read or written once
         (the forward reads q, k, v and the mask tensor and writes out)."""
-        of_q, of_kv = PASS_TENSORS[self.pass_]
-        return (of_q * self.tensor_bytes() + of_kv * self.kv_bytes() +
+        head_dims = self.head_dim + self.head_dim_v  # q and out; k and v
+        return (PASS_TENSORS[self.pass_] * (self.tensor_bytes(self.heads, head_dims) +
+                                            self.tensor_bytes(self.heads_kv, head_dims)) +
                 PASS_MASK_READS[self.pass_] * self.mask_bytes())
 
     def label(self):
         mask = "" if self.causal == "none" else " causal"
         shape = (f"B{self.batch} N{self.seqlen} H{heads_label(self.heads, self.heads_kv)} "
-                 f"d{self.head_dim}")
+                 f"d{head_dims_label(self.head_dim, self.head_dim_v)}")
         if self.exercise:
             n, d_model, h = self.exercise
             shape = f"N={n} d_model={d_model} h={h} (d{self.head_dim})"
@@ -252,6 +260,11 @@ def equal_work_seqlen(pairs):
 def heads_label(heads_q, heads_kv):
     """"8", or "8/4" where 8 query heads share 4 kv heads."""
     return str(heads_q) if heads_kv in (None, heads_q) else f"{heads_q}/{heads_kv}"
+
+
+def head_dims_label(head_dim, head_dim_v):
+    """"128", or "192/128" where v's head_dim (128) differs from q's and k's (192)."""
+    return str(head_dim) if head_dim_v in (None, head_dim) else f"{head_dim}/{head_dim_v}"
 
 
 def paper_points(seqlens=PAPER_SEQLENS, head_dims=PAPER_HEAD_DIMS, dtypes=PAPER_DTYPES,
@@ -318,7 +331,7 @@ def models_points(layers=model_shapes.FORWARD, pass_="fwd", grid="models"):
     """The model layers (model_shapes.Layer) as points of one pass."""
     return [Point(grid, layer.dtype, layer.batch, layer.seqlen, layer.heads, layer.head_dim,
                   "top_left" if layer.causal else "none", pass_=pass_,
-                  heads_kv=layer.heads_kv, name=layer.name)
+                  heads_kv=layer.heads_kv, name=layer.name, head_dim_v=layer.head_dim_v)
             for layer in layers]
 
 

@@ -4,12 +4,17 @@ Inputs are stored (batch, seqlen, heads, head_dim), contiguous: flashattn's layo
 FlashAttention API's, and the exercise's N × d_model row-major matrices. PyTorch's
 (batch, heads, seqlen, head_dim) functions get transposed views of the same storage, as a
 model with a fused QKV projection hands them. Every callable returns (batch, heads, seqlen,
-head_dim) (a view where that is free) so outputs compare alike.
+head_dim_v) (a view where that is free) so outputs compare alike.
 
 Grouped-query attention (grid wide_bwd): k and v have heads_kv heads, a divisor of q's
 heads, query head h reading kv head h // (heads_q / heads_kv). flashattn takes such k and v
 as they are; PyTorch's SDPA with enable_gqa=True (a backend without it declines the point,
 and its row says why); standard attention repeats each kv head over its group first.
+
+v's head_dim may differ from q's and k's (grid models: DeepSeek's multi-head latent
+attention, 192 and 128); out and dout then have v's. Every implementation gets such inputs
+as they are: a flashattn backend or an SDPA backend that needs one head_dim declines the
+point (UnsupportedError, or SDPA's "No available kernel" with its reasons in the row).
 
 The backward (grids paper_bwd, exercise_bwd, wide_bwd, variants): an implementation with
 `gradients` prepares, for every input copy (q, k, v, dout), what its timed call needs and
@@ -66,7 +71,7 @@ class Impl:
     name: str
     family: str                  # FLASHATTN or ALTERNATIVE
     call: Callable               # call(q, k, v, causal, variants=NONE) -> out (batch, heads,
-    #                              seqlen, head_dim)
+    #                              seqlen, head_dim_v)
     context: Callable = contextlib.nullcontext  # entered around all calls of one point
     slow: bool = False           # the forward is skipped where one call would take too long
     gradients: Callable = None   # gradients(pass_, inputs, causal, variants=NONE) -> call(i);
@@ -97,7 +102,7 @@ def leaves(inputs):
 
 def autograd_gradients(forward):
     """gradients() of a differentiable forward(q, k, v, causal, variants) -> (batch, heads,
-    seqlen, head_dim): "bwd" runs autograd.grad through a graph kept from one forward per
+    seqlen, head_dim_v): "bwd" runs autograd.grad through a graph kept from one forward per
     copy, "fwd+bwd" a forward and autograd.grad."""
     def gradients(pass_, inputs, causal, variants=score_variants.NONE):
         copies = leaves(inputs)

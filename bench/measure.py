@@ -6,8 +6,9 @@ accuracy is that of dq, dk and dv. A point of the variants grid gives every call
 reference its Variants (score_variants.py), made once for the point (its mask tensor too).
 
 A row's "status" says what happened: "ok"; "unsupported" (the implementation declines the
-dtype, head_dim or a variant); "oom" (torch.OutOfMemoryError); "skipped" (a slow implementation
-whose predicted time per call is over the limit); "error" (anything else, message in "note").
+dtype, a head_dim, v's head_dim other than q's, or a variant); "oom"
+(torch.OutOfMemoryError); "skipped" (a slow implementation whose predicted time per call is
+over the limit); "error" (anything else, message in "note").
 """
 import gc
 import random
@@ -37,7 +38,7 @@ TIMING_ROUNDS = 5
 class SlowRate:
     """Predicts a slow implementation's time per call (Impl.slow_prior: cuda_naive's
     forward, cuda_tiled's backward) from its slowest rate seen on points of the same pass,
-    dtype, head_dim and mask (its rate falls steeply with head_dim), else its prior."""
+    dtype, head dims and mask (its rate falls steeply with head_dim), else its prior."""
 
     def __init__(self, limit_s):
         self.limit_s = limit_s
@@ -45,7 +46,8 @@ class SlowRate:
 
     @staticmethod
     def kind(point, impl):
-        return impl.name, point.pass_, point.dtype, point.head_dim, point.causal
+        return (impl.name, point.pass_, point.dtype, point.head_dim, point.head_dim_v,
+                point.causal)
 
     def rate(self, point, impl):
         return self.tflops.get(self.kind(point, impl), impl.slow_prior(point.pass_))
@@ -70,10 +72,12 @@ def tensors_per_copy(point):
 
 def make_inputs(point, copies):
     """`copies` independent (q, k, v) sets, (q, k, v, dout) for a backward point, of fresh
-    standard-normal data; k and v with the point's heads_kv heads."""
+    standard-normal data; k and v with the point's heads_kv heads, v and dout (out's shape)
+    with its head_dim_v."""
     q_shape = (point.batch, point.seqlen, point.heads, point.head_dim)
-    kv_shape = (point.batch, point.seqlen, point.heads_kv, point.head_dim)
-    shapes = (q_shape, kv_shape, kv_shape, q_shape)[:tensors_per_copy(point)]
+    k_shape = (point.batch, point.seqlen, point.heads_kv, point.head_dim)
+    v_shape, out_shape = (shape[:3] + (point.head_dim_v,) for shape in (k_shape, q_shape))
+    shapes = (q_shape, k_shape, v_shape, out_shape)[:tensors_per_copy(point)]
     dtype = score_variants.TORCH_DTYPES[point.dtype]
     return [tuple(torch.randn(shape, dtype=dtype, device="cuda") for shape in shapes)
             for _ in range(copies)]
@@ -98,8 +102,9 @@ def base_row(point, impl):
     row = {"impl": impl.name, "family": impl.family, "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
            "heads_q": point.heads, "heads_kv": point.heads_kv, "head_dim": point.head_dim,
-           "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
-           "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
+           "head_dim_v": point.head_dim_v, "causal": point.causal, "pass": point.pass_,
+           "ms": None, "tflops": None, "peak_extra_bytes": None, "rel_l2_err": None,
+           "status": "ok"}
     if point.exercise:
         row["exercise"] = list(point.exercise)
     if point.name:
@@ -237,8 +242,9 @@ def release_memory():
 def measure_point(point, impls, budget, slow_rate):
     """Rows for every implementation in `impls` that takes part in `point`'s pass."""
     # q, k, v; a backward's copies also dout and out (and lse, or a kept graph).
-    of_q = 1 if point.pass_ == "fwd" else 3
-    set_bytes = of_q * point.tensor_bytes() + 2 * point.kv_bytes()
+    outs = 0 if point.pass_ == "fwd" else 2
+    set_bytes = (point.tensor_bytes(point.heads, point.head_dim + outs * point.head_dim_v) +
+                 point.tensor_bytes(point.heads_kv, point.head_dim + point.head_dim_v))
     copies = timing.copies_needed(set_bytes) if point.timed else 1
     inputs = make_inputs(point, copies)
     variants = score_variants.of_point(point)

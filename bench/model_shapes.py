@@ -3,12 +3,14 @@ real batch, sequence length, query and kv heads, head_dim, dtype and mask, named
 model and the layer so that a table row answers "is it faster for my model?".
 
 Heads are per GPU: a model served with tensor parallelism over 8 GPUs ("TP8") runs 1/8 of
-its query and kv heads on each. Sequence lengths are the ones the model sees, so most are
-not multiples of 128: prompts of any length, an image's patches plus a class token, a
-video's latent patches plus the text tokens of joint attention ("4096+512"). Diffusion
-batches are 2 where classifier-free guidance runs the conditional and unconditional
-passes together, 1 for guidance-distilled models (FLUX.1, HunyuanVideo). Pure data, no
-torch.
+its query and kv heads on each. DeepSeek's multi-head latent attention (MLA) prefills and
+trains on k and v decompressed from the latent, one of each per query head: q and k of
+head_dim 192 (128 plus 64 of rotary position), v of 128, so out has 128 too. Sequence
+lengths are the ones the model sees, so most are not multiples of 128: prompts of any
+length, an image's patches plus a class token, a video's latent patches plus the text
+tokens of joint attention ("4096+512"). Diffusion batches are 2 where classifier-free
+guidance runs the conditional and unconditional passes together, 1 for guidance-distilled
+models (FLUX.1, HunyuanVideo). Pure data, no torch.
 """
 from dataclasses import dataclass
 
@@ -16,8 +18,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Layer:
     """One attention layer as the model runs it: q (batch, seqlen, heads, head_dim); k and
-    v with heads_kv heads (grouped-query attention where fewer); causal: top-left, as
-    PyTorch's is_causal."""
+    v with heads_kv heads (grouped-query attention where fewer), v with head_dim_v where it
+    differs from q's and k's head_dim (None: head_dim); causal: top-left, as PyTorch's
+    is_causal."""
 
     name: str
     dtype: str
@@ -27,6 +30,7 @@ class Layer:
     heads_kv: int
     head_dim: int
     causal: bool
+    head_dim_v: int = None
 
 
 # Forward, "models". Decoder LLMs prefill a prompt: causal, bf16, the model's kv heads.
@@ -52,6 +56,10 @@ LLM_PREFILL = (
     Layer("Phi-3-mini prefill 4×2000", "bf16", 4, 2000, 32, 32, 96, True),
     Layer("Falcon-7B prefill 2×2048 (MQA)", "bf16", 2, 2048, 71, 1, 64, True),
     Layer("StarCoder2-15B prefill 16k", "bf16", 1, 16384, 48, 4, 128, True),
+    # DeepSeek's MLA: 128 heads in V3 (16 a GPU at TP8), 16 in V2-Lite; q, k 192, v 128.
+    Layer("DeepSeek-V3 TP8 MLA prefill 4096", "bf16", 1, 4096, 16, 16, 192, True, 128),
+    Layer("DeepSeek-V3 TP8 MLA prefill 16k", "bf16", 1, 16384, 16, 16, 192, True, 128),
+    Layer("DeepSeek-V2-Lite MLA prefill 4×2000", "bf16", 4, 2000, 16, 16, 192, True, 128),
     # Small GPTs in fp16, many short sequences.
     Layer("GPT-2-medium 64×256", "f16", 64, 256, 16, 16, 64, True),
     Layer("GPT-2 (124M) 12×1024", "bf16", 12, 1024, 12, 12, 64, True),
@@ -103,6 +111,9 @@ TRAINING = (
     Layer("Llama-3-8B training 8192", "bf16", 1, 8192, 32, 8, 128, True),
     Layer("Llama-3.2-1B training 4×2048", "bf16", 4, 2048, 32, 8, 64, True),
     Layer("Qwen2.5-7B fine-tuning 4×3000", "bf16", 4, 3000, 28, 4, 128, True),
+    Layer("DeepSeek-V3 TP8 MLA fine-tuning 4096", "bf16", 1, 4096, 16, 16, 192, True, 128),
+    Layer("DeepSeek-V2-Lite MLA fine-tuning 4×2000", "bf16", 4, 2000, 16, 16, 192, True,
+          128),
     Layer("GPT-2 (124M) training 12×1024", "bf16", 12, 1024, 12, 12, 64, True),
     Layer("CLIP ViT-L/14 224px training 64×257", "bf16", 64, 257, 16, 16, 64, False),
     Layer("SigLIP-so400m 384px training 32×729", "bf16", 32, 729, 16, 16, 72, False),

@@ -5,8 +5,8 @@ ratio to it and to cuDNN where cuDNN ran; under each table, per backend, at how 
 it wins and which it loses."""
 import model_shapes
 from result_rows import (FLASHATTN, PASS_NAMES, best_alternative, by_point, family_of,
-                         geomean, heads_of, impl_order, model_of, pass_of, sig, status_mark,
-                         table, timed)
+                         geomean, head_dims_of, heads_of, impl_order, model_of, pass_of, sig,
+                         status_mark, table, timed)
 
 # The grids and the pass each times.
 GRIDS = {"models": "fwd", "models_bwd": "fwd+bwd"}
@@ -18,13 +18,15 @@ LISTED_LOSSES = 8
 MODELS_NOTE = (
     "Attention layers of models as they run them (bench/model_shapes.py): batch, sequence "
     "length, query/kv heads (*32/8*: grouped-query attention; per GPU where the name says "
-    "TP8), head dim, dtype and mask; lengths such as *4096+512* are image or video tokens "
-    "plus the text tokens of joint attention. *vs best*: the fastest alternative's time "
-    "over ours (above 1: ours is faster); the alternatives are PyTorch's SDPA backends "
-    "(flash, efficient, cuDNN, math; grouped kv heads through `enable_gqa`, which a "
-    "backend without it declines) and standard attention on cuBLAS. *vs cudnn*: cuDNN's "
-    f"time over ours, where cuDNN ran. {REPORTED}: a layer a user measured flashattn losing "
-    "at.")
+    "TP8), head dim (*192/128*: q's and k's, then v's, as in DeepSeek's multi-head latent "
+    "attention; FLOPs count 2·B·H·N²·(192 + 128)), dtype and mask; lengths such as "
+    "*4096+512* are image or video tokens plus the text tokens of joint attention. *vs "
+    "best*: the fastest alternative's time over ours (above 1: ours is faster); the "
+    "alternatives are PyTorch's SDPA backends (flash, efficient, cuDNN, math; grouped kv "
+    "heads through `enable_gqa`, which a backend without it declines, as a backend that "
+    "needs one head dim declines v's of its own) and standard attention on cuBLAS. *vs "
+    f"cudnn*: cuDNN's time over ours, where cuDNN ran. {REPORTED}: a layer a user measured "
+    "flashattn losing at.")
 
 TRAINING_NOTE = (
     "A training step's attention: the forward and the backward through autograd (TFLOP/s "
@@ -46,7 +48,7 @@ def layer_name(row):
 
 
 def shape_cells(row):
-    return [f"{row['batch']}×{row['seqlen_q']}", heads_of(row), str(row["head_dim"]),
+    return [f"{row['batch']}×{row['seqlen_q']}", heads_of(row), head_dims_of(row),
             row["dtype"], "causal" if row["causal"] != "none" else ""]
 
 

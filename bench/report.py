@@ -26,9 +26,9 @@ import models_report
 import variants_report
 import varlen_report
 from result_rows import (FLASHATTN, PASS_NAMES, SPEED_GRIDS, best_alternative,  # noqa: F401
-                         by_point, exercise_shape, family_of, geomean, grouped, heads_of,
-                         impl_order, model_of, pass_of, ratio_summary, run_label, scope, sig,
-                         status_mark, table, timed, variant_of)
+                         by_point, exercise_shape, family_of, geomean, grouped, head_dim_v_of,
+                         head_dims_of, heads_of, impl_order, model_of, pass_of, ratio_summary,
+                         run_label, scope, sig, status_mark, table, timed, variant_of)
 
 MIB = 2**20
 
@@ -40,7 +40,8 @@ ROW_KEY = ("impl", "grid", "dtype", "batch", "seqlen_q", "seqlen_k", "heads_q", 
 
 
 def row_key(row):
-    return tuple(row[k] for k in ROW_KEY) + (pass_of(row), variant_of(row), model_of(row))
+    return tuple(row[k] for k in ROW_KEY) + (pass_of(row), variant_of(row), model_of(row),
+                                             head_dim_v_of(row))
 
 
 def merge_rounds(rows):
@@ -209,12 +210,13 @@ def preamble(results):
         "",
         "Times are medians of repeated calls timed with CUDA events after warm-up, on fresh "
         "random inputs rotated among copies when they would fit in L2. TFLOP/s counts "
-        "4·B·H·N²·d (H: query heads), halved for causal, for a forward; 2.5× that for a "
-        "backward alone and 3.5× for a forward and backward. *vs best* is the best "
+        "4·B·H·N²·d (H: query heads; 2·B·H·N²·(d + d_v) where v's head dim d_v differs), "
+        "halved for causal, for a forward; 2.5× that for a backward alone and 3.5× for a "
+        "forward and backward. *vs best* is the best "
         "alternative's time over ours (above 1: ours is faster); *% of ceiling* is the floor "
         "time (the larger of FLOPs at the matrix rate of the dtype and bytes at the copy "
-        "bandwidth) over the time. n/a: the implementation declines the dtype, head_dim or "
-        "grouped kv heads; OOM: out of memory; skip: "
+        "bandwidth) over the time. n/a: the implementation declines the dtype, head_dim, "
+        "v's head_dim other than q's or grouped kv heads; OOM: out of memory; skip: "
         "predicted over the time limit per call." + interleaving_note(results),
     ])
 
@@ -414,8 +416,9 @@ def headline(results):
                   (" {each round's median}" if rounds > 1 else "")]
         for grid in SPEED_GRIDS:
             for key, impl_rows in by_point(results["rows"], grid).items():
+                first = next(iter(impl_rows.values()))
                 lines.append(f"{scope(grid, key[7])} {key[1]} B{key[2]} N{key[3]} "
-                             f"H{heads_of(next(iter(impl_rows.values())))} d{key[5]} {key[6]}"
+                             f"H{heads_of(first)} d{head_dims_of(first)} {key[6]}"
                              + (f" {key[9]}" if key[9] else "")
                              + (f" ({key[10]})" if key[10] else ""))
                 for r in impl_rows.values():

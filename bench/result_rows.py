@@ -4,7 +4,7 @@ plots.py does not import report.py, so the two no longer import each other."""
 import math
 from collections import defaultdict
 
-from grid import Point, heads_label
+from grid import Point, head_dims_label, heads_label
 
 FLASHATTN = "flashattn"
 
@@ -25,6 +25,11 @@ def heads_kv_of(row):
     return row.get("heads_kv") or row["heads_q"]
 
 
+def head_dim_v_of(row):
+    """A row's v head_dim (rows from before v's could differ from q's lack it: head_dim)."""
+    return row.get("head_dim_v") or row["head_dim"]
+
+
 def variant_of(row):
     """A row's variants as labels show them ("window(4096,0)", "softcap 30", "alibi",
     "documents (1,1,N,N) bool"), "" for plain attention."""
@@ -38,10 +43,10 @@ def model_of(row):
 
 def point_key(row):
     """(grid, dtype, batch, seqlen, heads_q, head_dim, causal, pass, heads_kv, variant,
-    model): two models' layers of one shape stay two points."""
+    model, head_dim_v): two models' layers of one shape stay two points."""
     return (row["grid"], row["dtype"], row["batch"], row["seqlen_q"], row["heads_q"],
             row["head_dim"], row["causal"], pass_of(row), heads_kv_of(row), variant_of(row),
-            model_of(row))
+            model_of(row), head_dim_v_of(row))
 
 
 def point_of(row):
@@ -50,7 +55,8 @@ def point_of(row):
                  row["head_dim"], row["causal"], pass_=pass_of(row), heads_kv=row.get("heads_kv"),
                  window=tuple(row["window"]) if row.get("window") else None,
                  softcap=row.get("softcap", 0.0), alibi=row.get("alibi", False),
-                 name=row.get("model"), attn_mask=row.get("attn_mask"))
+                 name=row.get("model"), attn_mask=row.get("attn_mask"),
+                 head_dim_v=row.get("head_dim_v"))
 
 
 def grouped(key):
@@ -62,6 +68,11 @@ def grouped(key):
 def heads_of(row):
     """A row's heads as labels show them: "8", or "8/4" for 8 query heads on 4 kv heads."""
     return heads_label(row["heads_q"], heads_kv_of(row))
+
+
+def head_dims_of(row):
+    """A row's head dims as labels show them: "128", or "192/128" where v's differs."""
+    return head_dims_label(row["head_dim"], head_dim_v_of(row))
 
 
 def scope(grid, pass_):

@@ -18,7 +18,8 @@ import grid  # noqa: E402
 import report  # noqa: E402
 
 # Synthetic rates (TFLOP/s) by implementation; None: declines fp32. flash and cudnn decline
-# head dims over 256, efficient grouped-query attention (wide_bwd).
+# head dims over 256, efficient grouped-query attention (wide_bwd), flash v's head dim other
+# than q's (MLA).
 RATES = {"auto": 200.0, "cuda_naive": 0.1, "cuda_tiled": 12.0, "flash": (300.0, None),
          "efficient": 150.0, "cudnn": (550.0, None), "math": 20.0, "standard_cublas": 60.0}
 FAMILIES = {n: "flashattn" if n.startswith("cuda_") or n == "auto" else "alternative"
@@ -40,8 +41,9 @@ def synthetic_row(point, impl):
     row = {"impl": impl, "family": FAMILIES[impl], "grid": point.grid, "dtype": point.dtype,
            "batch": point.batch, "seqlen_q": point.seqlen, "seqlen_k": point.seqlen,
            "heads_q": point.heads, "heads_kv": point.heads_kv, "head_dim": point.head_dim,
-           "causal": point.causal, "pass": point.pass_, "ms": None, "tflops": None,
-           "peak_extra_bytes": None, "rel_l2_err": None, "status": "ok"}
+           "head_dim_v": point.head_dim_v, "causal": point.causal, "pass": point.pass_,
+           "ms": None, "tflops": None, "peak_extra_bytes": None, "rel_l2_err": None,
+           "status": "ok"}
     if point.variant_label():
         row.update(variant=point.variant_label(), window=point.window, softcap=point.softcap,
                    alibi=point.alibi, attn_mask=point.attn_mask)
@@ -55,6 +57,8 @@ def synthetic_row(point, impl):
         return dict(row, status="unsupported", note="No available kernel: no mask")
     if impl in ("flash", "cudnn") and point.head_dim > 256:
         return dict(row, status="unsupported", note="head_dim over 256")
+    if impl == "flash" and point.head_dim_v != point.head_dim:
+        return dict(row, status="unsupported", note="No available kernel: v's head_dim")
     if impl == "efficient" and point.heads_kv != point.heads:
         return dict(row, status="unsupported", note="No available kernel: no GQA")
     if isinstance(rate, tuple):
@@ -203,22 +207,24 @@ def test_timed_calls_are_shared_among_interleaved_rounds():
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads_q,heads_kv", [(3, 3), (4, 2)])
-def test_standard_attention_and_math_sdpa_match_the_reference_rows(causal, heads_q, heads_kv):
+@pytest.mark.parametrize("head_dim_v", [16, 8])  # v's head_dim q's, or its own (as MLA's)
+def test_standard_attention_and_math_sdpa_match_the_reference_rows(causal, heads_q, heads_kv,
+                                                                    head_dim_v):
     torch = pytest.importorskip("torch")
     implementations = pytest.importorskip("implementations")  # imports flashattn too
     import accuracy
     q = torch.randn(2, 50, heads_q, 16)
-    k, v = (torch.randn(2, 50, heads_kv, 16) for _ in range(2))
+    k, v = torch.randn(2, 50, heads_kv, 16), torch.randn(2, 50, heads_kv, head_dim_v)
     rows = accuracy.sample_rows(50, "cpu", count=8)
     reference = accuracy.reference_rows(q, k, v, causal, rows)
     for impl in implementations.all_impls():
         if impl.name in ("standard_cublas", "math"):
             with impl.context():
                 out = impl.call(q, k, v, causal)
-            assert out.shape == (2, heads_q, 50, 16)
+            assert out.shape == (2, heads_q, 50, head_dim_v)
             assert accuracy.rel_l2_err(out, reference, rows) < 1e-5
-    assert math.isclose(accuracy.rel_l2_err(torch.zeros(1, heads_q, 50, 16), reference, rows),
-                        1.0)
+    zeros = torch.zeros(1, heads_q, 50, head_dim_v)
+    assert math.isclose(accuracy.rel_l2_err(zeros, reference, rows), 1.0)
 
 
 def test_builds_parse_as_name_path_pairs():
@@ -252,7 +258,7 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
                              "paper_bwd": 144, "wide_bwd": 48, "variants": 44,
-                             "models": 45, "models_bwd": 8}
+                             "models": 48, "models_bwd": 10}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
     assert line["ratios"]["cuda_tiled/flash paper"] == [0.04, 0.04, 0.04, 72, 0]
@@ -393,11 +399,13 @@ def test_slow_backwards_are_predicted_per_implementation_and_pass():
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads_q,heads_kv", [(3, 3), (4, 2)])
-def test_every_backward_gives_the_reference_gradients(causal, heads_q, heads_kv):
+@pytest.mark.parametrize("head_dim_v", [16, 8])
+def test_every_backward_gives_the_reference_gradients(causal, heads_q, heads_kv, head_dim_v):
     torch = pytest.importorskip("torch")
     implementations = pytest.importorskip("implementations")
     import accuracy
-    shapes = [(2, 40, h, 16) for h in (heads_q, heads_kv, heads_kv, heads_q)]  # q, k, v, dout
+    shapes = [(2, 40, h, d) for h, d in ((heads_q, 16), (heads_kv, 16), (heads_kv, head_dim_v),
+                                         (heads_q, head_dim_v))]  # q, k, v, dout
     inputs = [tuple(torch.randn(shape) for shape in shapes) for _ in range(2)]
     rows = accuracy.sample_rows(40, "cpu", count=8)
     reference = accuracy.reference_gradients(*inputs[1], causal, rows)
@@ -442,7 +450,8 @@ def test_grouped_query_flops_count_query_heads_and_bytes_count_kv_heads():
     mha = grid.Point("wide_bwd", "bf16", 4, 4096, 8, 512, "top_left", pass_="bwd")
     assert gqa.flops() == mha.flops() == 2.5 * 4 * 4 * 8 * 4096**2 * 512 / 2
     q_bytes = 4 * 4096 * 8 * 512 * 2
-    assert (gqa.tensor_bytes(), gqa.kv_bytes()) == (q_bytes, q_bytes // 2)
+    assert gqa.tensor_bytes(gqa.heads, 512) == q_bytes
+    assert gqa.tensor_bytes(gqa.heads_kv, 512) == q_bytes // 2
     assert mha.min_bytes() == 8 * q_bytes
     assert gqa.min_bytes() == 4 * q_bytes + 4 * q_bytes // 2  # q, out, dout, dq; k, v, dk, dv
     both = grid.Point("wide_bwd", "bf16", 4, 4096, 8, 512, pass_="fwd+bwd", heads_kv=4)
@@ -843,10 +852,12 @@ def test_models_grid_names_real_layers_at_their_shapes():
 
 def test_models_bwd_grid_times_a_training_step_of_a_few_layers():
     points = grid.models_bwd_points()
-    assert len(points) == 8 and grid.full_suite()["models_bwd"] == points
+    assert len(points) == 10 and grid.full_suite()["models_bwd"] == points
     assert {p.pass_ for p in points} == {"fwd+bwd"} and {p.grid for p in points} == {"models_bwd"}
-    assert len({p.name for p in points}) == 8
-    assert all(p.heads % p.heads_kv == 0 and p.head_dim <= 128 for p in points)
+    assert len({p.name for p in points}) == 10
+    assert all(p.heads % p.heads_kv == 0 for p in points)
+    assert {(p.head_dim, p.head_dim_v) for p in points} == {(64, 64), (72, 72), (128, 128),
+                                                            (192, 128)}
     llama = points[0]
     assert llama.label() == "Llama-3-8B training 8192: B1 N8192 H32/8 d128 bf16 causal fwd+bwd"
     assert llama.flops() == 3.5 * 4 * 32 * 8192**2 * 128 / 2
@@ -863,12 +874,17 @@ def dry_run(*args):
 
 def test_dry_run_lists_the_model_layers():
     listed = dry_run("--grids", "models,models_bwd")
-    assert "models: 45 points" in listed and "models_bwd: 8 points" in listed
+    assert "models: 48 points" in listed and "models_bwd: 10 points" in listed
     assert "Qwen2.5-7B prefill 4×3000: B4 N3000 H28/4 d128 bf16 causal " in listed
     assert "FLUX.1 1024px (4096+512): B1 N4608 H24 d128 bf16 " in listed
-    assert "53 points" in listed
+    assert "DeepSeek-V3 TP8 MLA prefill 16k: B1 N16384 H16 d192/128 bf16 causal " in listed
+    assert ("DeepSeek-V2-Lite MLA fine-tuning 4×2000: B4 N2000 H16 d192/128 bf16 causal "
+            "fwd+bwd ") in listed
+    assert "58 points" in listed
     matched = dry_run("--grids", "models", "--match", "^Llama-3-8B")
     assert "models: 4 points" in matched
+    mla = dry_run("--grids", "models,models_bwd", "--match", "d192/128")
+    assert "models: 3 points" in mla and "models_bwd: 2 points" in mla
 
 
 def test_report_sets_each_model_layer_against_the_best_alternative_and_cudnn():
@@ -885,15 +901,63 @@ def test_report_sets_each_model_layer_against_the_best_alternative_and_cudnn():
     assert flux.count(f"{report.sig(12 / 550, 2)}×") == 2  # vs best and vs cudnn
     qwen = next(line for line in lines if line.startswith("| Qwen2.5-7B prefill 4×3000"))
     assert "| 4×3000 | 28/4 | 128 | bf16 | causal |" in qwen
-    assert "- `cuda_tiled`: 0 of 45 layers at least as fast as the best alternative" in md
-    assert "- `auto`: 8 of 8 layers at least as fast as cuDNN" not in md  # 200 < 550
-    assert "- `auto`: 0 of 8 layers at least as fast as cuDNN" in md
+    mla = next(line for line in lines if line.startswith("| DeepSeek-V3 TP8 MLA prefill 16k"))
+    assert "| 1×16384 | 16 | 192/128 | bf16 | causal |" in mla
+    # flash declines v's head_dim of its own at the MLA layers, and the report says why.
+    assert ("- `flash` unsupported at 5 point(s) (models, models_bwd): No available kernel: "
+            "v's head_dim") in md
+    assert "- `cuda_tiled`: 0 of 48 layers at least as fast as the best alternative" in md
+    assert "- `auto`: 10 of 10 layers at least as fast as cuDNN" not in md  # 200 < 550
+    assert "- `auto`: 0 of 10 layers at least as fast as cuDNN" in md
     line = report.history_line(results, "x.json")
-    assert line["grids"] == {"models": 45, "models_bwd": 8}
-    assert line["ratios"]["cuda_tiled/cudnn models"][3] == 45
+    assert line["grids"] == {"models": 48, "models_bwd": 10}
+    assert line["ratios"]["cuda_tiled/cudnn models"][3] == 48
     assert line["ratios"]["auto/best models fwd+bwd GQA"][3] == 3
     head = report.headline(results)
     assert "cuda_tiled models bf16" in head and "cuda_tiled models f16" in head
+
+
+def test_mla_layers_count_v_head_dim_in_flops_bytes_labels_and_rows():
+    from result_rows import point_of
+    mla = {p.name: p for p in grid.models_points() + grid.models_bwd_points()
+           if p.head_dim_v != p.head_dim}
+    assert {name: (p.dtype, p.batch, p.seqlen, p.heads, p.heads_kv, p.head_dim, p.head_dim_v,
+                   p.causal, p.pass_) for name, p in mla.items()} == {
+        "DeepSeek-V3 TP8 MLA prefill 4096": ("bf16", 1, 4096, 16, 16, 192, 128, "top_left",
+                                             "fwd"),
+        "DeepSeek-V3 TP8 MLA prefill 16k": ("bf16", 1, 16384, 16, 16, 192, 128, "top_left",
+                                            "fwd"),
+        "DeepSeek-V2-Lite MLA prefill 4×2000": ("bf16", 4, 2000, 16, 16, 192, 128, "top_left",
+                                                "fwd"),
+        "DeepSeek-V3 TP8 MLA fine-tuning 4096": ("bf16", 1, 4096, 16, 16, 192, 128,
+                                                 "top_left", "fwd+bwd"),
+        "DeepSeek-V2-Lite MLA fine-tuning 4×2000": ("bf16", 4, 2000, 16, 16, 192, 128,
+                                                    "top_left", "fwd+bwd")}
+    prefill = mla["DeepSeek-V3 TP8 MLA prefill 4096"]
+    assert prefill.label() == ("DeepSeek-V3 TP8 MLA prefill 4096: B1 N4096 H16 d192/128 bf16 "
+                               "causal")
+    # S = Q·Kᵀ at 192, P·V at 128: 2·B·H·N²·(192 + 128), halved for causal.
+    assert prefill.flops() == 2 * 16 * 4096**2 * (192 + 128) / 2
+    step = mla["DeepSeek-V3 TP8 MLA fine-tuning 4096"]
+    assert step.flops() == 3.5 * prefill.flops()
+    q_and_out = 4096 * 16 * (192 + 128) * 2  # bytes of q and out; k and v the same here
+    assert prefill.min_bytes() == 2 * q_and_out and step.min_bytes() == 3 * prefill.min_bytes()
+    plain = dataclasses.replace(prefill, head_dim_v=None, name=None)
+    assert plain.head_dim_v == 192 and plain.label() == "B1 N4096 H16 d192 bf16 causal"
+    assert plain.flops() == 4 * 16 * 4096**2 * 192 / 2
+    windowed = dataclasses.replace(prefill, window=(1024, 0))
+    pairs = grid.visible_pairs(4096, True, 1024, 0)
+    assert windowed.flops() == 2 * 16 * (192 + 128) * pairs
+    # Rows carry v's head_dim; rows from before it read as head_dim; two points apart only
+    # in v's head_dim stay two points.
+    row = synthetic_row(prefill, "cuda_tiled")
+    assert (row["head_dim"], row["head_dim_v"]) == (192, 128) and point_of(row) == prefill
+    old = synthetic_row(plain, "cuda_tiled")
+    del old["head_dim_v"]
+    assert point_of(old) == plain
+    twin = dataclasses.replace(plain, name=prefill.name)
+    rows = [synthetic_row(p, "cuda_tiled") for p in (prefill, twin)]
+    assert len(report.merge_rounds(rows)) == 2 and len(report.by_point(rows, "models")) == 2
 
 
 def test_two_models_layers_of_one_shape_stay_two_points():

@@ -76,7 +76,7 @@ typedef struct {
 } flashattn_tensor;
 
 typedef struct {
-  flashattn_tensor q, k, v, out;
+  flashattn_tensor q, k, v, out; /* out: q's shape with v's head_dim */
   float* lse;         /* optional: float32 (batch, heads_q, seqlen_q), or NULL */
   int32_t has_scale;  /* 0: scale = 1/sqrt(head_dim); else scale, any finite value */
   float scale;
@@ -101,6 +101,8 @@ typedef struct {
   int32_t takes_kv_cache;     /* nonzero: runs KV-cache calls (flashattn_kv_cache) */
   int32_t takes_paged_kv;     /* nonzero: runs paged KV caches */
   int32_t takes_backward_sequences; /* nonzero: its backward runs variable-length batches */
+  int32_t takes_head_dim_v;   /* nonzero: its forward runs v's head_dim ≠ q's and k's */
+  int32_t takes_backward_head_dim_v; /* nonzero: its backward does too */
 } flashattn_backend_info;
 
 /* Number of backends (FLASHATTN_BACKEND_AUTO excluded); index them 0 .. count-1. */
@@ -228,8 +230,8 @@ flashattn_status flashattn_forward_with(const flashattn_params* params,
 typedef struct {
   uint32_t struct_size;      /* sizeof(flashattn_backward_params) as the caller was built */
   flashattn_tensor q, k, v;
-  flashattn_tensor out;      /* the forward's output (q's shape) */
-  flashattn_tensor dout;     /* gradient with respect to out (q's shape) */
+  flashattn_tensor out;      /* the forward's output (q's shape, v's head_dim) */
+  flashattn_tensor dout;     /* gradient with respect to out (out's shape) */
   const float* lse;          /* the forward's lse: float32 (batch, heads_q, seqlen_q) */
   flashattn_tensor dq, dk, dv; /* written: the shapes of q, k, v */
   int32_t has_scale;         /* 0: scale = 1/sqrt(head_dim); else scale, any finite value */

@@ -2,7 +2,8 @@
 // the seqlen_q × seqlen_k score matrix.
 //
 // Tensors are views in the (batch, seqlen, heads, head_dim) layout with strides in
-// elements; head_dim must be contiguous (stride 1). One call:
+// elements; head_dim must be contiguous (stride 1). q and k share a head_dim; v
+// may have another (head_dim_v), which out then has. One call:
 //
 //   flashattn::Params p;
 //   p.q = q; p.k = k; p.v = v; p.out = out;   // TensorView
@@ -191,6 +192,10 @@ struct BackendInfo {
   bool takes_paged_kv = false;
   // Whether its backward runs variable-length batches.
   bool takes_backward_sequences = false;
+  // Whether its forward, and its backward, run v (and out) with a head_dim other
+  // than q's and k's (head_dim_v ≠ head_dim). The head_dim limits hold for both.
+  bool takes_head_dim_v = false;
+  bool takes_backward_head_dim_v = false;
   bool takes(DType dtype) const { return (dtypes >> int(dtype)) & 1u; }
   bool takes_head_dim(int head_dim) const { return max_head_dim == 0 || head_dim <= max_head_dim; }
   bool has_backward() const { return backward_max_head_dim >= 0; }
@@ -204,7 +209,7 @@ struct BackendInfo {
 const std::vector<BackendInfo>& backends();
 
 struct Params {
-  TensorView q, k, v, out;
+  TensorView q, k, v, out;  // out: q's shape with v's head_dim
   // Optional log-sum-exp of the scaled scores per row: float32, contiguous
   // (batch, heads_q, seqlen_q) (a variable-length batch: (heads_q, total_q)),
   // on the same device as out. Natural log.
@@ -253,8 +258,8 @@ Backend select_backend(const Params& params);
 // dq 0 and adds nothing to dk and dv; keys no row sees get dk = dv = 0.
 struct BackwardParams {
   TensorView q, k, v;
-  TensorView out;   // the forward's output for q, k, v (q's shape)
-  TensorView dout;  // the gradient with respect to out (q's shape)
+  TensorView out;   // the forward's output for q, k, v (q's shape, v's head_dim)
+  TensorView dout;  // the gradient with respect to out (out's shape)
   // The forward's lse: float32, contiguous (batch, heads_q, seqlen_q), on q's
   // device. Required where q has elements.
   const float* lse = nullptr;
@@ -301,6 +306,8 @@ size_t dtype_size(DType dtype);
 // Whether `backend` takes tensors of `dtype` and this head_dim (backends()'
 // table; device, GPU architecture and stride rules are checked by forward()).
 bool backend_supports(Backend backend, DType dtype, int head_dim = 1);
+// The same for q and k of head_dim and v of head_dim_v.
+bool backend_supports(Backend backend, DType dtype, int head_dim, int head_dim_v);
 
 // Backends compiled into this build that can run on tensors of `device`.
 std::vector<Backend> available_backends(DeviceKind device);

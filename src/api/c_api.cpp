@@ -293,6 +293,8 @@ flashattn_status flashattn_get_backend_info(int32_t index, flashattn_backend_inf
     full.takes_kv_cache = b.takes_kv_cache ? 1 : 0;
     full.takes_paged_kv = b.takes_paged_kv ? 1 : 0;
     full.takes_backward_sequences = b.takes_backward_sequences ? 1 : 0;
+    full.takes_head_dim_v = b.takes_head_dim_v ? 1 : 0;
+    full.takes_backward_head_dim_v = b.takes_backward_head_dim_v ? 1 : 0;
     std::memcpy(info, &full, std::min<size_t>(info->struct_size, sizeof full));
   });
 }

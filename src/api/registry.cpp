@@ -19,18 +19,18 @@ const std::vector<BackendEntry>& table() {
   static const std::vector<BackendEntry> entries = {
       {{Backend::reference, "reference", DeviceKind::cpu, kAll, 0, 0,
         "float64 with each score row materialised: the oracle the tests compare with", 0, true,
-        true, true, true},
+        true, true, true, true, true},
        cpu::reference_forward, cpu::reference_backward},
       {{Backend::cpu, "cpu", DeviceKind::cpu, kAll, 0, 0,
-        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true, true, true, true},
+        "tiled online softmax in fp32 on vector matrix kernels (AVX-512, AVX2 or baseline, chosen at run time), threads over (batch, head, query tile)", 0, true, true, true, true, true, true},
        cpu::flash_forward, cpu::flash_backward},
       {{Backend::cuda_naive, "cuda_naive", DeviceKind::cuda, kAll, 0, 0,
         "one thread per query row, scores recomputed: simple enough to be obviously right", -1,
-        true, true, true},
+        true, true, true, false, true},
        cuda::naive_forward},
       {{Backend::cuda_tiled, "cuda_tiled", DeviceKind::cuda, kAll, 0, 0,
         "FlashAttention-1 style shared-memory tiles in fp32, any head_dim; tiny fp32 "
-        "problems in one round of loads", 0, true, true, false, true},
+        "problems in one round of loads", 0, true, true, false, true, true, true},
        cuda::tiled_forward, cuda::tiled_backward},
       {{Backend::cuda_tf32x3, "cuda_tf32x3", DeviceKind::cuda, kF32, 0, 0,
         "tensor cores at fp32 accuracy through a 3xTF32 split (mma.sync)"},
@@ -38,11 +38,12 @@ const std::vector<BackendEntry>& table() {
       {{Backend::cuda_mma, "cuda_mma", DeviceKind::cuda, kHalf, cuda::kMmaMaxHeadDim, 0,
         "FlashAttention-2 style tensor-core kernel on mma.sync; KV-cache decode with split-KV and "
         "a GQA group's query heads in one tile", cuda::kMmaBackwardMaxHeadDim, true, true, true,
-        true},
+        true, true, true},
        cuda::mma_forward, cuda::mma_backward},
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
-        "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim, true},
+        "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim, true, false, false, false,
+        true},
        cuda::wgmma_forward, cuda::wgmma_backward},
       {{Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, kF32, cuda::kF16x3MaxHeadDim, 0,
         "fp32 accuracy from three fp16 mma.sync per product on a scaled hi/lo split"},
@@ -65,6 +66,32 @@ bool f16x3_preferred(const Sizes& s) {
   return s.head_dim <= cuda::kF16x3MaxHeadDim && rows >= 64;
 }
 
+// Whether info's forward (or backward) takes s's head dims: both within its
+// limit, and v's other than q's only where its row says it takes that.
+bool takes_head_dims(const BackendInfo& info, const Sizes& s, bool backward = false) {
+  if (s.head_dim_v != s.head_dim &&
+      !(backward ? info.takes_backward_head_dim_v : info.takes_head_dim_v))
+    return false;
+  const int widest = s.widest_head_dim();
+  return backward ? info.takes_backward_head_dim(widest) : info.takes_head_dim(widest);
+}
+
+// Why info's forward (or backward) cannot take s's head dims; empty where it can.
+std::string head_dims_unsupported(const BackendInfo& info, const Sizes& s, bool backward) {
+  const std::string name = std::string(info.name) + (backward ? "'s backward" : "");
+  if (s.head_dim_v != s.head_dim &&
+      !(backward ? info.takes_backward_head_dim_v : info.takes_head_dim_v))
+    return "v: head_dim " + std::to_string(s.head_dim_v) + " differs from q's and k's (" +
+           std::to_string(s.head_dim) + "), which " + name + " does not take";
+  const int widest = s.widest_head_dim();
+  const int limit = backward ? info.backward_max_head_dim : info.max_head_dim;
+  if (backward ? info.takes_backward_head_dim(widest) : info.takes_head_dim(widest)) return {};
+  const std::string which = s.head_dim >= s.head_dim_v ? "q" : "v";
+  return which + ": head_dim " + std::to_string(widest) +
+         (backward ? " exceeds the limit of " + name + ", " + std::to_string(limit)
+                   : " exceeds " + name + "'s limit of " + std::to_string(limit));
+}
+
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }
 
 // A variable-length batch on the GPU: the backends that take one (their
@@ -72,25 +99,26 @@ std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu"
 // head_dim and strides, no bias or dropout), else, and backward, on mma.sync
 // up to its head_dim limit; cuda_tiled otherwise.
 Backend packed_backend(const AttnParams& p, bool backward) {
-  const int head_dim = p.sizes.head_dim;
   if (p.dtype == DType::f32) return Backend::cuda_tiled;
-  if (!backward && find_backend(Backend::cuda_wgmma)->info.takes_head_dim(head_dim) &&
+  if (!backward && takes_head_dims(find_backend(Backend::cuda_wgmma)->info, p.sizes) &&
       cuda::wgmma_unsupported(p).empty())
     return Backend::cuda_wgmma;
-  const BackendInfo& mma = find_backend(Backend::cuda_mma)->info;
-  const bool fits = backward ? mma.takes_backward_head_dim(head_dim) : mma.takes_head_dim(head_dim);
+  const bool fits = takes_head_dims(find_backend(Backend::cuda_mma)->info, p.sizes, backward);
   return fits ? Backend::cuda_mma : Backend::cuda_tiled;
 }
 
 // A KV cache: on the GPU, 16-bit on cuda_mma (its decode kernel) up to its
-// head_dim limit; otherwise contiguous on cuda_tiled, paged on cuda_naive. On
+// head_dim limit (v's head_dim other than q's: contiguous caches only, on its
+// forward kernel); otherwise contiguous on cuda_tiled, paged on cuda_naive. On
 // the host: cpu, contiguous or paged.
 Backend cache_backend(const AttnParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
   const bool paged = p.seqs.cache.paged();
   const int decode_limit = paged || !p.seqs.cache.checked ? cuda::kMmaDecodeMaxHeadDim
                                                           : cuda::kMmaMaxHeadDim;
-  if (p.dtype != DType::f32 && p.sizes.head_dim <= decode_limit) return Backend::cuda_mma;
+  const bool one_head_dim = p.sizes.head_dim_v == p.sizes.head_dim;
+  if (p.dtype != DType::f32 && p.sizes.widest_head_dim() <= decode_limit && (one_head_dim || !paged))
+    return Backend::cuda_mma;
   return paged ? Backend::cuda_naive : Backend::cuda_tiled;
 }
 
@@ -131,14 +159,13 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
   if (p.seqs.packed()) return packed_backend(p, false);
   if (p.dtype == DType::f32)
-    return cuda::tiny_fits(p)          ? Backend::cuda_tiled
-           : f16x3_preferred(p.sizes) ? Backend::cuda_f16x3
-                                      : Backend::cuda_tf32x3;
-  const int head_dim = p.sizes.head_dim;
-  if (find_backend(Backend::cuda_wgmma)->info.takes_head_dim(head_dim) &&
+    return cuda::tiny_fits(p) || p.sizes.head_dim_v != p.sizes.head_dim ? Backend::cuda_tiled
+           : f16x3_preferred(p.sizes)                                 ? Backend::cuda_f16x3
+                                                                      : Backend::cuda_tf32x3;
+  if (takes_head_dims(find_backend(Backend::cuda_wgmma)->info, p.sizes) &&
       cuda::wgmma_unsupported(p).empty())
     return Backend::cuda_wgmma;
-  if (find_backend(Backend::cuda_mma)->info.takes_head_dim(head_dim)) return Backend::cuda_mma;
+  if (takes_head_dims(find_backend(Backend::cuda_mma)->info, p.sizes)) return Backend::cuda_mma;
   return Backend::cuda_tiled;
 }
 
@@ -149,11 +176,10 @@ Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
   if (p.seqs.packed()) return packed_backend(p, true);
   if (p.dtype == DType::f32) return Backend::cuda_tiled;
-  const int head_dim = p.sizes.head_dim;
-  if (find_backend(Backend::cuda_wgmma)->info.takes_backward_head_dim(head_dim) &&
+  if (takes_head_dims(find_backend(Backend::cuda_wgmma)->info, p.sizes, true) &&
       cuda::wgmma_backward_unsupported(p).empty())
     return Backend::cuda_wgmma;
-  if (find_backend(Backend::cuda_mma)->info.takes_backward_head_dim(head_dim))
+  if (takes_head_dims(find_backend(Backend::cuda_mma)->info, p.sizes, true))
     return Backend::cuda_mma;
   return Backend::cuda_tiled;
 }
@@ -176,8 +202,13 @@ std::string cache_unsupported(const BackendInfo& info, const AttnParams& p) {
     return "kv_cache.checked: false (device-side checks) is taken by cuda_mma only, not " +
            std::string(info.name);
   if (info.backend == Backend::cuda_mma && (c.paged() || !c.checked) &&
-      p.sizes.head_dim > cuda::kMmaDecodeMaxHeadDim)
-    return "q: head_dim " + std::to_string(p.sizes.head_dim) +
+      p.sizes.head_dim_v != p.sizes.head_dim)
+    return "v: head_dim " + std::to_string(p.sizes.head_dim_v) + " differs from q's and k's (" +
+           std::to_string(p.sizes.head_dim) + "), which cuda_mma's decode kernel, which paged "
+           "and unchecked caches take, does not take";
+  if (info.backend == Backend::cuda_mma && (c.paged() || !c.checked) &&
+      p.sizes.widest_head_dim() > cuda::kMmaDecodeMaxHeadDim)
+    return "q: head_dim " + std::to_string(p.sizes.widest_head_dim()) +
            " exceeds the limit of cuda_mma's decode kernel, which paged and unchecked caches "
            "take, " + std::to_string(cuda::kMmaDecodeMaxHeadDim);
   return {};
@@ -200,10 +231,8 @@ std::string backward_unsupported(Backend backend, const BwdParams& p, DeviceKind
   if (!info.takes(p.dtype))
     return "backend: " + std::string(info.name) + " takes " + dtype_list(info) +
            " tensors only, but q is " + std::string(to_string(p.dtype)) + instead();
-  if (!info.takes_backward_head_dim(p.sizes.head_dim))
-    return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds the limit of " +
-           std::string(info.name) + "'s backward, " + std::to_string(info.backward_max_head_dim) +
-           instead();
+  if (const std::string why = head_dims_unsupported(info, p.sizes, true); !why.empty())
+    return why + instead();
   if (p.seqs.packed() && !info.takes_backward_sequences)
     return no_sequences(info, "'s backward") + instead();
   const Sizes& s = p.sizes;
@@ -228,9 +257,8 @@ std::string unsupported(Backend backend, const AttnParams& p, DeviceKind device)
   if (!info.takes(p.dtype))
     return "backend: " + std::string(info.name) + " takes " + dtype_list(info) +
            " tensors only, but q is " + std::string(to_string(p.dtype)) + instead();
-  if (!info.takes_head_dim(p.sizes.head_dim))
-    return "q: head_dim " + std::to_string(p.sizes.head_dim) + " exceeds " +
-           std::string(info.name) + "'s limit of " + std::to_string(info.max_head_dim) + instead();
+  if (const std::string why = head_dims_unsupported(info, p.sizes, false); !why.empty())
+    return why + instead();
   if (p.seqs.packed() && !info.takes_sequences) return no_sequences(info) + instead();
   if (const std::string why = cache_unsupported(info, p); !why.empty()) return why + instead();
   // cuda_wgmma's layout rules (TMA-describable strides) concern its kernel; a

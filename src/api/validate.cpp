@@ -143,8 +143,6 @@ void check_dropout_p(float p) {
 
 namespace {
 
-// The forward's problem: q, k, v and an output of q's shape (out), each view
-// valid, their dtypes, devices and shapes agreeing, and the mask a known rule.
 // t's dtype and device are like's.
 void require_dtype_and_device(const Named& t, const Named& like) {
   require(t.t.dtype == like.t.dtype, t.name, ": dtype ", to_string(t.t.dtype), " differs from ",
@@ -154,15 +152,20 @@ void require_dtype_and_device(const Named& t, const Named& like) {
           t.name, ": device differs from ", like.name, "'s device");
 }
 
-// A paged cache's k and v hold pages, not sequences: their batch is free.
+// The forward's problem: q, k, v and an output (out) of q's shape but for its
+// head_dim, which is v's; each view valid, their dtypes, devices and shapes
+// agreeing, and the mask a known rule. A paged cache's k and v hold pages, not
+// sequences: their batch is free.
 void check_problem(const Named& q, const Named& k, const Named& v, const Named& out, Mask mask,
                    bool k_batch_is_q_batch = true) {
   for (const Named& t : {q, k, v, out}) check_view(t);
   for (const Named& t : {k, v, out}) require_dtype_and_device(t, q);
   if (k_batch_is_q_batch) require_dim(k, 0, q, 0);
   require_dim(k, 3, q, 3);
-  for (int d = 0; d < 4; ++d) require_dim(v, d, k, d);
-  for (int d = 0; d < 4; ++d) require_dim(out, d, q, d);
+  // v's head_dim (head_dim_v) may differ from q's and k's: out takes v's.
+  for (int d = 0; d < 3; ++d) require_dim(v, d, k, d);
+  for (int d = 0; d < 3; ++d) require_dim(out, d, q, d);
+  require_dim(out, 3, v, 3);
   require(q.t.shape[2] % k.t.shape[2] == 0, "q: heads (", q.t.shape[2],
           ") must be a multiple of k's heads (", k.t.shape[2], ")");
   require(mask == Mask::none || mask == Mask::causal_top_left || mask == Mask::causal_bottom_right,
@@ -209,7 +212,7 @@ void check_like(const Named& t, const Named& like) {
 
 // A KV cache's arguments that need no read of its arrays: the layout (a dense
 // batch of queries; paged: pages per sequence), the keys and values to append
-// (k's heads and head_dim, q's batch, within the capacity, in memory of their
+// (k's and v's heads and head dims, q's batch, within the capacity, in memory of their
 // own), and the split count. Appending writes the cache, so the cache must
 // then be distinct memory that q does not share.
 void check_kv_cache(const KVCache& c, const Sequences& seqs, const Named& q, const Named& k,
@@ -242,7 +245,10 @@ void check_kv_cache(const KVCache& c, const Sequences& seqs, const Named& q, con
   require_dim(k_new, 0, q, 0);
   require_dim(k_new, 2, k, 2);
   require_dim(k_new, 3, k, 3);
-  check_like(v_new, k_new);
+  check_view(v_new);
+  require_dtype_and_device(v_new, q);
+  for (int d = 0; d < 2; ++d) require_dim(v_new, d, k_new, d);
+  for (int d = 2; d < 4; ++d) require_dim(v_new, d, v, d);
   require(k_new.t.shape[1] <= capacity, k_new.name, ": seqlen is ", k_new.t.shape[1],
           ", more than the cache holds per sequence (", capacity, ")");
   for (const Named& cache : {k, v}) require_no_self_overlap(cache);

@@ -34,8 +34,11 @@ struct Sizes {
   int seqlen_k = 0;
   int heads_q = 0;
   int heads_kv = 0;
-  int head_dim = 0;
+  int head_dim = 0;    // q's and k's (and dq's, dk's): the width of Q·Kᵀ's products
+  int head_dim_v = 0;  // v's and out's (and dv's, dout's): the output's width
   FLASHATTN_HOST_DEVICE int group() const { return heads_q / heads_kv; }  // query heads per kv head (GQA)
+  // The wider of the two head dims: what a kernel's head-dim bucket must hold.
+  FLASHATTN_HOST_DEVICE int widest_head_dim() const { return head_dim > head_dim_v ? head_dim : head_dim_v; }
 };
 
 inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e)
@@ -54,8 +57,8 @@ struct SoftmaxParams {
   float* lse = nullptr;        // optional, contiguous (batch, heads_q, seqlen_q), natural log
 };
 
-// Keys and values a KV-cache call appends: (batch, rows, heads_kv, head_dim),
-// written into each sequence's cache at its length before the attention runs.
+// Keys and values a KV-cache call appends: (batch, rows, heads_kv, head_dim)
+// and (batch, rows, heads_kv, head_dim_v), written into each sequence's cache at its length before the attention runs.
 struct NewKeys {
   TensorRef k, v;
   int rows = 0;
@@ -114,7 +117,7 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
                                  Mask mask, const Variants& variants) {
   AttnParams a;
   a.sizes = {int(q.shape[0]), int(q.shape[1]), int(k.shape[1]),
-             int(q.shape[2]), int(k.shape[2]), int(q.shape[3])};
+             int(q.shape[2]), int(k.shape[2]), int(q.shape[3]), int(v.shape[3])};
   a.q = tensor_ref(q);
   a.k = tensor_ref(k);
   a.v = tensor_ref(v);

@@ -26,25 +26,24 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// One (sequence, kv head) slice of K or V in float64, rows of head_dim.
+// One (sequence, kv head) slice of K or V in float64, rows of `cols` (k's
+// head_dim or v's).
 std::vector<double> load_kv(const AttnParams& p, const TensorRef& t, int b, const Sequence& seq,
-                            int h) {
-  const Sizes& s = p.sizes;
-  std::vector<double> out(size_t(seq.seqlen_k) * s.head_dim);
+                            int h, int cols) {
+  std::vector<double> out(size_t(seq.seqlen_k) * cols);
   for (int j = 0; j < seq.seqlen_k; ++j) {
     const int64_t base = key_offset(p, t, b, seq, j) + h * t.head_stride;
-    for (int c = 0; c < s.head_dim; ++c)
-      out[size_t(j) * s.head_dim + c] = load_float(t.data, p.dtype, base + c);
+    for (int c = 0; c < cols; ++c) out[size_t(j) * cols + c] = load_float(t.data, p.dtype, base + c);
   }
   return out;
 }
 
-// Computes one query row into o (head_dim doubles); returns its lse.
+// Computes one query row into o (head_dim_v doubles); returns its lse.
 double attend_row(const AttnParams& p, int b, const Sequence& seq, int hq, int i,
                   const std::vector<double>& k, const std::vector<double>& v,
                   std::vector<double>& scores, double* o) {
   const Sizes& s = p.sizes;
-  const int d = s.head_dim;
+  const int d = s.head_dim, dv = s.head_dim_v;
   std::vector<double> q(d);
   const int64_t q_base = row_offset(p.q, b, seq.q_row0 + i) + hq * p.q.head_stride;
   for (int c = 0; c < d; ++c) q[c] = load_float(p.q.data, p.dtype, q_base + c);
@@ -67,15 +66,15 @@ double attend_row(const AttnParams& p, int b, const Sequence& seq, int hq, int i
   // (core/softmax.h, finished_empty).
   const bool emptied = p.scores.bias.data != nullptr && m == kNegInf;
   double l = 0.0;
-  for (int c = 0; c < d; ++c) o[c] = 0.0;
+  for (int c = 0; c < dv; ++c) o[c] = 0.0;
   for (int j = key_begin; j < key_end && !emptied; ++j) {
     const double pj = std::exp(scores[j] - m);
     l += pj;
     const double kept = !p.dropout.on() ? pj : dropout.keep(i, j) ? pj * keep_scale : 0.0;
-    for (int c = 0; c < d; ++c) o[c] += kept * v[size_t(j) * d + c];
+    for (int c = 0; c < dv; ++c) o[c] += kept * v[size_t(j) * dv + c];
   }
   const FinishedRow<double> row = finish_row(m, l, mask.empty(i) || emptied);
-  for (int c = 0; c < d; ++c) o[c] = row.out(o[c]);
+  for (int c = 0; c < dv; ++c) o[c] = row.out(o[c]);
   return row.lse;
 }
 
@@ -90,8 +89,9 @@ void for_each_row(const AttnParams& p, const std::vector<int>& rows, Emit&& emit
   auto run_slice = [&](int64_t slice, int64_t row_begin, int64_t row_end) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     const Sequence seq = sequence(p, b);
-    const std::vector<double> k = load_kv(p, p.k, b, seq, hk), v = load_kv(p, p.v, b, seq, hk);
-    std::vector<double> scores(seq.seqlen_k), o(s.head_dim);
+    const std::vector<double> k = load_kv(p, p.k, b, seq, hk, s.head_dim);
+    const std::vector<double> v = load_kv(p, p.v, b, seq, hk, s.head_dim_v);
+    std::vector<double> scores(seq.seqlen_k), o(s.head_dim_v);
     for (int g = 0; g < s.group(); ++g) {
       const int hq = hk * s.group() + g;
       for (int64_t r = row_begin; r < row_end; ++r) {
@@ -123,7 +123,7 @@ void reference_forward(const AttnParams& p) {
   for_each_row(p, rows, [&](int b, const Sequence& seq, int hq, int64_t i, const double* o,
                            double lse) {
     const int64_t base = row_offset(p.o, b, seq.q_row0 + i) + hq * p.o.head_stride;
-    for (int c = 0; c < s.head_dim; ++c) store_float(p.o.data, p.dtype, base + c, float(o[c]));
+    for (int c = 0; c < s.head_dim_v; ++c) store_float(p.o.data, p.dtype, base + c, float(o[c]));
     if (p.softmax.lse) p.softmax.lse[stats_row0(p, b, hq, seq) + i] = float(lse);
   });
 }
@@ -132,12 +132,12 @@ std::vector<double> reference_rows(const AttnParams& p, const std::vector<int>& 
                                    std::vector<double>* lse) {
   const Sizes& s = p.sizes;
   const int64_t n = int64_t(rows.size());
-  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim);
+  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim_v);
   if (lse) lse->assign(size_t(s.batch) * s.heads_q * n, 0.0);
   for_each_row(p, rows, [&](int b, const Sequence&, int hq, int64_t r, const double* o,
                            double row_lse) {
-    double* dst = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
-    for (int c = 0; c < s.head_dim; ++c) dst[c] = o[c];
+    double* dst = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim_v;
+    for (int c = 0; c < s.head_dim_v; ++c) dst[c] = o[c];
     if (lse) (*lse)[(int64_t(b) * s.heads_q + hq) * n + r] = row_lse;
   });
   return out;

@@ -26,32 +26,34 @@
 namespace flashattn::cpu {
 namespace {
 
-// Row r (along the tensor's seqlen) of batch index b, head h of t, in float64.
-void load_row(const AttnParams& p, const TensorRef& t, int b, int h, int64_t r, double* dst) {
+// Row r (along the tensor's seqlen) of batch index b, head h of t, `cols` wide
+// (head_dim for q, k and their gradients; head_dim_v for v, dout and dv), in float64.
+void load_row(const AttnParams& p, const TensorRef& t, int b, int h, int64_t r, int cols,
+              double* dst) {
   const int64_t base = row_offset(t, b, r) + h * t.head_stride;
-  for (int c = 0; c < p.sizes.head_dim; ++c) dst[c] = load_float(t.data, p.dtype, base + c);
+  for (int c = 0; c < cols; ++c) dst[c] = load_float(t.data, p.dtype, base + c);
 }
 
-void store_row(const AttnParams& p, const TensorRef& t, int b, int h, int64_t r,
+void store_row(const AttnParams& p, const TensorRef& t, int b, int h, int64_t r, int cols,
                const double* src) {
   const int64_t base = row_offset(t, b, r) + h * t.head_stride;
-  for (int c = 0; c < p.sizes.head_dim; ++c) store_float(t.data, p.dtype, base + c, float(src[c]));
+  for (int c = 0; c < cols; ++c) store_float(t.data, p.dtype, base + c, float(src[c]));
 }
 
 // One (sequence, kv head) slice: dq of its group's rows, and its dk and dv.
 void backward_slice(const BwdParams& p, int b, int hk) {
   const Sizes& s = p.sizes;
-  const int d = s.head_dim;
+  const int d = s.head_dim, dv_cols = s.head_dim_v;
   const double scale = p.softmax.scale;
   const Sequence seq = sequence(p, b);
   const int64_t q0 = seq.q_row0, k0 = seq.k_row0;
-  std::vector<double> k(size_t(seq.seqlen_k) * d), v(size_t(seq.seqlen_k) * d);
+  std::vector<double> k(size_t(seq.seqlen_k) * d), v(size_t(seq.seqlen_k) * dv_cols);
   for (int j = 0; j < seq.seqlen_k; ++j) {
-    load_row(p, p.k, b, hk, k0 + j, &k[size_t(j) * d]);
-    load_row(p, p.v, b, hk, k0 + j, &v[size_t(j) * d]);
+    load_row(p, p.k, b, hk, k0 + j, d, &k[size_t(j) * d]);
+    load_row(p, p.v, b, hk, k0 + j, dv_cols, &v[size_t(j) * dv_cols]);
   }
   std::vector<double> dk(k.size(), 0.0), dv(v.size(), 0.0);
-  std::vector<double> q(d), dout(d), dq(d), scores(seq.seqlen_k), dp(seq.seqlen_k);
+  std::vector<double> q(d), dout(dv_cols), dq(d), scores(seq.seqlen_k), dp(seq.seqlen_k);
   std::vector<double> dscore(seq.seqlen_k);
   const RowMask mask = row_mask(p, seq);
 
@@ -66,8 +68,8 @@ void backward_slice(const BwdParams& p, int b, int hk) {
       std::fill(dq.begin(), dq.end(), 0.0);
       const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
       if (key_begin < key_end) {
-        load_row(p, p.q, b, hq, q0 + i, q.data());
-        load_row(p, p.grad.dout, b, hq, q0 + i, dout.data());
+        load_row(p, p.q, b, hq, q0 + i, d, q.data());
+        load_row(p, p.grad.dout, b, hq, q0 + i, dv_cols, dout.data());
         double m = -std::numeric_limits<double>::infinity();
         for (int j = key_begin; j < key_end; ++j) {
           double dot = 0.0;
@@ -78,7 +80,7 @@ void backward_slice(const BwdParams& p, int b, int hk) {
         // A row a bias or boolean mask leaves only −inf scores is empty: its
         // gradients are 0, as those of a row the mask leaves without keys.
         if (p.scores.bias.data != nullptr && m == -std::numeric_limits<double>::infinity()) {
-          store_row(p, p.grad.dq, b, hq, q0 + i, dq.data());
+          store_row(p, p.grad.dq, b, hq, q0 + i, d, dq.data());
           continue;
         }
         double l = 0.0;
@@ -87,7 +89,7 @@ void backward_slice(const BwdParams& p, int b, int hk) {
         for (int j = key_begin; j < key_end; ++j) {
           scores[j] = std::exp(scores[j] - m) / l;  // now p_j
           double dot = 0.0;
-          for (int c = 0; c < d; ++c) dot += dout[c] * v[size_t(j) * d + c];
+          for (int c = 0; c < dv_cols; ++c) dot += dout[c] * v[size_t(j) * dv_cols + c];
           if (p.dropout.on()) kept[j] = dropout.keep(i, j) ? keep_scale : 0.0;
           dp[j] = dot * kept[j];
           row_dot += scores[j] * dp[j];
@@ -97,18 +99,18 @@ void backward_slice(const BwdParams& p, int b, int hk) {
           for (int c = 0; c < d; ++c) {
             dq[c] += ds_j * k[size_t(j) * d + c];
             dk[size_t(j) * d + c] += ds_j * q[c];
-            dv[size_t(j) * d + c] += p_j * kept[j] * dout[c];
           }
+          for (int c = 0; c < dv_cols; ++c) dv[size_t(j) * dv_cols + c] += p_j * kept[j] * dout[c];
         }
         for (int c = 0; c < d; ++c) dq[c] *= scale;
       }
-      store_row(p, p.grad.dq, b, hq, q0 + i, dq.data());
+      store_row(p, p.grad.dq, b, hq, q0 + i, d, dq.data());
     }
   }
   for (int j = 0; j < seq.seqlen_k; ++j) {
     for (int c = 0; c < d; ++c) dk[size_t(j) * d + c] *= scale;
-    store_row(p, p.grad.dk, b, hk, k0 + j, &dk[size_t(j) * d]);
-    store_row(p, p.grad.dv, b, hk, k0 + j, &dv[size_t(j) * d]);
+    store_row(p, p.grad.dk, b, hk, k0 + j, d, &dk[size_t(j) * d]);
+    store_row(p, p.grad.dv, b, hk, k0 + j, dv_cols, &dv[size_t(j) * dv_cols]);
   }
 }
 

@@ -19,13 +19,14 @@ void naive_forward(const AttnParams& p);
 
 // cuda_tiled; fp32 problems that tiny_fits() run as one round of loads and a
 // warp per query row (tiny.cu), which automatic also picks for them: such a
-// call is all latency.
+// call is all latency. Those kernels stage K and V rows of one width: v's
+// head_dim other than q's runs the tiled kernel.
 void tiled_forward(const AttnParams& p);
 inline constexpr int kTinyMaxRows = 64, kTinyMaxKeys = 64, kTinyMaxHeadDim = 64;
 inline bool tiny_fits(const AttnParams& p) {
   const Sizes& s = p.sizes;
   return p.dtype == DType::f32 && !p.seqs.ragged() && s.seqlen_q <= kTinyMaxRows &&
-         s.seqlen_k <= kTinyMaxKeys && s.head_dim <= kTinyMaxHeadDim;
+         s.seqlen_k <= kTinyMaxKeys && s.head_dim <= kTinyMaxHeadDim && s.head_dim_v == s.head_dim;
 }
 void tiny_forward(const AttnParams& p);
 // The smallest of them (head_dim and seqlen_k at most 32, offsets within 32

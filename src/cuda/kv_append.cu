@@ -27,11 +27,13 @@ __global__ void __launch_bounds__(kThreads) append_kernel(const AttnParams p) {
       !c.page_in_range(c.block_table[int64_t(b) * c.pages_per_sequence + key / c.page_size]))
     return;
   const int64_t k_row = key_offset(p, p.k, b, seq, key), v_row = key_offset(p, p.v, b, seq, key);
-  const int64_t elements = int64_t(s.heads_kv) * s.head_dim;
-  for (int64_t e = threadIdx.x; e < elements; e += kThreads) {
+  for (int64_t e = threadIdx.x; e < int64_t(s.heads_kv) * s.head_dim; e += kThreads) {
     const int h = int(e / s.head_dim), col = int(e % s.head_dim);
     static_cast<Word*>(p.k.data)[k_row + h * p.k.head_stride + col] =
         static_cast<const Word*>(add.k.data)[row_offset(add.k, b, r) + h * add.k.head_stride + col];
+  }
+  for (int64_t e = threadIdx.x; e < int64_t(s.heads_kv) * s.head_dim_v; e += kThreads) {
+    const int h = int(e / s.head_dim_v), col = int(e % s.head_dim_v);
     static_cast<Word*>(p.v.data)[v_row + h * p.v.head_stride + col] =
         static_cast<const Word*>(add.v.data)[row_offset(add.v, b, r) + h * add.v.head_stride + col];
   }

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) row_dot_kernel(const BwdParams p, fl
     const T* dout = static_cast<const T*>(p.grad.dout.data) + b * p.grad.dout.batch_stride +
                     i * p.grad.dout.row_stride + h * p.grad.dout.head_stride;
     float sum = 0.0f;
-    for (int c = lane; c < s.head_dim; c += 32) sum += to_float(o[c]) * to_float(dout[c]);
+    for (int c = lane; c < s.head_dim_v; c += 32) sum += to_float(o[c]) * to_float(dout[c]);
     sum = lanes_sum<31>(sum);
     if (lane == 0) row_dot[row] = sum;
   }
@@ -81,7 +81,7 @@ void run_backward(void (*backward)(const BwdParams&), const BwdParams& p) {
       using T = typename decltype(tag)::type;
       zero<T>(p.grad.dq, s.batch, s.seqlen_q, s.heads_q, s.head_dim, stream);
       zero<T>(p.grad.dk, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, stream);
-      zero<T>(p.grad.dv, s.batch, s.seqlen_k, s.heads_kv, s.head_dim, stream);
+      zero<T>(p.grad.dv, s.batch, s.seqlen_k, s.heads_kv, s.head_dim_v, stream);
     });
     return;
   }

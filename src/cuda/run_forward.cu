@@ -25,16 +25,16 @@ unsigned grid_for(int64_t n) {
   return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
 }
 
-// Every row sees no key: out = 0 over (batch, seqlen_q, heads_q, head_dim), lse = −inf;
+// Every row sees no key: out = 0 over (batch, seqlen_q, heads_q, head_dim_v), lse = −inf;
 // over the tensors' own sizes (a packed batch's lse follows them too).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fill_empty_rows_kernel(const AttnParams p) {
   const Sizes s = storage_sizes(p);
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;  // (b, hq, i), lse's order
-  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < rows * s.head_dim;
+  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < rows * s.head_dim_v;
        e += int64_t(gridDim.x) * kThreads) {
-    const int64_t row = e / s.head_dim;
-    const int c = int(e % s.head_dim), i = int(row % s.seqlen_q);
+    const int64_t row = e / s.head_dim_v;
+    const int c = int(e % s.head_dim_v), i = int(row % s.seqlen_q);
     const int hq = int(row / s.seqlen_q % s.heads_q), b = int(row / s.seqlen_q / s.heads_q);
     static_cast<T*>(p.o.data)[b * p.o.batch_stride + int64_t(i) * p.o.row_stride +
                               hq * p.o.head_stride + c] = from_float<T>(0.0f);
@@ -68,7 +68,7 @@ void run_forward(void (*forward)(const AttnParams&), const AttnParams& p) {
   if (p.sizes.seqlen_k == 0) {
     with_element_type(p.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      fill_empty_rows_kernel<T><<<grid_for(int64_t(s.batch) * s.heads_q * s.seqlen_q * s.head_dim),
+      fill_empty_rows_kernel<T><<<grid_for(int64_t(s.batch) * s.heads_q * s.seqlen_q * s.head_dim_v),
                                   kThreads, 0, stream>>>(p);
     });
     check_launch("fill_empty_rows_kernel");

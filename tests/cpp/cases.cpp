@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -99,7 +100,10 @@ std::string case_name(const harness::Case& c) {
   const harness::Shape& s = c.shape;
   std::ostringstream out;
   out << "B" << s.batch << "_Nq" << s.seqlen_q << "_Nk" << s.seqlen_k << "_Hq" << s.heads_q
-      << "_Hkv" << s.heads_kv << "_d" << s.head_dim << "_" << to_string(c.dtype)
+      << "_Hkv" << s.heads_kv << "_d" << s.head_dim
+      << (s.head_dim_v > 0 && s.head_dim_v != s.head_dim ? "_dv" + std::to_string(s.head_dim_v)
+                                                          : "")
+      << "_" << to_string(c.dtype)
       << (c.mask == Mask::causal_top_left       ? "_causal_tl"
           : c.mask == Mask::causal_bottom_right ? "_causal_br"
                                                 : "")
@@ -140,7 +144,8 @@ std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
   std::vector<BackendCase> out;
   for (Backend b : backends)
     for (const harness::Case& c : cases)
-      if (backend_supports(b, c.dtype, c.shape.head_dim)) out.push_back({b, c});
+      if (backend_supports(b, c.dtype, c.shape.head_dim, harness::value_head_dim(c.shape)))
+        out.push_back({b, c});
   return out;
 }
 
@@ -160,7 +165,8 @@ bool takes_backward(Backend backend, const harness::Case& c) {
   for (const BackendInfo& info : backends())
     if (info.backend == backend)
       return info.has_backward() && info.takes(c.dtype) &&
-             info.takes_backward_head_dim(c.shape.head_dim);
+             info.takes_backward_head_dim(std::max(c.shape.head_dim, harness::value_head_dim(c.shape))) &&
+             (harness::value_head_dim(c.shape) == c.shape.head_dim || info.takes_backward_head_dim_v);
   return false;
 }
 

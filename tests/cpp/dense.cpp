@@ -109,7 +109,7 @@ void round_inputs(DenseProblem& problem) {
 DenseResult run_dense(const DenseProblem& p, Backend backend) {
   const Device device{device_of(backend), 0};
   const DType dtype = p.dtype;
-  DenseResult result{Dense(p.q.batch, p.q.seqlen, p.q.heads, p.q.head_dim), {}};
+  DenseResult result{Dense(p.q.batch, p.q.seqlen, p.q.heads, p.v.head_dim), {}};
   std::fill(result.out.values.begin(), result.out.values.end(), kNaN);
   result.lse.assign(size_t(p.q.batch) * p.q.heads * p.q.seqlen, kNaN);
 
@@ -158,7 +158,7 @@ DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float
   DenseGradients g{Dense(p.q.batch, p.q.seqlen, p.q.heads, p.q.head_dim),
                    Dense(p.k.batch, p.k.seqlen, p.k.heads, p.k.head_dim),
                    Dense(p.v.batch, p.v.seqlen, p.v.heads, p.v.head_dim)};
-  Dense dout = g.dq, out = g.dq;
+  Dense out(p.q.batch, p.q.seqlen, p.q.heads, p.v.head_dim), dout = out;
   dout.values = dout_values;
   for (Dense* t : {&g.dq, &g.dk, &g.dv}) std::fill(t->values.begin(), t->values.end(), kNaN);
   std::vector<uint8_t> q = encode(p.q, dtype), k = encode(p.k, dtype), v = encode(p.v, dtype),

@@ -325,8 +325,25 @@ TEST(Registry, CAbiListsTheSameBackends) {
     EXPECT_EQ(std::string(info.name), all[i].name);
     EXPECT_EQ(info.dtypes, all[i].dtypes);
     EXPECT_EQ(info.max_head_dim, all[i].max_head_dim);
+    EXPECT_EQ(info.takes_head_dim_v != 0, all[i].takes_head_dim_v);
+    EXPECT_EQ(info.takes_backward_head_dim_v != 0, all[i].takes_backward_head_dim_v);
     EXPECT_EQ(backend_from_string(info.name), all[i].backend);
   }
+}
+
+// A caller built before the head_dim_v fields (struct_size up to
+// takes_backward_sequences) gets the fields it knows and nothing past them.
+TEST(Registry, CallersFromBeforeHeadDimVKeepTheirSize) {
+  unsigned char bytes[sizeof(flashattn_backend_info) + 8];
+  std::memset(bytes, 0xAB, sizeof bytes);
+  const uint32_t older = offsetof(flashattn_backend_info, takes_head_dim_v);
+  std::memcpy(bytes, &older, sizeof older);
+  ASSERT_EQ(flashattn_get_backend_info(0, reinterpret_cast<flashattn_backend_info*>(bytes)),
+            FLASHATTN_OK);
+  flashattn_backend_info known;
+  std::memcpy(&known, bytes, older);
+  EXPECT_EQ(known.takes_backward_sequences != 0, backends()[0].takes_backward_sequences);
+  for (size_t b = older; b < sizeof bytes; ++b) ASSERT_EQ(bytes[b], 0xAB) << "byte " << b;
 }
 
 TEST(Registry, OlderCallersGetOnlyTheFieldsTheyKnow) {

@@ -95,6 +95,16 @@ std::vector<harness::Case> isa_cases() {
   cases.push_back(make_case({batch, 100, 77, 3, 3, 48}, DType::f16, Mask::causal_top_left));
   cases.push_back(with_variants(make_case({batch, 140, 200, 4, 1, 64}, DType::f32, none), 30,
                                 10, 5, true));
+  // v's head_dim other than q's and k's (head_dim_v): Q and K at one width,
+  // V, O and dO at another, on the matrix kernel (MLA's 192/128, rows without
+  // keys at widths off the lanes, GQA strided with v the wider), a decode step
+  // of a GQA group in one few-rows tile with key splits, and the one pass.
+  cases.push_back(make_case({1, 130, 130, 2, 1, 192, 128}, DType::f32, bottom_right));
+  cases.push_back(make_case({1, 130, 50, 2, 2, 40, 24}, DType::bf16, bottom_right));
+  cases.push_back(make_case({2, 65, 130, 4, 2, 64, 128}, DType::f16, Mask::causal_top_left, true));
+  cases.push_back(make_case({1, 1, 300, 4, 1, 128, 64}, DType::f32, none));
+  cases.push_back(with_variants(make_case({batch, 90, 120, 2, 1, 40, 72}, DType::f32, bottom_right),
+                                20, -1, 5, true));
   return cases;
 }
 
@@ -177,6 +187,32 @@ TEST(CpuIsaWideQueryTiles, ForwardMatchesFloat64Reference) {
   const harness::Case cases[] = {
       make_case({1, 1025, 5000, heads, 1, 128}, DType::f32, Mask::causal_bottom_right),
       make_case({1, 700, 8192, heads, 1, 128}, DType::bf16, Mask::none, true)};
+  for (const harness::Case& c : cases) {
+    const uint64_t seed = fresh_seed();
+    harness::Problem problem(c, Device{}, seed);
+    for (const char* set : kSets) {
+      if (!runs(set)) continue;
+      SCOPED_TRACE(std::string(set) + " on " + harness::describe(c) + ", " + replay_hint(seed));
+      ForcedIsa forced(set);
+      problem.poison_output();
+      forward(problem.params(Backend::cpu));
+      const harness::Accuracy acc = problem.evaluate(Backend::cpu);
+      EXPECT_TRUE(acc.passed) << acc.summary();
+    }
+  }
+}
+
+// v's head_dim other than q's and k's in KV caches, on every set: the new
+// keys and values appended at their own widths, pages of 16 that a decode
+// step's fp32 tiles straddle (read run by run where they lie), pages of 3
+// gathered for the matrix kernel. Forward only: caches have no backward.
+TEST(CpuIsaHeadDimPairCaches, ForwardMatchesFloat64Reference) {
+  const Mask bottom_right = Mask::causal_bottom_right;
+  const harness::Case cases[] = {
+      harness::cache_case(make_case({0, 1, 0, 8, 2, 192, 128}, DType::f32, bottom_right),
+                          {{0, 1, 130, 197}, 1, 200, 16}),
+      harness::cache_case(make_case({0, 5, 0, 6, 2, 40, 24}, DType::bf16, bottom_right),
+                          {{0, 1, 130, 197}, 3, 200, 3})};
   for (const harness::Case& c : cases) {
     const uint64_t seed = fresh_seed();
     harness::Problem problem(c, Device{}, seed);

@@ -250,7 +250,7 @@ std::vector<Rule> rules() {
                  invalid,
                  {name + ": device differs from q's device"}});
   }
-  // Shapes that disagree: k with q (batch, head_dim), v with k, out with q.
+  // Shapes that disagree: k with q (batch, head_dim), v with k, out with q and v.
   r.push_back({"k_batch_differs_from_q",
                [](Params& p, Buffers&) { p.k.shape[0] = 3; },
                invalid,
@@ -259,7 +259,16 @@ std::vector<Rule> rules() {
                [](Params& p, Buffers&) { p.k.shape[3] = 9; },
                invalid,
                {"k: head_dim is 9, must equal q's head_dim (8)"}});
-  for (int d = 0; d < 4; ++d) {
+  // v's head_dim may differ from k's (head_dim_v); out's must then be v's.
+  r.push_back({"v_head_dim_differs_from_out",
+               [](Params& p, Buffers&) { p.v.shape[3] = 9; },
+               invalid,
+               {"out: head_dim is 8, must equal v's head_dim (9)"}});
+  r.push_back({"out_head_dim_differs_from_v",
+               [](Params& p, Buffers&) { p.out.shape[3] = 9; },
+               invalid,
+               {"out: head_dim is 9, must equal v's head_dim (8)"}});
+  for (int d = 0; d < 3; ++d) {
     const std::string dim = kDims[d];
     r.push_back({"v_" + dim + "_differs_from_k",
                  [d](Params& p, Buffers&) { p.v.shape[d] += 1; },

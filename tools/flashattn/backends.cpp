@@ -28,14 +28,19 @@ std::string dtypes_of(const BackendInfo& b) {
   return out;
 }
 
+// ", v's may differ": where v's head_dim may be other than q's and k's.
+std::string v_differs(bool takes_head_dim_v) { return takes_head_dim_v ? ", v's may differ" : ""; }
+
 std::string head_dims_of(const BackendInfo& b) {
-  return b.max_head_dim == 0 ? "any" : "<= " + std::to_string(b.max_head_dim);
+  return (b.max_head_dim == 0 ? "any" : "<= " + std::to_string(b.max_head_dim)) +
+         v_differs(b.takes_head_dim_v);
 }
 
 std::string backward_of(const BackendInfo& b) {
   if (!b.has_backward()) return "no";
-  return b.backward_max_head_dim == 0 ? "any head_dim"
-                                      : "head_dim <= " + std::to_string(b.backward_max_head_dim);
+  return (b.backward_max_head_dim == 0 ? "any head_dim"
+                                       : "head_dim <= " + std::to_string(b.backward_max_head_dim)) +
+         v_differs(b.takes_backward_head_dim_v);
 }
 
 std::string gpus_of(const BackendInfo& b) {

@@ -92,10 +92,14 @@ GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
   const int pad = c.strided_pad;
   const int batch = is_packed(c) ? 1 : s.batch;  // packed: one batch index of every sequence
   const int nq = int(total_q(c)), nk = int(total_k(c));
-  for (Buffer* buf : {&st.q, &st.out, &st.dout, &st.dq})
+  for (Buffer* buf : {&st.q, &st.dq})
     layout(*buf, c.dtype, batch, nq, s.heads_q, s.head_dim, c.strided, pad, false);
-  for (Buffer* buf : {&st.k, &st.v, &st.dk, &st.dv})
+  for (Buffer* buf : {&st.out, &st.dout})
+    layout(*buf, c.dtype, batch, nq, s.heads_q, value_head_dim(s), c.strided, pad, false);
+  for (Buffer* buf : {&st.k, &st.dk})
     layout(*buf, c.dtype, batch, nk, s.heads_kv, s.head_dim, false, pad, c.strided);
+  for (Buffer* buf : {&st.v, &st.dv})
+    layout(*buf, c.dtype, batch, nk, s.heads_kv, value_head_dim(s), false, pad, c.strided);
   st.lse.assign(size_t(batch) * s.heads_q * nq, 0.0f);
   st.sequences = SequenceBuffer(c, device);
 
@@ -209,8 +213,8 @@ PartGradients part_gradients(const Case& c, const float* slopes, const BiasBuffe
     Params p;
     p.q = contiguous_view(nullptr, DType::f32, sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim);
     p.k = contiguous_view(nullptr, DType::f32, sizes.batch, sizes.seqlen_k, sizes.heads_kv, sizes.head_dim);
-    p.v = p.k;
-    p.out = p.q;
+    p.v = contiguous_view(nullptr, DType::f32, sizes.batch, sizes.seqlen_k, sizes.heads_kv, sizes.head_dim_v);
+    p.out = contiguous_view(nullptr, DType::f32, sizes.batch, sizes.seqlen_q, sizes.heads_q, sizes.head_dim_v);
     p.scale = c.scale;
     p.mask = c.mask;
     p.variants = variants_of(c, slopes, host_bias);
@@ -225,24 +229,25 @@ PartGradients part_gradients(const Case& c, const float* slopes, const BiasBuffe
   } else {
     // The library's reference on fp32 copies of the inputs (their values exactly),
     // its gradients kept in fp32: 6e-8 relative, far under every tolerance.
-    std::vector<float> in[4] = {x[0], x[1], x[2], x[3]}, grads[3], out(x[0].size());
+    std::vector<float> in[4] = {x[0], x[1], x[2], x[3]}, grads[3], out(x[3].size());
     std::vector<float> lse(size_t(sizes.batch) * sizes.heads_q * sizes.seqlen_q);
     grads[0].resize(x[0].size());
     grads[1].resize(x[1].size());
     grads[2].resize(x[2].size());
-    auto view = [&](std::vector<float>& data, int seqlen, int heads) {
-      return contiguous_view(data.data(), DType::f32, sizes.batch, seqlen, heads, sizes.head_dim);
+    auto view = [&](std::vector<float>& data, int seqlen, int heads, int cols) {
+      return contiguous_view(data.data(), DType::f32, sizes.batch, seqlen, heads, cols);
     };
+    const int d = sizes.head_dim, dv = sizes.head_dim_v;
     BackwardParams p;
-    p.q = view(in[0], sizes.seqlen_q, sizes.heads_q);
-    p.k = view(in[1], sizes.seqlen_k, sizes.heads_kv);
-    p.v = view(in[2], sizes.seqlen_k, sizes.heads_kv);
-    p.dout = view(in[3], sizes.seqlen_q, sizes.heads_q);
-    p.out = view(out, sizes.seqlen_q, sizes.heads_q);
+    p.q = view(in[0], sizes.seqlen_q, sizes.heads_q, d);
+    p.k = view(in[1], sizes.seqlen_k, sizes.heads_kv, d);
+    p.v = view(in[2], sizes.seqlen_k, sizes.heads_kv, dv);
+    p.dout = view(in[3], sizes.seqlen_q, sizes.heads_q, dv);
+    p.out = view(out, sizes.seqlen_q, sizes.heads_q, dv);
     p.lse = lse.data();
-    p.dq = view(grads[0], sizes.seqlen_q, sizes.heads_q);
-    p.dk = view(grads[1], sizes.seqlen_k, sizes.heads_kv);
-    p.dv = view(grads[2], sizes.seqlen_k, sizes.heads_kv);
+    p.dq = view(grads[0], sizes.seqlen_q, sizes.heads_q, d);
+    p.dk = view(grads[1], sizes.seqlen_k, sizes.heads_kv, d);
+    p.dv = view(grads[2], sizes.seqlen_k, sizes.heads_kv, dv);
     p.scale = c.scale;
     p.mask = c.mask;
     p.variants = variants_of(c, slopes, host_bias);
@@ -288,7 +293,8 @@ GradAccuracy GradProblem::evaluate(Backend backend) {
                                      values(st.k, case_.dtype, k0, ps.seqlen_k),
                                      values(st.v, case_.dtype, k0, ps.seqlen_k),
                                      values(st.dout, case_.dtype, q0, ps.seqlen_q)};
-    const Sizes sizes{ps.batch, ps.seqlen_q, ps.seqlen_k, ps.heads_q, ps.heads_kv, ps.head_dim};
+    const Sizes sizes{ps.batch,   ps.seqlen_q, ps.seqlen_k,        ps.heads_q,
+                      ps.heads_kv, ps.head_dim, value_head_dim(ps)};
     const PartGradients g = part_gradients(part, slopes, st.bias, backend, sizes, x);
     append(all.oracle, g.oracle);
     append(all.independent, g.independent);

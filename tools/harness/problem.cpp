@@ -135,7 +135,9 @@ std::string describe(const Case& c) {
   const Shape& s = c.shape;
   std::ostringstream out;
   out << "B" << s.batch << " Nq" << s.seqlen_q << " Nk" << s.seqlen_k << " Hq" << s.heads_q
-      << " Hkv" << s.heads_kv << " d" << s.head_dim << " " << to_string(c.dtype)
+      << " Hkv" << s.heads_kv << " d" << s.head_dim
+      << (s.head_dim_v > 0 && s.head_dim_v != s.head_dim ? " dv" + std::to_string(s.head_dim_v) : "")
+      << " " << to_string(c.dtype)
       << (c.mask == Mask::causal_top_left       ? " causal-tl"
           : c.mask == Mask::causal_bottom_right ? " causal-br"
                                                 : "")
@@ -174,7 +176,7 @@ double flop_count(const Case& c) {
     return sum;
   }
   const Shape& s = c.shape;
-  const double per_pair = 4.0 * s.batch * s.heads_q * s.head_dim;
+  const double per_pair = 2.0 * s.batch * s.heads_q * (s.head_dim + value_head_dim(s));
   if (c.window_left < 0 && c.window_right < 0)
     return per_pair * s.seqlen_q * s.seqlen_k / (c.mask == Mask::none ? 1 : 2);
   const RowMask mask = resolve({c.mask != Mask::none, c.mask != Mask::causal_top_left,
@@ -232,8 +234,8 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
   const int nq = int(total_q(c)), nk = int(total_k(c));
   layout(st.q, c.dtype, batch, nq, s.heads_q, s.head_dim, c.strided, pad, false);
   layout(st.k, c.dtype, batch, nk, s.heads_kv, s.head_dim, false, pad, c.strided);
-  layout(st.v, c.dtype, batch, nk, s.heads_kv, s.head_dim, false, pad, c.strided);
-  layout(st.out, c.dtype, batch, nq, s.heads_q, s.head_dim, c.strided, pad, false);
+  layout(st.v, c.dtype, batch, nk, s.heads_kv, value_head_dim(s), false, pad, c.strided);
+  layout(st.out, c.dtype, batch, nq, s.heads_q, value_head_dim(s), c.strided, pad, false);
   st.lse.assign(size_t(batch) * s.heads_q * nq, 0.0f);
   st.sequences = SequenceBuffer(c, device);
 
@@ -276,8 +278,8 @@ void Problem::make_cache(std::mt19937_64& rng, std::normal_distribution<float>& 
   const int pages = s.batch * cb.pages_per_sequence + 2;
   const int rows = paged ? spec.page_size : spec.capacity;
   for (Buffer* buf : {&st.k, &st.v})
-    layout(*buf, c.dtype, paged ? pages : s.batch, rows, s.heads_kv, s.head_dim, false,
-           c.strided_pad, c.strided);
+    layout(*buf, c.dtype, paged ? pages : s.batch, rows, s.heads_kv,
+           buf == &st.k ? s.head_dim : value_head_dim(s), false, c.strided_pad, c.strided);
   fill({&st.k, &st.v}, c.dtype, [] { return std::numeric_limits<float>::quiet_NaN(); });
   if (paged) {
     std::vector<int32_t> order(pages);
@@ -287,8 +289,8 @@ void Problem::make_cache(std::mt19937_64& rng, std::normal_distribution<float>& 
   }
   cb.seqlens.assign(spec.cached.begin(), spec.cached.end());
   for (Buffer* buf : {&cb.k_new, &cb.v_new})
-    layout(*buf, c.dtype, s.batch, spec.appended, s.heads_kv, s.head_dim, c.strided, c.strided_pad,
-           false);
+    layout(*buf, c.dtype, s.batch, spec.appended, s.heads_kv,
+           buf == &cb.k_new ? s.head_dim : value_head_dim(s), c.strided, c.strided_pad, false);
   fill({&cb.k_new, &cb.v_new}, c.dtype, [&] { return normal(rng); });
   // Where key j of sequence b lies in the cache (batch or page, row).
   const auto place = [&](int b, int j) {
@@ -302,10 +304,11 @@ void Problem::make_cache(std::mt19937_64& rng, std::normal_distribution<float>& 
     const int length = spec.cached[b] + spec.appended;
     for (auto [cache, fresh, dense] : {std::tuple{&st.k, &cb.k_new, &cb.keys[b]},
                                        std::tuple{&st.v, &cb.v_new, &cb.values[b]}}) {
-      layout(*dense, c.dtype, 1, length, s.heads_kv, s.head_dim, false, 0, false);
+      const int cols = cache == &st.k ? s.head_dim : value_head_dim(s);
+      layout(*dense, c.dtype, 1, length, s.heads_kv, cols, false, 0, false);
       for (int j = 0; j < length; ++j)
         for (int h = 0; h < s.heads_kv; ++h)
-          for (int e = 0; e < s.head_dim; ++e) {
+          for (int e = 0; e < cols; ++e) {
             const bool old = j < spec.cached[b];
             const float x = old ? normal(rng)
                                 : load_float(fresh->host.data(), c.dtype,
@@ -440,9 +443,10 @@ const std::vector<int32_t>& Problem::block_table() const { return storage_->cach
 double Problem::io_bytes() const {
   const Shape& s = case_.shape;
   const int batch = is_packed(case_) ? 1 : s.batch;
-  const double q = double(batch) * total_q(case_) * s.heads_q * s.head_dim;
-  const double kv = double(batch) * total_k(case_) * s.heads_kv * s.head_dim;
-  return (2 * q + 2 * kv) * dtype_size(case_.dtype);
+  const int dv = value_head_dim(s);
+  const double q = double(batch) * total_q(case_) * s.heads_q * (s.head_dim + dv);
+  const double kv = double(batch) * total_k(case_) * s.heads_kv * (s.head_dim + dv);
+  return (q + kv) * dtype_size(case_.dtype);
 }
 
 Accuracy Problem::evaluate(Backend backend, int max_rows) {
@@ -479,8 +483,8 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
         for (int64_t h = 0; h < s.heads_q; ++h) {
           const int64_t row = part.q_row0 + part.rows[r];
           const int64_t base = offset(st.out, part.batch0 + b, row, h, 0);
-          const double* ref = &oracle[((b * n + r) * s.heads_q + h) * s.head_dim];
-          for (int64_t c = 0; c < s.head_dim; ++c) {
+          const double* ref = &oracle[((b * n + r) * s.heads_q + h) * value_head_dim(s)];
+          for (int64_t c = 0; c < value_head_dim(s); ++c) {
             const double got = load_float(st.out.host.data(), case_.dtype, base + c);
             const double diff = got - ref[c];
             err2 += diff * diff;
@@ -506,7 +510,7 @@ Accuracy Problem::evaluate(Backend backend, int max_rows) {
   for (int64_t b = 0; b < st.out.shape[0]; ++b)
     for (int64_t i = 0; i < st.out.shape[1]; ++i)
       for (int64_t h = 0; h < s.heads_q; ++h)
-        for (int64_t c = 0; c < s.head_dim; ++c)
+        for (int64_t c = 0; c < value_head_dim(s); ++c)
           acc.unwritten += std::isnan(load_float(st.out.host.data(), case_.dtype,
                                                  offset(st.out, b, i, h, c)));
   for (float x : st.lse) acc.unwritten += std::isnan(x);
@@ -545,7 +549,7 @@ int64_t Problem::check_appended() {
         for (int h = 0; h < s.heads_kv; ++h)
           mismatches += std::memcmp(now.data() + offset(*cache, at, row, h, 0) * bytes,
                                     fresh->host.data() + offset(*fresh, b, r, h, 0) * bytes,
-                                    bytes * s.head_dim) != 0;
+                                    bytes * (cache == &st.k ? s.head_dim : value_head_dim(s))) != 0;
       }
   }
   return mismatches;

@@ -18,7 +18,11 @@ namespace flashattn::harness {
 
 struct Shape {
   int batch = 1, seqlen_q = 1, seqlen_k = 1, heads_q = 1, heads_kv = 1, head_dim = 1;
+  int head_dim_v = 0;  // v's and out's head_dim; 0: head_dim's
 };
+
+// v's and out's head_dim.
+inline int value_head_dim(const Shape& s) { return s.head_dim_v > 0 ? s.head_dim_v : s.head_dim; }
 
 struct Case {
   Shape shape;
@@ -83,8 +87,8 @@ Case sequence_case(const Case& c, int b);
 std::vector<int32_t> prefix_sums(const Case& c, bool queries);
 
 std::string describe(const Case& c);
-// 4·B·Hq·Nq·Nk·d, halved for causal; with a window, 4·B·Hq·d times the
-// (row, key) pairs it leaves visible.
+// 2·B·Hq·Nq·Nk·(d + d_v) (4·B·Hq·Nq·Nk·d where v's head_dim is q's), halved for
+// causal; with a window, 2·B·Hq·(d + d_v) times the (row, key) pairs it leaves visible.
 double flop_count(const Case& c);
 
 // ALiBi's standard slopes for `heads` query heads: 2^(−8(h+1)/heads).

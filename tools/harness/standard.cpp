@@ -22,7 +22,7 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const ScoreRule&
                                            const std::vector<int>& rows) {
   const Sizes& s = p.sizes;
   const int64_t n = int64_t(rows.size());
-  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim, 0.0);
+  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim_v, 0.0);
   const int64_t items = int64_t(s.batch) * s.heads_q * n;
   parallel_for(items, [&](int64_t item, int) {
     const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
@@ -40,12 +40,12 @@ std::vector<double> standard_rows_in_dtype(const AttnParams& p, const ScoreRule&
     if (rule.empties(m)) return;  // output 0
     float sum = 0.0f;
     for (int j = key_begin; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
-    double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
+    double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim_v;
     for (int j = key_begin; j < key_end; ++j) {
       const float pj = round_to(p.dtype, prob[j] / sum) * float(rule.kept(b, hq, i, j));
-      for (int c = 0; c < s.head_dim; ++c) o[c] += pj * element(p, p.v, b, j, hk, c);
+      for (int c = 0; c < s.head_dim_v; ++c) o[c] += pj * element(p, p.v, b, j, hk, c);
     }
-    for (int c = 0; c < s.head_dim; ++c) o[c] = round_to(p.dtype, float(o[c]));
+    for (int c = 0; c < s.head_dim_v; ++c) o[c] = round_to(p.dtype, float(o[c]));
   });
   return out;
 }
@@ -54,14 +54,14 @@ std::vector<double> standard_rows_float64(const AttnParams& p, const ScoreRule& 
                                           const std::vector<int>& rows, std::vector<double>& lse) {
   const Sizes& s = p.sizes;
   const int64_t n = int64_t(rows.size());
-  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim, 0.0);
+  std::vector<double> out(size_t(s.batch) * n * s.heads_q * s.head_dim_v, 0.0);
   lse.assign(size_t(s.batch) * s.heads_q * n, 0.0);
   const int64_t items = int64_t(s.batch) * s.heads_q * n;
   parallel_for(items, [&](int64_t item, int) {
     const int r = int(item % n), hq = int(item / n % s.heads_q), b = int(item / n / s.heads_q);
     const int i = rows[r], hk = hq / s.group();
     const RowMask& mask = p.mask;  // dense problems only
-    double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim;
+    double* o = out.data() + ((int64_t(b) * n + r) * s.heads_q + hq) * s.head_dim_v;
     double& row_lse = lse[(int64_t(b) * s.heads_q + hq) * n + r];
     if (mask.empty(i)) {  // no key to see: 0 and −inf
       row_lse = -std::numeric_limits<double>::infinity();
@@ -87,9 +87,9 @@ std::vector<double> standard_rows_float64(const AttnParams& p, const ScoreRule& 
       const double w = std::exp(score[j] - m);
       sum += w;
       const double wz = w * rule.kept(b, hq, i, j);
-      for (int c = 0; c < s.head_dim; ++c) o[c] += wz * element(p, p.v, b, j, hk, c);
+      for (int c = 0; c < s.head_dim_v; ++c) o[c] += wz * element(p, p.v, b, j, hk, c);
     }
-    for (int c = 0; c < s.head_dim; ++c) o[c] /= sum;
+    for (int c = 0; c < s.head_dim_v; ++c) o[c] /= sum;
     row_lse = m + std::log(sum);
   });
   return out;

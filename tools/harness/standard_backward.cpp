@@ -17,35 +17,36 @@ template <typename F, typename Round>
 HostGradients standard_backward(const HostProblem& p, Round round,
                                 std::optional<DType> d_from_output = std::nullopt) {
   const Sizes& s = p.sizes;
-  const int d = s.head_dim;
-  // Offsets of a row of q's shape (q, dout, dq) and of k's (k, v, dk, dv).
-  auto at_q = [&](int b, int row, int h) {
-    return ((size_t(b) * s.seqlen_q + row) * s.heads_q + h) * d;
+  const int d = s.head_dim, dv_cols = s.head_dim_v;
+  // Offsets of a row of q's or out's shape (q, dq: cols d; dout: dv_cols) and
+  // of k's or v's (k, dk: d; v, dv: dv_cols).
+  auto at_q = [&](int b, int row, int h, int cols) {
+    return ((size_t(b) * s.seqlen_q + row) * s.heads_q + h) * cols;
   };
-  auto at_k = [&](int b, int row, int h) {
-    return ((size_t(b) * s.seqlen_k + row) * s.heads_kv + h) * d;
+  auto at_k = [&](int b, int row, int h, int cols) {
+    return ((size_t(b) * s.seqlen_k + row) * s.heads_kv + h) * cols;
   };
   HostGradients g;
   g.dq.assign(size_t(s.batch) * s.seqlen_q * s.heads_q * d, 0.0);
   g.dk.assign(size_t(s.batch) * s.seqlen_k * s.heads_kv * d, 0.0);
-  g.dv.assign(g.dk.size(), 0.0);
+  g.dv.assign(size_t(s.batch) * s.seqlen_k * s.heads_kv * dv_cols, 0.0);
   g.dq_mag.assign(g.dq.size(), 0.0);
   g.dk_mag.assign(g.dk.size(), 0.0);
   g.dv_mag.assign(g.dv.size(), 0.0);
   parallel_for(int64_t(s.batch) * s.heads_kv, [&](int64_t slice, int) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
-    std::vector<F> dk(size_t(s.seqlen_k) * d, F(0)), dv(dk.size(), F(0));
+    std::vector<F> dk(size_t(s.seqlen_k) * d, F(0)), dv(size_t(s.seqlen_k) * dv_cols, F(0));
     std::vector<F> prob(s.seqlen_k), dp(s.seqlen_k), derivative(s.seqlen_k), kept(s.seqlen_k);
     for (int g_ = 0; g_ < s.group(); ++g_) {
       const int hq = hk * s.group() + g_;
       for (int i = 0; i < s.seqlen_q; ++i) {
         const int key_begin = p.mask.key_begin(i), key_end = p.mask.key_end(i);
         if (key_begin >= key_end) continue;  // dq stays 0
-        const float* q = &(*p.q)[at_q(b, i, hq)];
-        const float* dout = &(*p.dout)[at_q(b, i, hq)];
+        const float* q = &(*p.q)[at_q(b, i, hq, d)];
+        const float* dout = &(*p.dout)[at_q(b, i, hq, dv_cols)];
         F m = -std::numeric_limits<F>::infinity();
         for (int j = key_begin; j < key_end; ++j) {
-          const float* k = &(*p.k)[at_k(b, j, hk)];
+          const float* k = &(*p.k)[at_k(b, j, hk, d)];
           F dot = 0;
           for (int c = 0; c < d; ++c) dot += F(q[c]) * F(k[c]);
           prob[j] = F(round(dot)) * F(p.scale);
@@ -67,7 +68,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
           float m32 = -INFINITY, l32 = 0.0f;
           std::vector<float> s32(key_end);
           for (int j = key_begin; j < key_end; ++j) {
-            const float* k = &(*p.k)[at_k(b, j, hk)];
+            const float* k = &(*p.k)[at_k(b, j, hk, d)];
             float dot32 = 0.0f;
             for (int c = d - 1; c >= 0; --c) dot32 += q[c] * k[c];
             s32[j] = p.rule(dot32 * p.scale, b, hq, i, j);
@@ -77,13 +78,13 @@ HostGradients standard_backward(const HostProblem& p, Round round,
           flash_factor = F(std::exp(m - F(m32 + std::log(l32))));
         }
         F row_dot = 0;  // rowsum(dP∘P)
-        std::vector<F> out(d, F(0));
+        std::vector<F> out(dv_cols, F(0));
         for (int j = key_begin; j < key_end; ++j) {
           prob[j] = F(round(d_from_output ? prob[j] * flash_factor : prob[j] / sum));
           kept[j] = F(p.rule.kept(b, hq, i, j));
-          const float* v = &(*p.v)[at_k(b, j, hk)];
+          const float* v = &(*p.v)[at_k(b, j, hk, dv_cols)];
           F dot = 0;
-          for (int c = 0; c < d; ++c) {
+          for (int c = 0; c < dv_cols; ++c) {
             dot += F(dout[c]) * F(v[c]);
             out[c] += prob[j] * kept[j] * F(v[c]);
           }
@@ -92,36 +93,38 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         }
         if (d_from_output) {
           row_dot = 0;
-          for (int c = 0; c < d; ++c)
+          for (int c = 0; c < dv_cols; ++c)
             row_dot += F(dout[c]) * F(round_to(*d_from_output, float(out[c])));
         }
-        double* dq = &g.dq[at_q(b, i, hq)];
-        double* dq_mag = &g.dq_mag[at_q(b, i, hq)];
+        double* dq = &g.dq[at_q(b, i, hq, d)];
+        double* dq_mag = &g.dq_mag[at_q(b, i, hq, d)];
         std::vector<F> dq_row(d, F(0));
         for (int j = key_begin; j < key_end; ++j) {
           const F ds = F(round(prob[j] * (dp[j] - row_dot) * derivative[j])) * F(p.scale);
           const double ds_mag = std::fabs(double(prob[j]) * p.scale * derivative[j]) *
                                 (std::fabs(double(dp[j])) + std::fabs(double(row_dot)));
-          const float* k = &(*p.k)[at_k(b, j, hk)];
-          double* dk_mag = &g.dk_mag[at_k(b, j, hk)];
-          double* dv_mag = &g.dv_mag[at_k(b, j, hk)];
+          const float* k = &(*p.k)[at_k(b, j, hk, d)];
+          double* dk_mag = &g.dk_mag[at_k(b, j, hk, d)];
+          double* dv_mag = &g.dv_mag[at_k(b, j, hk, dv_cols)];
           for (int c = 0; c < d; ++c) {
             dq_row[c] += ds * F(k[c]);
             dk[size_t(j) * d + c] += ds * F(q[c]);
-            dv[size_t(j) * d + c] += prob[j] * kept[j] * F(dout[c]);
             dq_mag[c] += ds_mag * std::fabs(k[c]);
             dk_mag[c] += ds_mag * std::fabs(q[c]);
+          }
+          for (int c = 0; c < dv_cols; ++c) {
+            dv[size_t(j) * dv_cols + c] += prob[j] * kept[j] * F(dout[c]);
             dv_mag[c] += std::fabs(double(prob[j] * kept[j]) * dout[c]);
           }
         }
         for (int c = 0; c < d; ++c) dq[c] = round(dq_row[c]);
       }
     }
-    for (int j = 0; j < s.seqlen_k; ++j)
-      for (int c = 0; c < d; ++c) {
-        g.dk[at_k(b, j, hk) + c] = round(dk[size_t(j) * d + c]);
-        g.dv[at_k(b, j, hk) + c] = round(dv[size_t(j) * d + c]);
-      }
+    for (int j = 0; j < s.seqlen_k; ++j) {
+      for (int c = 0; c < d; ++c) g.dk[at_k(b, j, hk, d) + c] = round(dk[size_t(j) * d + c]);
+      for (int c = 0; c < dv_cols; ++c)
+        g.dv[at_k(b, j, hk, dv_cols) + c] = round(dv[size_t(j) * dv_cols + c]);
+    }
   });
   return g;
 }

@@ -20,7 +20,7 @@
 
 namespace flashattn::harness {
 
-// Contiguous (batch, seqlen, heads, head_dim) float tensors.
+// Contiguous (batch, seqlen, heads, head_dim) float tensors (dv and v: head_dim_v).
 struct HostGradients {
   std::vector<double> dq, dk, dv;
   // The sums of the terms' magnitudes (|ds|·|k| … with |ds| bounded by

@@ -2,7 +2,7 @@
 // and lse, and its two-pass schedule. With s_ij = scale·(q_i·k_j), x_ij its
 // score after the variants (score.h) and p_ij = e^(x_ij − lse_i) (recomputed,
 // never stored; 0 for keys row i does not see):
-//   D_i = dO_i·O_i                                  (a pass over rows)
+//   D_i = dO_i·O_i (along head_dim_v)               (a pass over rows)
 //   dv_j = Σ_i p_ij·dO_i,  dk_j = scale·Σ_i ds_ij·q_i (items: key tiles)
 //   dq_i = scale·Σ_j ds_ij·k_j                       (items: query tiles)
 // with ds_ij = p_ij·(dO_i·v_j − D_i)·∂x_ij/∂s_ij (the softcap's 1 − tanh²; 1
@@ -50,19 +50,20 @@ inline float lse_offset(const BwdParams& p, const RowMask& mask, int64_t at, int
 // sizes, which a packed batch's lse layout follows (core/params.h).
 inline void row_dots(const BwdParams& p, float* dots) {
   const Sizes sz = storage_sizes(p);
-  const int d = sz.head_dim, dp = padded(d);
+  const int d_v = sz.head_dim_v, dp_v = padded(d_v);
   parallel_for(int64_t(sz.batch) * sz.heads_q, [&](int64_t slice, int) {
     const int b = int(slice / sz.heads_q), hq = int(slice % sz.heads_q);
     thread_local AlignedBuffer buffer;
-    float* o = buffer.reserve(2 * size_t(kBlockM) * dp);
-    float* dout = o + size_t(kBlockM) * dp;
+    float* o = buffer.reserve(2 * size_t(kBlockM) * dp_v);
+    float* dout = o + size_t(kBlockM) * dp_v;
     for (int m0 = 0; m0 < sz.seqlen_q; m0 += kBlockM) {
       const int rows = std::min(kBlockM, sz.seqlen_q - m0);
-      load_tile(p.dtype, p.o, d, b, hq, m0, rows, o, dp);
-      load_tile(p.dtype, p.grad.dout, d, b, hq, m0, rows, dout, dp);
+      load_tile(p.dtype, p.o, d_v, b, hq, m0, rows, o, dp_v);
+      load_tile(p.dtype, p.grad.dout, d_v, b, hq, m0, rows, dout, dp_v);
       for (int r = 0; r < rows; ++r) {
         Vec sum{};
-        for (int c = 0; c < dp; c += kLanes) sum += load(o + r * dp + c) * load(dout + r * dp + c);
+        for (int c = 0; c < dp_v; c += kLanes)
+          sum += load(o + r * dp_v + c) * load(dout + r * dp_v + c);
         float dot = 0.0f;
         for (int l = 0; l < kLanes; ++l) dot += sum[l];
         dots[slice * sz.seqlen_q + m0 + r] = dot;
@@ -71,16 +72,15 @@ inline void row_dots(const BwdParams& p, float* dots) {
   });
 }
 
-// Rows [row0, row0 + rows) of a head as a row-major fp32 matrix with rows
-// padded to a multiple of the lanes: read in place when fp32 and already so,
-// else converted into `tile`.
-inline MatB rows_of(const BwdParams& p, const TensorRef& t, int b, int h, int row0, int rows,
-                    float* tile) {
-  const int d = p.sizes.head_dim;
-  if (p.dtype == DType::f32 && d % kLanes == 0)
+// Rows [row0, row0 + rows) of a head of t (head_dim wide: head_dim_v for v
+// and dO) as a row-major fp32 matrix with rows padded to a multiple of the
+// lanes: read in place when fp32 and already so, else converted into `tile`.
+inline MatB rows_of(const BwdParams& p, const TensorRef& t, int head_dim, int b, int h, int row0,
+                    int rows, float* tile) {
+  if (p.dtype == DType::f32 && head_dim % kLanes == 0)
     return {static_cast<const float*>(t.data) + row_index(t, b, h, row0), t.row_stride};
-  load_tile(p.dtype, t, d, b, h, row0, rows, tile, padded(d));
-  return {tile, padded(d)};
+  load_tile(p.dtype, t, head_dim, b, h, row0, rows, tile, padded(head_dim));
+  return {tile, padded(head_dim)};
 }
 
 // P = e^(x − lse) in place over a tile of lines × width scores S, with lse
@@ -122,11 +122,11 @@ void score_gradients(const float* prob, float* dp, int lines, int width, const f
 // block of query rows passes through, in one thread's buffer.
 struct KeyTile {
   float* k_t;         // Kᵀ: head_dim × kBlockN, keys across the lanes
-  float* v_t;         // Vᵀ, as Kᵀ
+  float* v_t;         // Vᵀ: head_dim_v × kBlockN, as Kᵀ
   float* dk;          // kBlockN × padded(head_dim), unscaled
-  float* dv;          // as dk
+  float* dv;          // kBlockN × padded(head_dim_v)
   float* q_tile;      // a block's Q rows, where not read in place (rows_of)
-  float* dout_tile;   // its dO rows, likewise
+  float* dout_tile;   // its dO rows (head_dim_v wide), likewise
   float* s;           // kBlockM × kBlockN: S, then P
   float* ds;          // kBlockM × kBlockN: dP, then dS
   float* derivative;  // kBlockM × kBlockN: ∂x/∂s where the Variant changes scores
@@ -135,18 +135,20 @@ struct KeyTile {
   float* row_dot;     // kBlockM: the block's D
 };
 
-// A KeyTile laid out in `buffer`, grown to fit head dims padded to dp.
-inline KeyTile key_tile_in(AlignedBuffer& buffer, int dp) {
+// A KeyTile laid out in `buffer`, grown to fit sz's head dims.
+inline KeyTile key_tile_in(AlignedBuffer& buffer, const Sizes& sz) {
+  const size_t dp = padded(sz.head_dim), dp_v = padded(sz.head_dim_v);
   const size_t tile = size_t(kBlockN) * dp, row_tile = size_t(kBlockM) * dp;
+  const size_t tile_v = size_t(kBlockN) * dp_v, row_tile_v = size_t(kBlockM) * dp_v;
   const size_t square = size_t(kBlockM) * kBlockN;
   KeyTile t;
-  t.k_t = buffer.reserve(4 * tile + 2 * row_tile + 4 * square + 2 * kBlockM);
+  t.k_t = buffer.reserve(2 * (tile + tile_v) + row_tile + row_tile_v + 4 * square + 2 * kBlockM);
   t.v_t = t.k_t + tile;
-  t.dk = t.v_t + tile;
+  t.dk = t.v_t + tile_v;
   t.dv = t.dk + tile;
-  t.q_tile = t.dv + tile;
+  t.q_tile = t.dv + tile_v;
   t.dout_tile = t.q_tile + row_tile;
-  t.s = t.dout_tile + row_tile;
+  t.s = t.dout_tile + row_tile_v;
   t.ds = t.s + square;
   t.derivative = t.ds + square;
   t.keep = t.derivative + square;
@@ -158,12 +160,11 @@ inline KeyTile key_tile_in(AlignedBuffer& buffer, int dp) {
 // Kᵀ and Vᵀ of keys [n0, n0 + cols) of kv head hk, and dk = dv = 0.
 inline void start_key_tile(const BwdParams& p, int b, const Sequence& seq, int hk, int n0, int cols,
                            const KeyTile& t) {
-  const int d = p.sizes.head_dim, k0 = int(seq.k_row0);
-  const size_t tile = size_t(kBlockN) * padded(d);
+  const int d = p.sizes.head_dim, d_v = p.sizes.head_dim_v, k0 = int(seq.k_row0);
   load_transposed(p.dtype, p.k, d, b, hk, k0 + n0, cols, t.k_t, kBlockN);
-  load_transposed(p.dtype, p.v, d, b, hk, k0 + n0, cols, t.v_t, kBlockN);
-  std::fill(t.dk, t.dk + tile, 0.0f);
-  std::fill(t.dv, t.dv + tile, 0.0f);
+  load_transposed(p.dtype, p.v, d_v, b, hk, k0 + n0, cols, t.v_t, kBlockN);
+  std::fill(t.dk, t.dk + size_t(kBlockN) * padded(d), 0.0f);
+  std::fill(t.dv, t.dv + size_t(kBlockN) * padded(d_v), 0.0f);
 }
 
 // Query rows [m0, m0 + rows) of head hq against the key tile at n0: dv and dk
@@ -174,8 +175,9 @@ void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence&
                    const RowMask& mask, int hq, const ScoreVariants& variants, int n0, int m0,
                    int rows, const KeyTile& t) {
   const int d = p.sizes.head_dim, dp = padded(d), q0 = int(seq.q_row0);
-  const MatB q = rows_of(p, p.q, b, hq, q0 + m0, rows, t.q_tile);
-  const MatB dout = rows_of(p, p.grad.dout, b, hq, q0 + m0, rows, t.dout_tile);
+  const int d_v = p.sizes.head_dim_v, dp_v = padded(d_v);
+  const MatB q = rows_of(p, p.q, d, b, hq, q0 + m0, rows, t.q_tile);
+  const MatB dout = rows_of(p, p.grad.dout, d_v, b, hq, q0 + m0, rows, t.dout_tile);
   const int64_t at = stats_row0(p, b, hq, seq) + m0;
   for (int r = 0; r < rows; ++r) {
     t.lse[r] = lse_offset(p, mask, at + r, m0 + r);
@@ -219,15 +221,15 @@ void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence&
       t.keep[r * kBlockN + j] = kept ? keep_scale : 0.0f;
     });
   } else {
-    gemm<Init::add>(kBlockN, dp, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp});
+    gemm<Init::add>(kBlockN, dp_v, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp_v});
   }
-  gemm<Init::zero>(rows, kBlockN, d, {dout.p, dout.ld, 1}, {t.v_t, kBlockN}, {t.ds, kBlockN});
+  gemm<Init::zero>(rows, kBlockN, d_v, {dout.p, dout.ld, 1}, {t.v_t, kBlockN}, {t.ds, kBlockN});
   score_gradients<Variant>(t.s, t.ds, rows, kBlockN, t.row_dot, true, t.derivative,
                            dropped ? t.keep : nullptr);
   if (dropped) {
     for (int64_t at = 0; at < int64_t(rows) * kBlockN; at += kLanes)
       store(t.s + at, load(t.s + at) * load(t.keep + at));
-    gemm<Init::add>(kBlockN, dp, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp});
+    gemm<Init::add>(kBlockN, dp_v, rows, {t.s, 1, kBlockN}, dout, {t.dv, dp_v});
   }
   gemm<Init::add>(kBlockN, dp, rows, {t.ds, 1, kBlockN}, q, {t.dk, dp});
 }
@@ -235,9 +237,10 @@ void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence&
 // dk = scale·Σ dSᵀ·Q and dv of keys [n0, n0 + cols), written out.
 inline void finish_key_tile(const BwdParams& p, int b, const Sequence& seq, int hk, int n0,
                             int cols, const KeyTile& t) {
-  const int d = p.sizes.head_dim, dp = padded(d), k0 = int(seq.k_row0);
-  store_tile(p.dtype, p.grad.dk, d, b, hk, k0 + n0, cols, t.dk, dp, nullptr, p.softmax.scale);
-  store_tile(p.dtype, p.grad.dv, d, b, hk, k0 + n0, cols, t.dv, dp);
+  const int d = p.sizes.head_dim, d_v = p.sizes.head_dim_v, k0 = int(seq.k_row0);
+  store_tile(p.dtype, p.grad.dk, d, b, hk, k0 + n0, cols, t.dk, padded(d), nullptr,
+             p.softmax.scale);
+  store_tile(p.dtype, p.grad.dv, d_v, b, hk, k0 + n0, cols, t.dv, padded(d_v));
 }
 
 // dk and dv of keys [n0, n0 + cols) of kv head hk of sequence b.
@@ -247,7 +250,7 @@ void key_item(const BwdParams& p, const float* dots, int b, const Sequence& seq,
   const Sizes& sz = p.sizes;
   const RowMask mask = row_mask(p, seq);
   thread_local AlignedBuffer buffer;
-  const KeyTile t = key_tile_in(buffer, padded(sz.head_dim));
+  const KeyTile t = key_tile_in(buffer, sz);
   start_key_tile(p, b, seq, hk, n0, cols, t);
   const RowRange seeing = mask.rows_seeing(n0, cols);
   for (int g = 0; g < sz.group(); ++g) {
@@ -266,17 +269,19 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
                 int rows) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
+  const int d_v = sz.head_dim_v, dp_v = padded(d_v);
   const RowMask mask = row_mask(p, seq);
   const int q0 = int(seq.q_row0), k0 = int(seq.k_row0);
   thread_local AlignedBuffer buffer;
   const size_t tile = size_t(kBlockM) * dp, key_tile = size_t(kBlockN) * dp;
+  const size_t tile_v = size_t(kBlockM) * dp_v, key_tile_v = size_t(kBlockN) * dp_v;
   const size_t square = size_t(kBlockM) * kBlockN;
-  float* q_t = buffer.reserve(3 * tile + 2 * key_tile + 4 * square + 4 * kBlockM);
+  float* q_t = buffer.reserve(2 * tile + tile_v + key_tile + key_tile_v + 4 * square + 4 * kBlockM);
   float* dout_t = q_t + tile;
-  float* dq = dout_t + tile;
+  float* dq = dout_t + tile_v;
   float* k_tile = dq + tile;
   float* v_tile = k_tile + key_tile;
-  float* s = v_tile + key_tile;
+  float* s = v_tile + key_tile_v;
   float* ds = s + square;
   float* derivative = ds + square;
   float* keep = derivative + square;
@@ -285,7 +290,7 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
   int32_t* key_end = reinterpret_cast<int32_t*>(row_dot + kBlockM);
   int32_t* key_begin = key_end + kBlockM;
   load_transposed(p.dtype, p.q, d, b, hq, q0 + m0, rows, q_t, lanes);
-  load_transposed(p.dtype, p.grad.dout, d, b, hq, q0 + m0, rows, dout_t, lanes);
+  load_transposed(p.dtype, p.grad.dout, d_v, b, hq, q0 + m0, rows, dout_t, lanes);
   const int64_t at = stats_row0(p, b, hq, seq) + m0;
   for (int r = 0; r < lanes; ++r) {
     const bool real = r < rows;
@@ -302,8 +307,8 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
   const Vec minus_inf = splat(-INFINITY);
   for (int n0 = blocks.first<Variant::kLowerEnds>() * kBlockN; n0 < hi; n0 += kBlockN) {
     const int cols = std::min(kBlockN, hi - n0);
-    const MatB k = rows_of(p, p.k, b, hk, k0 + n0, cols, k_tile);
-    const MatB v = rows_of(p, p.v, b, hk, k0 + n0, cols, v_tile);
+    const MatB k = rows_of(p, p.k, d, b, hk, k0 + n0, cols, k_tile);
+    const MatB v = rows_of(p, p.v, d_v, b, hk, k0 + n0, cols, v_tile);
     // Sᵀ = K·Qᵀ (keys × rows); keys outside a row's range hidden.
     gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {q_t, lanes}, {s, lanes});
     const bool cut = blocks.needs_mask<Variant::kLowerEnds>(n0 / kBlockN);
@@ -334,7 +339,7 @@ void query_item(const BwdParams& p, const float* dots, int b, const Sequence& se
       return seen ? x : minus_inf;
     });
     // dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ⊙ (dPᵀ ⊙ Zᵀ − D); dQ += dS·K.
-    gemm<Init::zero>(cols, lanes, d, {v.p, v.ld, 1}, {dout_t, lanes}, {ds, lanes});
+    gemm<Init::zero>(cols, lanes, d_v, {v.p, v.ld, 1}, {dout_t, lanes}, {ds, lanes});
     const bool dropped = Variant::kDropout && p.dropout.on();
     if (dropped)
       dropout.for_each(m0, lanes, n0, cols, [&](int r, int j, bool kept) {

@@ -28,7 +28,7 @@ void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& 
   const int d = sz.head_dim, dp = padded(d), group = sz.group();
   const RowMask mask = row_mask(p, seq);
   thread_local AlignedBuffer buffer, k_buffer, dq_buffer;
-  const KeyTile t = key_tile_in(buffer, dp);
+  const KeyTile t = key_tile_in(buffer, sz);
   float* k_tile = k_buffer.reserve(size_t(kBlockN) * dp);
   const size_t head_dq = size_t(seq.seqlen_q) * dp;
   float* dq = dq_buffer.reserve(group * head_dq);
@@ -36,7 +36,7 @@ void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& 
   for (int n0 = 0; n0 < seq.seqlen_k; n0 += kBlockN) {
     const int cols = std::min(kBlockN, seq.seqlen_k - n0);
     start_key_tile(p, b, seq, hk, n0, cols, t);
-    const MatB k = rows_of(p, p.k, b, hk, int(seq.k_row0) + n0, cols, k_tile);
+    const MatB k = rows_of(p, p.k, d, b, hk, int(seq.k_row0) + n0, cols, k_tile);
     const RowRange seeing = mask.rows_seeing(n0, cols);
     for (int g = 0; g < group; ++g) {
       const int hq = hk * group + g;

@@ -95,7 +95,7 @@ inline void softmax_rows(const Tiles& t, int rows, int cols) {
 // The few-rows products of an uncut tile of keys [n0, n0 + cols) whose fp32
 // rows lie in several runs (a paged cache's tile straddling pages), each run
 // read where it lies rather than gathered first: S by dot products, then
-// O = diag(alpha)·O + P·V, one run's keys after another.
+// O = diag(alpha)·O + P·V (O dp_v wide), one run's keys after another.
 inline void scores_by_runs(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int h,
                            int rows, int dp, int n0, int cols) {
   for_each_run(p, b, seq, n0, n0 + cols, [&](const KeyRun& run, int at) {
@@ -103,12 +103,12 @@ inline void scores_by_runs(const AttnParams& p, const Tiles& t, int b, const Seq
   });
 }
 inline void update_by_runs(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, int h,
-                           int rows, int dp, int n0, int cols) {
+                           int rows, int dp_v, int n0, int cols) {
   for_each_run(p, b, seq, n0, n0 + cols, [&](const KeyRun& run, int at) {
     const MatA probs{t.s + at, kBlockN, 1};
     const MatB v = run_rows(p.v, run, h);
-    if (at == 0) gemm<Init::scale_rows>(rows, dp, run.count, probs, v, {t.o, dp}, t.alpha);
-    else gemm<Init::add>(rows, dp, run.count, probs, v, {t.o, dp});
+    if (at == 0) gemm<Init::scale_rows>(rows, dp_v, run.count, probs, v, {t.o, dp_v}, t.alpha);
+    else gemm<Init::add>(rows, dp_v, run.count, probs, v, {t.o, dp_v});
   });
 }
 

@@ -108,15 +108,15 @@ inline void drop_probabilities(const DropoutRows& dropout, float* s, int64_t row
 // standard attention's rule has it (docs/guide.md, non-finite values).
 // Without kLowerEnds every row's keys begin at 0.
 // P(r, j) is probs.p[r·probs.row + j·probs.k]: Pᵀ's lanes or, for few rows,
-// P's (few_rows.h).
+// P's (few_rows.h). O and V are dp_v wide (head_dim_v, padded).
 template <bool kLowerEnds>
-void masked_update(const Tiles& t, MatA probs, int rows, int dp, int n0, int cols, MatB v) {
+void masked_update(const Tiles& t, MatA probs, int rows, int dp_v, int n0, int cols, MatB v) {
   auto add_keys = [&](int r, int from, int to) {
-    float* o = t.o + int64_t(r) * dp;
+    float* o = t.o + int64_t(r) * dp_v;
     for (int j = from; j < to; ++j) {
       const Vec prob = splat(probs.p[r * probs.row + j * probs.k]);
       const float* vj = v.p + j * v.ld;
-      for (int c = 0; c < dp; c += kLanes) store(o + c, load(o + c) + prob * load(vj + c));
+      for (int c = 0; c < dp_v; c += kLanes) store(o + c, load(o + c) + prob * load(vj + c));
     }
   };
   for (int r0 = 0; r0 < rows; r0 += kGemmRows) {
@@ -126,10 +126,10 @@ void masked_update(const Tiles& t, MatA probs, int rows, int dp, int n0, int col
     const int shared_lo =
         kLowerEnds ? std::clamp(*std::max_element(begins, begins + block) - n0, 0, cols) : 0;
     const int shared_hi = std::clamp(*std::min_element(ends, ends + block) - n0, shared_lo, cols);
-    gemm<Init::scale_rows>(block, dp, shared_hi - shared_lo,
+    gemm<Init::scale_rows>(block, dp_v, shared_hi - shared_lo,
                            {probs.p + r0 * probs.row + shared_lo * probs.k, probs.row, probs.k},
-                           {v.p + int64_t(shared_lo) * v.ld, v.ld}, {t.o + int64_t(r0) * dp, dp},
-                           t.alpha + r0);
+                           {v.p + int64_t(shared_lo) * v.ld, v.ld},
+                           {t.o + int64_t(r0) * dp_v, dp_v}, t.alpha + r0);
     for (int r = r0; r < r0 + block; ++r) {
       const int hi = std::clamp(t.key_end[r] - n0, 0, cols);
       if constexpr (kLowerEnds) {
@@ -173,6 +173,7 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   const Sizes& sz = p.sizes;
   const int hq = tr.hq, m0 = tr.m0, rows = tr.count();
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
+  const int d_v = sz.head_dim_v, dp_v = padded(d_v);
   const RowMask mask = row_mask(p, seq);
   const int q0 = int(seq.q_row0);
   // Q's rows, scaled: as they are for dot products, else transposed (lanes of
@@ -196,14 +197,14 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
   const ScoreVariants variants = score_variants(p, hq, mask);
   const BiasRows<float> bias = Variant::Score::kBias ? scaled_bias(p, b, hq) : BiasRows<float>{};
   const DropoutRows dropout = dropout_rows(p.dropout, b, sz.heads_q, hq);
-  std::fill(t.o, t.o + int64_t(rows) * dp, 0.0f);
+  std::fill(t.o, t.o + int64_t(rows) * dp_v, 0.0f);
   // K is the matrix kernel's A, read at any stride; the dot products load it
   // as vectors, which need rows padded to the lanes. fp32 tiles within one
   // run of keys (key_runs.h: the whole sequence, or one page of a paged cache)
   // are read where they lie.
   const bool k_in_place = p.dtype == DType::f32 && (!dots || d % kLanes == 0);
   const int k_ld = dots ? dp : d;
-  const bool v_in_place = p.dtype == DType::f32 && d % kLanes == 0;
+  const bool v_in_place = p.dtype == DType::f32 && d_v % kLanes == 0;
   // Few rows on a paged fp32 cache multiply a tile that straddles pages run
   // by run where its keys lie: with one query row the products are so cheap
   // that gathering K and V first added 10–15% to a decode step at pages of 16
@@ -224,8 +225,8 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
     if (by_runs) {
       scores_by_runs(p, t, b, seq, hk, rows, dp, n0, cols);
     } else {
-      const MatB k = key_tile(p, p.k, b, seq, hk, n0, cols, k_in_place, t.k, k_ld);
-      v = key_tile(p, p.v, b, seq, hk, n0, cols, v_in_place, t.v, dp);
+      const MatB k = key_tile(p, p.k, d, b, seq, hk, n0, cols, k_in_place, t.k, k_ld);
+      v = key_tile(p, p.v, d_v, b, seq, hk, n0, cols, v_in_place, t.v, dp_v);
       if (dots) scores_by_dots(t.q_t, rows, dp, k, cols, t.s, kBlockN);
       else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
     }
@@ -249,9 +250,9 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
     // The next tile's bias rows, requested while this tile's P·V runs.
     if constexpr (Variant::Score::kBias)
       prefetch_bias(bias, m0, rows, n0 + kBlockN, std::min(kBlockN, hi - n0 - kBlockN));
-    if (by_runs) update_by_runs(p, t, b, seq, hk, rows, dp, n0, cols);
-    else if (cut) masked_update<Variant::kLowerEnds>(t, probs, rows, dp, n0, cols, v);
-    else gemm<Init::scale_rows>(rows, dp, cols, probs, v, {t.o, dp}, t.alpha);
+    if (by_runs) update_by_runs(p, t, b, seq, hk, rows, dp_v, n0, cols);
+    else if (cut) masked_update<Variant::kLowerEnds>(t, probs, rows, dp_v, n0, cols, v);
+    else gemm<Init::scale_rows>(rows, dp_v, cols, probs, v, {t.o, dp_v}, t.alpha);
   }
 }
 
@@ -259,15 +260,16 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
 // keep scale, or 1) and lse (natural units), or 0 and −inf where `empty` says
 // the row saw no key or, with a bias (kZeroSumEmpty), where every score it saw
 // was −inf (core/softmax.h, finished_empty). Writes rows of `out` (out's
-// layout and dtype) and lse at lse[r·lse_stride] if lse is non-null.
+// layout and dtype) and lse at lse[r·lse_stride] if lse is non-null. O's rows
+// are d_v (head_dim_v) wide.
 template <bool kZeroSumEmpty, typename Empty>
-void finish_rows(const Tiles& t, int rows, int d, Empty empty, float* lse, int64_t lse_stride,
+void finish_rows(const Tiles& t, int rows, int d_v, Empty empty, float* lse, int64_t lse_stride,
                  float out_scale) {
-  const int dp = padded(d);
+  const int dp_v = padded(d_v);
   for (int r = 0; r < rows; ++r) {
     const bool row_empty = finished_empty<kZeroSumEmpty>(empty(r), t.l[r]);
     const FinishedRow<float> row = finish_row(t.m[r], t.l[r], row_empty);
-    if (row.empty) std::fill(t.o + int64_t(r) * dp, t.o + int64_t(r + 1) * dp, 0.0f);
+    if (row.empty) std::fill(t.o + int64_t(r) * dp_v, t.o + int64_t(r + 1) * dp_v, 0.0f);
     t.alpha[r] = row.inv_l * out_scale;  // reused as the output's row scale
     if (lse) lse[r * lse_stride] = row.lse;
   }
@@ -281,10 +283,11 @@ inline int key_splits(int64_t tiles, int n_blocks) {
   return int(std::min<int64_t>((want + tiles - 1) / tiles, n_blocks / 2));
 }
 
-// The tiles' rows from row r0 on (per-row state and O), as a tiles view.
-inline Tiles rows_from(const Tiles& t, int r0, int dp) {
+// The tiles' rows from row r0 on (per-row state and O, dp_v wide), as a
+// tiles view.
+inline Tiles rows_from(const Tiles& t, int r0, int dp_v) {
   Tiles view = t;
-  view.o += int64_t(r0) * dp;
+  view.o += int64_t(r0) * dp_v;
   view.m += r0;
   view.l += r0;
   view.alpha += r0;
@@ -298,7 +301,7 @@ void run_with(const AttnParams& p) {
   // share them, per (batch, kv head): one block holds all their rows then.
   const bool shared = heads_share_tiles<Variant>(sz);
   const int tile_heads = shared ? sz.group() : 1, head_tiles = sz.heads_q / tile_heads;
-  const int d = sz.head_dim, dp = padded(d);
+  const int d_v = sz.head_dim_v, dp_v = padded(d_v);  // out's
   const int bm = block_rows(p, int64_t(sz.batch) * head_tiles);
   const int m_blocks = shared ? 1 : (sz.seqlen_q + bm - 1) / bm;
   const int64_t query_tiles = int64_t(sz.batch) * head_tiles * m_blocks;
@@ -321,16 +324,16 @@ void run_with(const AttnParams& p) {
       const Sequence seq = sequence(p, b);
       const TileRows tr = tile_rows(item, seq);
       if (tr.per_head == 0) return;  // a shorter sequence of a packed batch
-      const Tiles t = tiles(d, shared ? tr.count() : bm);
+      const Tiles t = tiles(sz, shared ? tr.count() : bm);
       walk_keys<Variant>(p, t, b, seq, tr, 0, seq.seqlen_k);
       const RowMask mask = row_mask(p, seq);
       for (int g = 0; g < tr.heads; ++g) {
         const int hq = tr.hq + g, m0 = tr.m0;
-        const Tiles head = rows_from(t, g * tr.per_head, dp);
+        const Tiles head = rows_from(t, g * tr.per_head, dp_v);
         finish_rows<Variant::Score::kBias>(
-            head, tr.per_head, d, [&](int r) { return mask.empty(m0 + r); },
+            head, tr.per_head, d_v, [&](int r) { return mask.empty(m0 + r); },
             lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1, p.dropout.keep_scale);
-        store_tile(p.dtype, p.o, d, b, hq, int(seq.q_row0) + m0, tr.per_head, head.o, dp,
+        store_tile(p.dtype, p.o, d_v, b, hq, int(seq.q_row0) + m0, tr.per_head, head.o, dp_v,
                    head.alpha);
       }
     });
@@ -343,8 +346,8 @@ void run_with(const AttnParams& p) {
   const Sizes stored = storage_sizes(p);
   const int64_t all_rows = int64_t(stored.batch) * sz.heads_q * stored.seqlen_q;
   thread_local AlignedBuffer partial_buffer;
-  float* partial_out = partial_buffer.reserve(size_t(splits) * all_rows * (d + 1));
-  float* partial_lse = partial_out + size_t(splits) * all_rows * d;
+  float* partial_out = partial_buffer.reserve(size_t(splits) * all_rows * (d_v + 1));
+  float* partial_lse = partial_out + size_t(splits) * all_rows * d_v;
   parallel_for(query_tiles * splits, [&](int64_t item, int) {
     const int split = int(item % splits);
     const int64_t tile = item / splits;
@@ -353,42 +356,42 @@ void run_with(const AttnParams& p) {
     const TileRows tr = tile_rows(tile, seq);
     if (tr.per_head == 0) return;
     const int key_lo = split * split_keys, key_hi = std::min(seq.seqlen_k, key_lo + split_keys);
-    const Tiles t = tiles(d, shared ? tr.count() : bm);
+    const Tiles t = tiles(sz, shared ? tr.count() : bm);
     walk_keys<Variant>(p, t, b, seq, tr, key_lo, std::max(key_lo, key_hi));
     const RowMask mask = row_mask(p, seq);
     for (int g = 0; g < tr.heads; ++g) {
       const int hq = tr.hq + g, m0 = tr.m0;
-      const Tiles head = rows_from(t, g * tr.per_head, dp);
+      const Tiles head = rows_from(t, g * tr.per_head, dp_v);
       const int64_t row0 = stats_row0(p, b, hq, seq) + m0;
       // A partial whose keys the bias masked entirely finishes empty too: lse
       // −inf, weighed 0 by the merge.
       finish_rows<Variant::Score::kBias>(
-          head, tr.per_head, d, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
+          head, tr.per_head, d_v, [&](int r) { return !mask.sees_keys_in(m0 + r, key_lo, key_hi); },
           partial_lse + split * all_rows + row0, 1, p.dropout.keep_scale);
-      // Partial (split, row): out at partial_out[(split·all_rows + row)·d].
-      const TensorRef out{partial_out + (split * all_rows + row0) * d, 0, d, 0};
-      store_tile(DType::f32, out, d, 0, 0, 0, tr.per_head, head.o, dp, head.alpha);
+      // Partial (split, row): out at partial_out[(split·all_rows + row)·d_v].
+      const TensorRef out{partial_out + (split * all_rows + row0) * d_v, 0, d_v, 0};
+      store_tile(DType::f32, out, d_v, 0, 0, 0, tr.per_head, head.o, dp_v, head.alpha);
     }
   });
   parallel_for((all_rows + 63) / 64, [&](int64_t chunk, int) {
     thread_local AlignedBuffer merge_buffer;  // kept between calls, as the tiles
-    float* merged = merge_buffer.reserve(size_t(d));
+    float* merged = merge_buffer.reserve(size_t(d_v));
     for (int64_t row = chunk * 64; row < std::min(all_rows, (chunk + 1) * 64); ++row) {
       float lse_top = -INFINITY;
       for (int s = 0; s < splits; ++s) lse_top = lse_max(lse_top, partial_lse[s * all_rows + row]);
       float sum = 0.0f;
-      std::fill(merged, merged + d, 0.0f);
+      std::fill(merged, merged + d_v, 0.0f);
       for (int s = 0; s < splits; ++s) {
         const float w = partial_weight(partial_lse[s * all_rows + row], lse_top);
         sum += w;
-        const float* part = partial_out + (s * all_rows + row) * d;
-        for (int c = 0; c < d; ++c) merged[c] += w * part[c];
+        const float* part = partial_out + (s * all_rows + row) * d_v;
+        for (int c = 0; c < d_v; ++c) merged[c] += w * part[c];
       }
       const FinishedRow<float> fin = finish_row(lse_top, sum, lse_top == -INFINITY);
       const int i = int(row % stored.seqlen_q), hq = int(row / stored.seqlen_q % sz.heads_q);
       const int b = int(row / stored.seqlen_q / sz.heads_q);
       const int64_t base = row_index(p.o, b, hq, i);
-      for (int c = 0; c < d; ++c) store_float(p.o.data, p.dtype, base + c, fin.out(merged[c]));
+      for (int c = 0; c < d_v; ++c) store_float(p.o.data, p.dtype, base + c, fin.out(merged[c]));
       if (lse) lse[row] = fin.lse;
     }
   });

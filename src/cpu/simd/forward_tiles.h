@@ -22,14 +22,17 @@ constexpr int64_t kStreamedKeyBytes = int64_t(4) << 20;
 // as far as the tiles (slices: batch × query heads of them per query block)
 // still give every thread four items, so that uneven (causal) rows balance.
 // Wider causal tiles also compute more of the masked triangle at the
-// diagonal, which the middle-row count keeps to long sequences.
+// diagonal, which the middle-row count keeps to long sequences. Where v's
+// head_dim differs from q's, the wider one is held to the bounds, and K and V
+// count at their own.
 inline int block_rows(const AttnParams& p, int64_t slices) {
   const Sizes& sz = p.sizes;
-  if (sz.head_dim > 256) return 32;
+  const int widest = sz.widest_head_dim();
+  if (widest > 256) return 32;
   const int64_t middle = sz.seqlen_q / 2;
   const int64_t keys = p.mask.key_end(middle) - p.mask.key_begin(middle);
-  const int64_t key_bytes = 2 * keys * sz.head_dim * (p.dtype == DType::f32 ? 4 : 2);
-  if (sz.head_dim > 128 || sz.seqlen_q <= 64 || key_bytes < kStreamedKeyBytes) return 64;
+  const int64_t key_bytes = keys * (sz.head_dim + sz.head_dim_v) * (p.dtype == DType::f32 ? 4 : 2);
+  if (widest > 128 || sz.seqlen_q <= 64 || key_bytes < kStreamedKeyBytes) return 64;
   int rows = 256;
   while (rows > 64 && slices * ((sz.seqlen_q + rows - 1) / rows) < 4 * int64_t(thread_count()))
     rows /= 2;
@@ -41,10 +44,10 @@ struct Tiles {
   float* q_t;       // head_dim × lanes: Q·scale, transposed, zero past the rows;
                     // or, for few rows, rows × padded head_dim, not transposed
   float* k;         // kBlockN × padded head_dim: K as fp32, when not read in place
-  float* v;         // kBlockN × padded head_dim: V as fp32, when not read in place
+  float* v;         // kBlockN × padded head_dim_v: V as fp32, when not read in place
   float* s;         // kBlockN × lanes: Sᵀ, then Pᵀ; or, for few rows, rows ×
                     // kBlockN: S, then P, keys across the lanes (few_rows.h)
-  float* o;         // rows × padded head_dim
+  float* o;         // rows × padded head_dim_v
   float* m;         // lanes: running max
   float* l;         // lanes: running sum
   float* alpha;     // lanes: this tile's rescale
@@ -52,11 +55,12 @@ struct Tiles {
   int32_t* key_begin; // lanes: each row's key_begin (0 past the rows)
 };
 
-inline Tiles tiles(int head_dim, int max_rows) {
+inline Tiles tiles(const Sizes& sz, int max_rows) {
   thread_local AlignedBuffer buffer;
-  const size_t lanes = size_t(padded(max_rows)), dp = size_t(padded(head_dim));
-  const size_t sizes[] = {dp * lanes, kBlockN * dp, kBlockN * dp, kBlockN * lanes, lanes * dp,
-                          lanes,      lanes,        lanes,        lanes,           lanes};
+  const size_t lanes = size_t(padded(max_rows));
+  const size_t dp = size_t(padded(sz.head_dim)), dp_v = size_t(padded(sz.head_dim_v));
+  const size_t sizes[] = {dp * lanes, kBlockN * dp, kBlockN * dp_v, kBlockN * lanes, lanes * dp_v,
+                          lanes,      lanes,        lanes,          lanes,           lanes};
   // Each part starts on a 64-byte boundary.
   auto rounded = [](size_t n) { return (n + 15) / 16 * 16; };
   size_t total = 0;

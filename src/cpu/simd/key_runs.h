@@ -38,15 +38,17 @@ inline MatB run_rows(const TensorRef& t, const KeyRun& run, int h) {
   return {static_cast<const float*>(t.data) + row_index(t, run.slab, h, run.row0), t.row_stride};
 }
 
-// Keys [n0, n0 + cols) of head h of t (k or v) as rows of fp32: read where
-// they lie when `in_place` (fp32 rows the caller can read at any stride) and
-// they form one run; else converted into `tile` (cols × ld) run by run.
-inline MatB key_tile(const AttnParams& p, const TensorRef& t, int b, const Sequence& seq, int h,
-                     int n0, int cols, bool in_place, float* tile, int ld) {
+// Keys [n0, n0 + cols) of head h of t (k or v, head_dim wide: k's or v's) as
+// rows of fp32: read where they lie when `in_place` (fp32 rows the caller can
+// read at any stride) and they form one run; else converted into `tile`
+// (cols × ld) run by run.
+inline MatB key_tile(const AttnParams& p, const TensorRef& t, int head_dim, int b,
+                     const Sequence& seq, int h, int n0, int cols, bool in_place, float* tile,
+                     int ld) {
   const KeyRun first = key_run(p, b, seq, n0, n0 + cols);
   if (in_place && first.count == cols) return run_rows(t, first, h);
   for_each_run(p, b, seq, n0, n0 + cols, [&](const KeyRun& run, int at) {
-    load_tile(p.dtype, t, p.sizes.head_dim, run.slab, h, run.row0, run.count,
+    load_tile(p.dtype, t, head_dim, run.slab, h, run.row0, run.count,
               tile + int64_t(at) * ld, ld);
   });
   return {tile, ld};

@@ -31,14 +31,14 @@ __device__ __forceinline__ float group_sum(float x) {
   return x;
 }
 
-// vec4: head_dim % 4 == 0, so that partial columns move as float4, and out's
+// vec4: head_dim_v % 4 == 0, so that partial columns move as float4, and out's
 // rows (fp32) 16-byte aligned, so that output columns do too.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     merge_kernel(const AttnParams p, const KeySplit split, bool vec4) {
   const Sizes& s = p.sizes;
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
-  const int groups = (s.head_dim + 3) / 4;
+  const int groups = (s.head_dim_v + 3) / 4;
   const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int lane = int(index % kSplitLanes);
   const int64_t column_group = index / kSplitLanes;
@@ -53,13 +53,13 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = lane; j < split.count; j += kSplitLanes)
     lse_top = lse_max(lse_top, split.lse[j * rows + row]);
   lse_top = group_lse_max(lse_top);
-  const int cols = active ? min(4, s.head_dim - c0) : 0;
+  const int cols = active ? min(4, s.head_dim_v - c0) : 0;
   float o[4] = {}, sum = 0.0f;
 #pragma unroll 4
   for (int j = lane; j < split.count; j += kSplitLanes) {
     const float weight = partial_weight(split.lse[j * rows + row], lse_top);
     sum += weight;
-    const float* part = split.out + (j * rows + row) * s.head_dim + c0;
+    const float* part = split.out + (j * rows + row) * s.head_dim_v + c0;
     if (vec4 && cols == 4) {
       const float4 x = *reinterpret_cast<const float4*>(part);
       o[0] = fmaf(weight, x.x, o[0]), o[1] = fmaf(weight, x.y, o[1]);
@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kThreads)
 void merge_key_splits(const AttnParams& p, const KeySplit& split) {
   const Sizes& s = p.sizes;
   const int64_t threads =
-      int64_t(s.batch) * s.heads_q * s.seqlen_q * ((s.head_dim + 3) / 4) * kSplitLanes;
-  const bool vec4 = s.head_dim % 4 == 0 &&
+      int64_t(s.batch) * s.heads_q * s.seqlen_q * ((s.head_dim_v + 3) / 4) * kSplitLanes;
+  const bool vec4 = s.head_dim_v % 4 == 0 &&
                     (p.dtype != DType::f32 || rows_16b_aligned(p.o, sizeof(float)));
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

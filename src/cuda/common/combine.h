@@ -5,7 +5,7 @@
 //   lse = ln Σ_s e^(lse_s),   out = Σ_s e^(lse_s − lse) · out_s.
 // Any kernel can split its keys: it takes a KeySplit, walks the key blocks
 // split_key_blocks() gives it (cuda/common/tile_scheduler.cuh), and writes
-// through KeySplit::row_out / row_lse when count > 1.
+// into KeySplit::out and lse when count > 1.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +21,7 @@ inline constexpr int kF16x3MaxKeySplits = 8;
 
 struct KeySplit {
   int count = 1;          // 1: the kernel writes p.o and p.softmax.lse itself
-  float* out = nullptr;   // [split][batch][q head][row][head_dim]
+  float* out = nullptr;   // [split][batch][q head][row][head_dim_v]
   float* lse = nullptr;   // [split][batch][q head][row]
 };
 
@@ -38,9 +38,9 @@ void run_key_splits(const AttnParams& p, int splits, Launch&& launch) {
   }
   const Sizes& s = p.sizes;
   const size_t rows = size_t(splits) * s.batch * s.heads_q * s.seqlen_q;
-  Scratch scratch(rows * (s.head_dim + 1) * sizeof(float), p.device_index, p.stream);
+  Scratch scratch(rows * (s.head_dim_v + 1) * sizeof(float), p.device_index, p.stream);
   KeySplit split{splits, static_cast<float*>(scratch.data()), nullptr};
-  split.lse = split.out + rows * s.head_dim;
+  split.lse = split.out + rows * s.head_dim_v;
   launch(split);
   merge_key_splits(p, split);
 }

@@ -20,10 +20,11 @@ struct TileGrid {
 // Query tiles of block_m rows per (batch, q head), the last one possibly partial.
 inline int query_tiles(const Sizes& s, int block_m) { return (s.seqlen_q + block_m - 1) / block_m; }
 
+// Slices of slice_cols output columns: out's head_dim (v's) in slices.
 inline TileGrid make_tile_grid(const Sizes& s, int block_m, int slice_cols, const char* backend) {
   const int m_blocks = query_tiles(s, block_m);
   const int64_t blocks = int64_t(m_blocks) * s.batch * s.heads_q;
-  const int64_t slices = (s.head_dim + slice_cols - 1) / slice_cols;
+  const int64_t slices = (s.head_dim_v + slice_cols - 1) / slice_cols;
   if (blocks > 0x7FFFFFFF || slices > 65535)
     fail(Status::unsupported, "q: shape too large for ", backend, "'s grid");
   return {m_blocks, dim3{unsigned(blocks), unsigned(slices)}};

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
   finished.inv_l *= p.dropout.keep_scale;  // dropout's (core/dropout.h); 1 without
   const DropoutRows dropout = dropout_rows(p.dropout, b, s.heads_q, hq);
 
-  for (int c0 = 0; c0 < s.head_dim; c0 += kOutChunk) {
+  for (int c0 = 0; c0 < s.head_dim_v; c0 += kOutChunk) {
     float acc[kOutChunk] = {};
     for (int j = key_begin; j < key_end; ++j) {
       float pj = exp2f(fmaf(score(j), c, state.neg_max_c(c)));
@@ -78,11 +78,11 @@ __global__ void __launch_bounds__(kThreads) naive_kernel(const AttnParams p) {
       const T* vj = v + key_offset(p, p.v, b, seq, j) + c0;
 #pragma unroll
       for (int e = 0; e < kOutChunk; ++e)
-        if (c0 + e < s.head_dim) acc[e] += pj * to_float(vj[e]);
+        if (c0 + e < s.head_dim_v) acc[e] += pj * to_float(vj[e]);
     }
 #pragma unroll
     for (int e = 0; e < kOutChunk; ++e)
-      if (c0 + e < s.head_dim) o[c0 + e] = from_float<T>(finished.out(acc[e]));
+      if (c0 + e < s.head_dim_v) o[c0 + e] = from_float<T>(finished.out(acc[e]));
   }
   if (p.softmax.lse) p.softmax.lse[stats_row0(p, b, hq, seq) + i] = finished.lse;
 }

@@ -1,9 +1,9 @@
 // Tiled CUDA attention, FlashAttention-1 style, for any head_dim and dtype
 // (fp32 arithmetic). A block of 16×16 threads owns kBlockM query rows of one
-// (batch, q head) and kOutCols output columns; it walks the visible key tiles of
+// (batch, q head) and kOutCols output columns (of v's head_dim); it walks the visible key tiles of
 // kBlockN rows:
-//   S = Q·K_jᵀ, accumulated over head_dim in chunks of kDimChunk through shared
-//       memory (so head_dim is unbounded),
+//   S = Q·K_jᵀ, accumulated over q's and k's head_dim in chunks of kDimChunk
+//       through shared memory (so head_dim is unbounded),
 //   online softmax per row (core/softmax.h): m_i = running max, l_i = Σ
 //       exp2((s − m_i)·c), acc_i rescaled when m_i grows, c = scale·log2(e),
 //   acc += P·V_j[:, columns], P staged through shared memory.
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
       }
     }
     load_tile<false, T, kBlockN, kOutCols>(sm.v, gV + int64_t(n0) * p.v.row_stride, p.v.row_stride,
-                                           n_end - n0, s.head_dim - col0);
+                                           n_end - n0, s.head_dim_v - col0);
     __syncthreads();
     for (int n = 0; n < kBlockN; ++n)
 #pragma unroll
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
       const int col = tx + kSide * e;
-      if (col0 + col < s.head_dim)
+      if (col0 + col < s.head_dim_v)
         gO[int64_t(m0 + r) * p.o.row_stride + col] = from_float<T>(finished.out(acc[a][e]));
     }
     if (p.softmax.lse && blockIdx.y == 0 && tx == 0)

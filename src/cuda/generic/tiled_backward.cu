@@ -10,12 +10,12 @@
 // in dv's sum.
 // Two kernels, each gradient summed by one block in a fixed order:
 //   dkdv_kernel: a block per (batch, kv head, 64-key tile, 64-column slice of
-//     head_dim) walks the query tiles of every query head of its GQA group that
+//     dk's and dv's columns) walks the query tiles of every query head of its GQA group that
 //     see its keys: dv_j += Σ_i p_ij·dO_i, dk_j += scale·Σ_i ds_ij·q_i;
 //   dq_kernel: a block per (batch, q head, 64-row tile, column slice) walks the
 //     key tiles its rows see (from a window's first): dq_i += scale·Σ_j ds_ij·k_j.
 // Both recompute P and dS (the tile step below: S and dP accumulated over
-// head_dim in 16-column chunks through shared memory), so head_dim is
+// head_dim and head_dim_v in 16-column chunks through shared memory), so head_dim is
 // unbounded; head dims above 64 run a block per column slice, each recomputing
 // them. Thread (ty, tx) of 16×16 holds tile rows ty + 16a and keys (or
 // columns) tx + 16e, a, e < 4.
@@ -81,13 +81,14 @@ __device__ void tile_step(const BwdParams& p, SharedTiles& sm, int b, const Sequ
   const T* gK = head_ptr<T>(p.k, b, hk, seq.k_row0 + n0);
   const T* gV = head_ptr<T>(p.v, b, hk, seq.k_row0 + n0);
   float s_ij[kPer][kPer] = {}, dp[kPer][kPer] = {};
-  for (int d0 = 0; d0 < s.head_dim; d0 += kDimChunk) {
+  // S over q's and k's head_dim, dP over v's: chunks past either are zeros.
+  for (int d0 = 0; d0 < s.widest_head_dim(); d0 += kDimChunk) {
     __syncthreads();  // the previous readers of the chunks are done
-    const int cols = s.head_dim - d0;
+    const int cols = s.head_dim - d0, v_cols = s.head_dim_v - d0;
     load_tile<true, T, kBlock, kDimChunk>(sm.a, gQ + d0, p.q.row_stride, rows, cols);
     load_tile<true, T, kBlock, kDimChunk>(sm.b, gK + d0, p.k.row_stride, keys, cols);
-    load_tile<true, T, kBlock, kDimChunk>(sm.da, gdO + d0, p.grad.dout.row_stride, rows, cols);
-    load_tile<true, T, kBlock, kDimChunk>(sm.db, gV + d0, p.v.row_stride, keys, cols);
+    load_tile<true, T, kBlock, kDimChunk>(sm.da, gdO + d0, p.grad.dout.row_stride, rows, v_cols);
+    load_tile<true, T, kBlock, kDimChunk>(sm.db, gV + d0, p.v.row_stride, keys, v_cols);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kDimChunk; ++kk)
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdParams p, int n
       tile_step<Variant, T>(p, sm, b, seq, hq, hk, m0, n0, prob, ds);
       store_tile(sm, prob);
       tile_times_panels<true, T>(sm, head_ptr<T>(p.grad.dout, b, hq, seq.q_row0 + m0) + col0,
-                                 p.grad.dout.row_stride, rows, s.head_dim - col0, dv);
+                                 p.grad.dout.row_stride, rows, s.head_dim_v - col0, dv);
       store_tile(sm, ds);
       tile_times_panels<true, T>(sm, head_ptr<T>(p.q, b, hq, seq.q_row0 + m0) + col0,
                                  p.q.row_stride, rows, s.head_dim - col0, dk);
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BwdParams p, int n
   }
   const int64_t k_row = seq.k_row0 + n0;
   store_slice<T>(p.grad.dk, b, hk, k_row, keys, col0, s.head_dim, p.softmax.scale, dk);
-  store_slice<T>(p.grad.dv, b, hk, k_row, keys, col0, s.head_dim, 1.0f, dv);
+  store_slice<T>(p.grad.dv, b, hk, k_row, keys, col0, s.head_dim_v, 1.0f, dv);
 }
 
 template <class Variant, typename T>
@@ -250,7 +251,8 @@ void launch(const BwdParams& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int n_blocks = (s.seqlen_k + kBlock - 1) / kBlock;
   const int m_blocks = (s.seqlen_q + kBlock - 1) / kBlock;
-  const dim3 dkdv_grid = grid_of(int64_t(n_blocks) * s.batch * s.heads_kv, s.head_dim);
+  // dk's slices and dv's: as many as the wider of the two has.
+  const dim3 dkdv_grid = grid_of(int64_t(n_blocks) * s.batch * s.heads_kv, s.widest_head_dim());
   const dim3 dq_grid = grid_of(int64_t(m_blocks) * s.batch * s.heads_q, s.head_dim);
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -15,8 +15,8 @@
 namespace flashattn::cuda::sm90 {
 
 // The first `rows` (< 64) of a warpgroup's staged output rows, written to the
-// output by the warpgroup's threads in 16-byte chunks (head_dim is a multiple
-// of 8, strides of 16 bytes: wgmma_unsupported). Packed batches' rows at a
+// output by the warpgroup's threads in 16-byte chunks (v's head_dim is a
+// multiple of 8, strides of 16 bytes: wgmma_unsupported). Packed batches' rows at a
 // sequence's end, which a TMA store of the warpgroup's 64 would carry into
 // the next sequence's.
 template <typename T, class Tr>
@@ -28,7 +28,7 @@ __device__ __forceinline__ void store_rows(const KernelParams& p, const Tile& t,
            t.head_q * p.out.head_stride;
   for (int i = int(threadIdx.x) % 128; i < rows * kChunks; i += 128) {
     const int row = i / kChunks, col = 8 * (i % kChunks);
-    if (col >= p.sizes.head_dim) continue;
+    if (col >= p.sizes.head_dim_v) continue;
     *reinterpret_cast<uint4*>(out + row * p.out.row_stride + col) = *reinterpret_cast<const uint4*>(
         smem + Tr::kOOffset + swizzled_offset(64 * warpgroup + row, col, Tr::kBlockM));
   }
@@ -40,7 +40,7 @@ constexpr int kEpilogueBarrier = 1;
 constexpr int kTurnBarrier = 4;
 
 // out = acc / l through the output staging buffer (this warpgroup's 64 rows of
-// it) and TMA stores, which drop rows past seqlen_q and columns past head_dim;
+// it) and TMA stores, which drop rows past seqlen_q and columns past v's head_dim;
 // lse per row. Rows the mask leaves without keys get 0 and -inf (finish_row);
 // `empty` (a constant at every call site): no row of the warpgroup saw a key,
 // and acc (another tile's) does not reach the output. The stores are left in

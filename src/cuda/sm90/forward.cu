@@ -14,13 +14,15 @@ namespace {
 
 template <typename T>
 void run_bucket(const AttnParams& p) {
-  switch (head_dim_bucket(sm90::kHeadDimBuckets, p.sizes.head_dim)) {
+  // Q and K, and V, zero-padded (TMA's fill) to the bucket of the wider head dim.
+  switch (head_dim_bucket(sm90::kHeadDimBuckets, p.sizes.widest_head_dim())) {
     case 64: sm90::run_forward<T, 64>(p); return;
     case 128: sm90::run_forward<T, 128>(p); return;
     case 192: sm90::run_forward<T, 192>(p); return;
     case 256: sm90::run_forward<T, 256>(p); return;
   }
-  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_wgmma above its limit");
+  fail(Status::internal, "head_dim: ", p.sizes.widest_head_dim(),
+       " reached cuda_wgmma above its limit");
 }
 
 }  // namespace
@@ -44,6 +46,9 @@ std::string wgmma_unsupported(const AttnParams& p) {
     return "variants.dropout: cuda_wgmma does not take dropout with variable-length batches";
   if (s.head_dim % 8 != 0)
     return "q: head_dim " + std::to_string(s.head_dim) +
+           " is not a multiple of 8, as cuda_wgmma's TMA rows need";
+  if (s.head_dim_v % 8 != 0)
+    return "v: head_dim " + std::to_string(s.head_dim_v) +
            " is not a multiple of 8, as cuda_wgmma's TMA rows need";
   const struct {
     const TensorRef* tensor;

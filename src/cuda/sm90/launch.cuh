@@ -146,14 +146,16 @@ void launch(const AttnParams& p) {
   const Sizes stored = storage_sizes(p);
   const TileGrid grid = make_tile_grid(s, Tr::kBlockM, Tr::kHeadDim, "cuda_wgmma");
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  const auto map = [&](const TensorRef& t, int seqlen, int heads, int box_rows) {
-    return make_tensor_map(t, bf16, s.head_dim, seqlen, heads, stored.batch, box_rows);
+  // q and k of head_dim columns, v and out of head_dim_v: TMA fills the bucket's
+  // columns past a tensor's own with zeros and stores drop them.
+  const auto map = [&](const TensorRef& t, int cols, int seqlen, int heads, int box_rows) {
+    return make_tensor_map(t, bf16, cols, seqlen, heads, stored.batch, box_rows);
   };
   KernelParams kp{};
-  kp.q = map(p.q, stored.seqlen_q, s.heads_q, Tr::kBlockM);
-  kp.k = map(p.k, stored.seqlen_k, s.heads_kv, Tr::kBoxRows);
-  kp.v = map(p.v, stored.seqlen_k, s.heads_kv, Tr::kBoxRows);
-  kp.o = map(p.o, stored.seqlen_q, s.heads_q, 64);
+  kp.q = map(p.q, s.head_dim, stored.seqlen_q, s.heads_q, Tr::kBlockM);
+  kp.k = map(p.k, s.head_dim, stored.seqlen_k, s.heads_kv, Tr::kBoxRows);
+  kp.v = map(p.v, s.head_dim_v, stored.seqlen_k, s.heads_kv, Tr::kBoxRows);
+  kp.o = map(p.o, s.head_dim_v, stored.seqlen_q, s.heads_q, 64);
   kp.sizes = s;
   kp.mask = dense_mask(p);
   kp.scores = p.scores;

@@ -96,7 +96,9 @@ void run_bucket(const AttnParams& p) {
 
 bool takes(const AttnParams& p) {
   const KeyCache& c = p.seqs.cache;
-  if (!c.present() || p.dtype == DType::f32 || p.sizes.head_dim > kMaxHeadDim) return false;
+  if (!c.present() || p.dtype == DType::f32 || p.sizes.head_dim > kMaxHeadDim ||
+      p.sizes.head_dim_v != p.sizes.head_dim)
+    return false;
   return c.paged() || !c.checked || int64_t(p.sizes.group()) * p.sizes.seqlen_q <= kMaxRows;
 }
 

@@ -9,8 +9,8 @@ namespace flashattn::cuda::decode {
 
 inline constexpr int kMaxHeadDim = kMmaDecodeMaxHeadDim;
 
-// Whether p runs on the decode kernel: a KV cache, 16-bit, head_dim up to
-// kMaxHeadDim, and either paged, unchecked (only this kernel checks on the
+// Whether p runs on the decode kernel: a KV cache, 16-bit, one head_dim up to
+// kMaxHeadDim for q, k and v, and either paged, unchecked (only this kernel checks on the
 // device) or few rows per kv head (the GQA group times seqlen_q, at most 64).
 bool takes(const AttnParams& p);
 

@@ -12,14 +12,16 @@ namespace {
 
 template <typename T>
 void run_bucket(const BwdParams& p) {
-  switch (head_dim_bucket(mma::kBackwardHeadDimBuckets, p.sizes.head_dim)) {
+  // Q, K and dQ, and V, dO and dV, zero-padded to the bucket of the wider head dim.
+  switch (head_dim_bucket(mma::kBackwardHeadDimBuckets, p.sizes.widest_head_dim())) {
     case 32: mma::run_backward<T, 32>(p); return;
     case 64: mma::run_backward<T, 64>(p); return;
     case 128: mma::run_backward<T, 128>(p); return;
     case 256: mma::run_backward<T, 256>(p); return;
     case 512: mma::run_backward<T, 512>(p); return;
   }
-  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_mma's backward above its limit");
+  fail(Status::internal, "head_dim: ", p.sizes.widest_head_dim(),
+       " reached cuda_mma's backward above its limit");
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ __device__ __forceinline__ void load_dout_rows(const BwdParams& p, const Backwar
                      tile.hq * p.grad.dout.head_stride;
   load_tile<QTile, Shape::kThreads>(smem + Shape::kDOutOffset + stage * QTile::kBytes, dout,
                                     p.grad.dout.row_stride, seq.seqlen_q - row0,
-                                    p.sizes.head_dim, vec16);
+                                    p.sizes.head_dim_v, vec16);
 }
 
 template <typename T, typename Shape, class Variant>
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const auto* v = static_cast<const uint16_t*>(p.v.data) +
                     row_offset(p.v, w.b, seq.k_row0 + w.key0) + w.hk * p.v.head_stride;
     load_tile<KTile, Shape::kThreads>(k_tile, k, p.k.row_stride, w.keys, s.head_dim, vec16);
-    load_tile<KTile, Shape::kThreads>(v_tile, v, p.v.row_stride, w.keys, s.head_dim, vec16);
+    load_tile<KTile, Shape::kThreads>(v_tile, v, p.v.row_stride, w.keys, s.head_dim_v, vec16);
     if constexpr (kOneStage) {
       load_dout_rows<Shape>(p, w, seq, smem, tile, 0, vec16);
       cp_async_commit();
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     if constexpr (kOneStage) {
       // dV, then dO's next tile loads during dK and dQ; dK, then Q's during dQ
       // and the next step's dP.
-      if (!Shape::kSkipsPadding || kv_col0 < s.head_dim)  // else dV's columns are all padding
+      if (!Shape::kSkipsPadding || kv_col0 < s.head_dim_v)  // else dV's columns are all padding
         warp_mma<T, kBlockM / 16>(dv, AStoredKM<PTile>(smem_address(p_tile), kv_row0, lane),
                                   BStoredKN<QTile>(dout_tile, kv_col0, lane));
       __syncthreads();  // every warp is done with dO
@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       v_tile,
       static_cast<uint16_t*>(grad.dv.data) + row_offset(grad.dv, w.b, seq.k_row0 + w.key0) +
           w.hk * grad.dv.head_stride,
-      grad.dv.row_stride, w.keys, s.head_dim, vec16);
+      grad.dv.row_stride, w.keys, s.head_dim_v, vec16);
 }
 
 }  // namespace flashattn::cuda::mma

@@ -76,7 +76,7 @@ __device__ __forceinline__ void store_output(
   __syncwarp();
   auto* o = static_cast<uint16_t*>(p.o.data) + row_offset(p.o, info.b, info.q_row0 + info.row0) +
             info.hq * p.o.head_stride + info.col0;
-  const int cols = min(Shape::kDV, s.head_dim - info.col0);
+  const int cols = min(Shape::kDV, s.head_dim_v - info.col0);
   if (info.vec16 && info.rows == Shape::kBlockM && cols == Shape::kDV) {
     // The whole tile exists: 16-byte stores without per-chunk bounds. The loop
     // below spends about 40 instructions on each chunk's bounds and addresses.

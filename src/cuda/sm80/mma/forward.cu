@@ -13,7 +13,8 @@ namespace {
 
 template <typename T>
 void run_bucket(const AttnParams& p) {
-  switch (head_dim_bucket(mma::kHeadDimBuckets, p.sizes.head_dim)) {
+  // Q and K, and V, zero-padded to the bucket of the wider head dim.
+  switch (head_dim_bucket(mma::kHeadDimBuckets, p.sizes.widest_head_dim())) {
     case 32: mma::run_forward<T, 32>(p); return;
     case 64: mma::run_forward<T, 64>(p); return;
     case 96: mma::run_forward<T, 96>(p); return;
@@ -22,7 +23,7 @@ void run_bucket(const AttnParams& p) {
     case 256: mma::run_forward<T, 256>(p); return;
     case 512: mma::run_forward<T, 512>(p); return;
   }
-  fail(Status::internal, "head_dim: ", p.sizes.head_dim, " reached cuda_mma above its limit");
+  fail(Status::internal, "head_dim: ", p.sizes.widest_head_dim(), " reached cuda_mma above its limit");
 }
 
 }  // namespace

@@ -154,7 +154,7 @@ __device__ __forceinline__ void load_values(const AttnParams& p, const BlockInfo
   constexpr TileExtent kValues = kWholeValuesWithoutBounds ? kExtent : TileExtent::kBounded;
   load_tile<typename Shape::VTile, Shape::kThreads, kValues>(
       v_tile, info.v + key0 * p.v.row_stride, p.v.row_stride, info.seqlen_k - key0,
-      p.sizes.head_dim - info.col0, info.vec16);
+      p.sizes.head_dim_v - info.col0, info.vec16);
   cp_async_commit();
 }
 
@@ -238,13 +238,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     });
     values_mma<T, Shape>(smem_address(v_tile), thread_coord<Shape>().lane, pa, acc);
   };
-  // Blocks every row of the tile sees whole need no mask, and where head_dim
-  // fills the bucket (so every column slice is whole too) their tiles are whole:
+  // Blocks every row of the tile sees whole need no mask, and where both head
+  // dims fill the bucket (so every column slice is whole too) their tiles are whole:
   // with Shape::kInnerLoop they run in a loop of their own. The key range's
   // lower end (blocks below unmasked_begin) needs the mask again.
   int n = blocks.end - 1;
   if constexpr (Shape::kInnerLoop) {
-    const bool all_columns = vec16 && s.head_dim == Shape::kD;
+    const bool all_columns = vec16 && s.head_dim == Shape::kD && s.head_dim_v == Shape::kD;
     const int inner_begin = all_columns && kLowerEnds ? blocks.unmasked_begin
                                                       : blocks.first<kLowerEnds>();
     const int inner_end = all_columns ? max(inner_begin, min(blocks.end, blocks.unmasked_end))

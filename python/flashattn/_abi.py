@@ -77,7 +77,9 @@ class Params(ctypes.Structure):
 
 class BackendInfo(ctypes.Structure):
     """flashattn_backend_info: one row of the library's backend table. The caller sets
-    struct_size to sizeof(BackendInfo); the library fills only the bytes that covers."""
+    struct_size to sizeof(BackendInfo); the library fills only the bytes that covers (and
+    an older library only the fields it knows: the caller zeroes the rest, so a flag it
+    leaves reads as 0, "does not take")."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -93,6 +95,8 @@ class BackendInfo(ctypes.Structure):
         ("takes_kv_cache", ctypes.c_int32),
         ("takes_paged_kv", ctypes.c_int32),
         ("takes_backward_sequences", ctypes.c_int32),
+        ("takes_head_dim_v", ctypes.c_int32),
+        ("takes_backward_head_dim_v", ctypes.c_int32),
     ]
 
 

@@ -19,22 +19,27 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
               return_lse=False, backend=None):
     """Exact attention softmax(q·kᵀ·scale)·v over (batch, seqlen, heads, head_dim) inputs.
 
-    q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), with
-    heads_q a multiple of heads_kv (grouped-query attention). PyTorch CUDA tensors run on the
-    GPU kernels, on the current stream; PyTorch CPU tensors and NumPy arrays on the CPU
-    backends. Dtypes float32, float16, bfloat16 (NumPy: float32, float16); arithmetic is
-    float32. Views whose head_dim is contiguous are read in place, others copied once.
+    q: (batch, seqlen_q, heads_q, head_dim); k: (batch, seqlen_k, heads_kv, head_dim); v:
+    (batch, seqlen_k, heads_kv, head_dim_v), with heads_q a multiple of heads_kv
+    (grouped-query attention). v's head_dim_v may differ from q's and k's head_dim (e.g. 192
+    for q and k and 128 for v, as in DeepSeek's MLA prefill) on the backends that take it
+    (flashattn.backends(): takes_head_dim_v, takes_backward_head_dim_v; the others raise
+    UnsupportedError naming v's head_dim); a head_dim limit then bounds the wider of the
+    two. PyTorch CUDA tensors run on the GPU kernels, on the current stream; PyTorch CPU
+    tensors and NumPy arrays on the CPU backends. Dtypes float32, float16, bfloat16 (NumPy:
+    float32, float16); arithmetic is float32. Views whose head_dim is contiguous are read in
+    place, others copied once.
 
     batch, seqlen_q and seqlen_k may be 0; heads and head_dim must be >= 1.
 
     causal: a bool, mask keys after each query; causal_alignment "top_left" (query i sees
     keys j <= i, PyTorch's is_causal) or "bottom_right" (j <= i + seqlen_k - seqlen_q). A
     query that sees no key (every query when seqlen_k is 0) gets output 0 and lse -inf.
-    scale: default 1/sqrt(head_dim); any finite real number, negative and zero included (as
-    PyTorch's SDPA takes it; NaN and Inf raise InvalidArgumentError). NaN or Inf in the
-    inputs propagate as in standard attention. backend: None (chosen from the device, dtype
-    and sizes) or the name of one of flashattn.backends(), which gives each one's device,
-    dtypes and head_dim limit (`flashattn backends` prints the same table).
+    scale: default 1/sqrt(head_dim) (q's); any finite real number, negative and zero
+    included (as PyTorch's SDPA takes it; NaN and Inf raise InvalidArgumentError). NaN or
+    Inf in the inputs propagate as in standard attention. backend: None (chosen from the
+    device, dtype and sizes) or the name of one of flashattn.backends(), which gives each
+    one's device, dtypes and head_dim limit (`flashattn backends` prints the same table).
 
     The variants, FlashAttention's keywords, each off by default and combinable with each
     other and with causal. With off the alignment's offset (0 for causal top_left;
@@ -68,13 +73,13 @@ def attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
     seeds, or NumPy's fresh entropy without torch). dropout_offset: a uint64 that selects
     the streams offset + b·heads_q + h. To call attention_backward yourself, pass the seed.
 
-    Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
-    return_lse also lse, float32 (batch, heads_q, seqlen_q): the natural log of each row's
-    softmax denominator. On torch tensors out is differentiable (autograd, torch.compile;
-    the backward is attention_backward's, on this backend where it has one, else the
-    automatic choice); lse is not. Rejected arguments raise flashattn.InvalidArgumentError (a
-    ValueError) with the library's message, naming the argument and the rule it broke; an
-    argument of the wrong type raises TypeError.
+    Returns out, contiguous (batch, seqlen_q, heads_q, head_dim_v) in q's dtype (q's shape
+    with v's head_dim), and with return_lse also lse, float32 (batch, heads_q, seqlen_q):
+    the natural log of each row's softmax denominator. On torch tensors out is
+    differentiable (autograd, torch.compile; the backward is attention_backward's, on this
+    backend where it has one, else the automatic choice); lse is not. Rejected arguments
+    raise flashattn.InvalidArgumentError (a ValueError) with the library's message, naming
+    the argument and the rule it broke; an argument of the wrong type raises TypeError.
     """
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend, return_lse=return_lse,
@@ -110,24 +115,26 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, causal_alignmen
     softcap, alibi_slopes, attn_mask) are the forward's; out and lse are what
     flashattn.attention(q, k, v, ..., return_lse=True) returned for them (the backward
     recomputes the probabilities from q, k and lse, and reads out for the row sums D_i = Σ
-    dout_i·out_i); dout has out's shape. Same array types, devices and dtypes as
-    flashattn.attention (PyTorch CUDA tensors on the current stream, with no host
-    synchronisation); lse is float32 (batch, heads_q, seqlen_q).
+    dout_i·out_i); dout has out's shape (q's, with v's head_dim). Same array types, devices
+    and dtypes as flashattn.attention (PyTorch CUDA tensors on the current stream, with no
+    host synchronisation); lse is float32 (batch, heads_q, seqlen_q).
 
-    Returns dq, dk, dv: contiguous, in q's dtype, with the shapes of q, k and v. With
-    grouped-query attention, dk and dv of a kv head sum over the query heads of its group. A
-    query row that sees no key (attn_mask's fully masked rows included) gets dq 0; a key no
-    row sees gets dk and dv 0. attn_mask gets no gradient. dropout_p, dropout_seed and
-    dropout_offset are the forward's (a seed is required: the backward regenerates the
-    forward's dropout from it).
+    Returns dq, dk, dv: contiguous, in q's dtype, with the shapes of q, k and v (dv has v's
+    head_dim). A backend named here must take v's head_dim where it differs from q's
+    (flashattn.backends(): takes_backward_head_dim_v). With grouped-query attention, dk and
+    dv of a kv head sum over the query heads of its group. A query row that sees no key
+    (attn_mask's fully masked rows included) gets dq 0; a key no row sees gets dk and dv 0.
+    attn_mask gets no gradient. dropout_p, dropout_seed and dropout_offset are the forward's
+    (a seed is required: the backward regenerates the forward's dropout from it).
 
     backend: None (cpu for host arrays, cuda_tiled for fp32 GPU tensors, cuda_mma for 16-bit
-    where its head_dim limit allows, else cuda_tiled) or the name of a backend with a
-    backward (flashattn.backends(): has_backward, backward_max_head_dim). deterministic:
-    bit-identical gradients from run to run (a fixed order for every sum across thread
-    blocks), at some cost in speed on the GPU backends. The outputs carry no autograd
-    history; flashattn.attention and flashattn.sdpa call this through autograd. Errors as
-    flashattn.attention's, naming the argument (out, dout, lse, ...).
+    where its head_dim limit allows (the wider of q's and v's), else cuda_tiled) or the name
+    of a backend with a backward (flashattn.backends(): has_backward,
+    backward_max_head_dim). deterministic: bit-identical gradients from run to run (a fixed
+    order for every sum across thread blocks), at some cost in speed on the GPU backends.
+    The outputs carry no autograd history; flashattn.attention and flashattn.sdpa call this
+    through autograd. Errors as flashattn.attention's, naming the argument (out, dout, lse,
+    ...).
     """
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend,

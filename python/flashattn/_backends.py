@@ -25,6 +25,9 @@ class Backend(NamedTuple):
     has_backward: bool                 # whether attention_backward (and autograd) runs on it
     backward_max_head_dim: Optional[int]  # the backward's head_dim limit; None: any (or
     #                                       no backward, see has_backward)
+    takes_head_dim_v: bool = False     # whether its forward runs v's head_dim ≠ q's and k's
+    #                                    (out then has v's); its limits apply to the wider
+    takes_backward_head_dim_v: bool = False  # whether its backward does too
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,7 +39,8 @@ def table(lib):
                            f"(flashattn_backend_count); it predates it")
     rows = {}
     for index in range(lib.flashattn_backend_count()):
-        # A library from before the backward leaves backward_max_head_dim as set here.
+        # A library from before the backward leaves backward_max_head_dim as set here, one
+        # from before head_dim_v its flags 0 (ctypes zeroes the fields it is not given).
         info = _abi.BackendInfo(struct_size=ctypes.sizeof(_abi.BackendInfo),
                                 backward_max_head_dim=_abi.NO_BACKWARD)
         status = lib.flashattn_get_backend_info(index, ctypes.byref(info))
@@ -51,16 +55,20 @@ def table(lib):
             compute_capability=info.compute_capability or None,
             summary=(info.summary or b"").decode(),
             has_backward=info.backward_max_head_dim != _abi.NO_BACKWARD,
-            backward_max_head_dim=max(info.backward_max_head_dim, 0) or None))
+            backward_max_head_dim=max(info.backward_max_head_dim, 0) or None,
+            takes_head_dim_v=bool(info.takes_head_dim_v),
+            takes_backward_head_dim_v=bool(info.takes_backward_head_dim_v)))
     return rows
 
 
 def backends():
     """The backends of the library this package uses (see flashattn._library), in the
     library's order: what each is called (backend=), where its tensors live, the dtypes it
-    takes, its head_dim limit, the GPU it needs, how it computes, and whether it has a
-    backward (attention_backward, autograd) with that backward's head_dim limit. The
-    command-line tool prints the same table (`flashattn backends`)."""
+    takes, its head_dim limit, the GPU it needs, how it computes, whether it has a
+    backward (attention_backward, autograd) with that backward's head_dim limit, and whether
+    its forward and its backward take v's head_dim differing from q's and k's
+    (takes_head_dim_v, takes_backward_head_dim_v). The command-line tool prints the same
+    table (`flashattn backends`)."""
     return [backend for _, backend in table(_library.library()).values()]
 
 

@@ -31,24 +31,28 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     embeddings, cache_batch_idx or cache_leftpad).
 
     q: (batch, seqlen_q, heads_q, head_dim). The cache, one of two layouts:
-      - contiguous (block_table None): k_cache, v_cache (batch, capacity, heads_kv,
-        head_dim); sequence b's keys are k_cache[b, :length(b)];
-      - paged: k_cache, v_cache (num_pages, page_size, heads_kv, head_dim) and block_table
-        int32 (batch, pages_per_sequence): sequence b's key j is row j % page_size of page
+      - contiguous (block_table None): k_cache (batch, capacity, heads_kv, head_dim) and
+        v_cache (batch, capacity, heads_kv, head_dim_v); sequence b's keys are
+        k_cache[b, :length(b)];
+      - paged: k_cache (num_pages, page_size, heads_kv, head_dim), v_cache (num_pages,
+        page_size, heads_kv, head_dim_v) and block_table int32 (batch,
+        pages_per_sequence): sequence b's key j is row j % page_size of page
         block_table[b, j // page_size]; capacity is pages_per_sequence · page_size.
+    head_dim_v, v's head_dim, may differ from q's and k's head_dim (e.g. 192 and 128) on
+    the backends that take it (flashattn.backends(): takes_head_dim_v).
     cache_seqlens: the keys cached per sequence before the call: an int (every sequence
     alike) or an int32 (batch,) array (NumPy with NumPy inputs, a tensor on q's device with
     torch ones); None: every sequence's cache is full (length = capacity; then k and v
     cannot be given). k, v: optional (batch, seqlen_new, heads_kv, head_dim) keys and
-    values, written into each sequence's cache at rows cache_seqlens[b] ..
-    cache_seqlens[b] + seqlen_new - 1 (k_cache and v_cache are modified in place), then
-    attended to with the rest: length(b) = cache_seqlens[b] + seqlen_new. cache_seqlens
-    itself is not advanced (the caller does that). Lengths may be 0; a row that sees no key
-    gets 0 and lse -inf.
+    (batch, seqlen_new, heads_kv, head_dim_v) values, written into each sequence's cache at
+    rows cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 (k_cache and v_cache are
+    modified in place), then attended to with the rest: length(b) = cache_seqlens[b] +
+    seqlen_new. cache_seqlens itself is not advanced (the caller does that). Lengths may be
+    0; a row that sees no key gets 0 and lse -inf.
 
     causal: FlashAttention's causal for a KV cache, aligned bottom-right per sequence: query
     i sees keys j <= i + length(b) - seqlen_q (the last query sees the whole sequence).
-    softmax_scale (default 1/sqrt(head_dim)), window_size, softcap and alibi_slopes:
+    softmax_scale (default 1/sqrt(head_dim), q's), window_size, softcap and alibi_slopes:
     flashattn.attention's variants (scale there), with that per-sequence alignment.
     num_splits: split-KV, each sequence's keys split over this many blocks merged by their
     lse (0: chosen by the library; 1: none; at most 128). checked: True (default) lets the
@@ -60,7 +64,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=No
     16-bit CUDA tensors on cuda_mma, other CUDA calls on cuda_tiled (contiguous) or
     cuda_naive (paged), host arrays on cpu (contiguous or paged).
 
-    Returns out, contiguous (batch, seqlen_q, heads_q, head_dim) in q's dtype, and with
+    Returns out, contiguous (batch, seqlen_q, heads_q, head_dim_v) in q's dtype, and with
     return_softmax_lse also lse, float32 (batch, heads_q, seqlen_q). The cache is read and
     written in place, never copied (the library rejects strides it cannot use); q, k and v
     are copied once where their head_dim is not contiguous. No gradients: a torch input that

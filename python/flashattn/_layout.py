@@ -26,6 +26,12 @@ def contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+def out_shape(q_shape, v_shape):
+    """out is (batch, seqlen_q, heads_q) of q with v's head_dim (head_dim_v, which may differ
+    from q's and k's)."""
+    return (*q_shape[:3], v_shape[3])
+
+
 def lse_shape(q_shape):
     """lse is float32 (batch, heads_q, seqlen_q): the library writes it contiguous."""
     batch, seqlen_q, heads_q, _ = q_shape

@@ -112,9 +112,10 @@ def prefix_sums(sequences):
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
               window_right, softcap, alibi_slopes, attn_mask=None, sequences=None,
               dropout=None):
-    """out (and lse, else None) for NumPy q, k, v; see flashattn.attention. sequences: None
-    (dense) or a variable-length batch's (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-    max_seqlen_k), q, k, v then (1, total, heads, head_dim) (see flashattn.varlen_attention)."""
+    """out (and lse, else None) for NumPy q, k, v; see flashattn.attention. out has q's shape
+    but v's head_dim. sequences: None (dense) or a variable-length batch's (cu_seqlens_q,
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k, v then (1, total, heads, head_dim) (see
+    flashattn.varlen_attention)."""
     mask = _options.mask_name(causal, causal_alignment)
     backend = _options.backend_value(backend)
     # The arrays stay referenced until the call returns: the views hold bare addresses.
@@ -122,7 +123,7 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
     slopes = slopes_array(alibi_slopes, q.shape[2])
     attn_mask, bias = mask_array(attn_mask, q.shape, k.shape[1])
     kept, sequence_values = prefix_sums(sequences)
-    out, out_view = kernel_array("out", np.empty(q.shape, q.dtype))
+    out, out_view = kernel_array("out", np.empty(_layout.out_shape(q.shape, v.shape), q.dtype))
     lse = np.empty(_layout.lse_shape(q.shape), np.float32) if return_lse else None
     _library.forward(qv, kv, vv, out_view, lse=None if lse is None else lse.ctypes.data,
                      scale=scale, mask=mask, backend=backend,
@@ -229,7 +230,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table
         (k, kv), (v, vv) = (kernel_array(n, a) for n, a in (("k", k), ("v", v)))
         new_views = (kv, vv)
     slopes = slopes_array(alibi_slopes, q.shape[2])
-    out, out_view = kernel_array("out", np.empty(q.shape, q.dtype))
+    out, out_view = kernel_array("out", np.empty(_layout.out_shape(q.shape, v_cache.shape),
+                                                  q.dtype))
     lse = np.empty(_layout.lse_shape(q.shape), np.float32) if return_lse else None
     # Every array stays referenced until the call returns: the views hold bare addresses.
     _cache.forward(qv, k_cache_view, v_cache_view, out_view,

@@ -15,6 +15,7 @@ ForwardRank and BackwardRank do one rank's arithmetic; the transport is the call
 torch.distributed ring in _ring_attention, or `simulate`/`simulate_backward` below, which run
 every rank in one process (ranks as loop iterations), the test of the arithmetic.
 """
+import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -30,10 +31,23 @@ class Options(NamedTuple):
     deterministic: bool
 
 
+def pair(k, v):
+    """One contiguous buffer of k's elements then v's: a K/V block as one message whatever
+    v's head_dim (for equal shapes the layout of torch.stack((k, v)))."""
+    return torch.cat((k.flatten(), v.flatten()))
+
+
+def unpair(buffer, k_shape, v_shape):
+    """(k, v): the two contiguous views of a buffer laid out as pair()'s (a K/V block, or
+    its gradient_buffer) for k and v of these shapes."""
+    size = math.prod(k_shape)
+    return buffer[:size].view(k_shape), buffer[size:].view(v_shape)
+
+
 def merge(out, lse, block_out, block_lse):
     """Folds a partial result over more keys into (out, lse), in place.
 
-    out: fp32 (batch, rows, heads, head_dim) and lse: fp32 (batch, heads, rows), the softmax
+    out: fp32 (batch, rows, heads, head_dim_v) and lse: fp32 (batch, heads, rows), the softmax
     over the keys seen so far; block_out, block_lse the same over a disjoint set of keys. The
     merged lse is log(e^lse + e^block_lse) and each output is weighted by its share of it.
     A row that saw no key in either keeps output 0 and lse -inf; NaN propagates."""
@@ -47,8 +61,8 @@ def merge(out, lse, block_out, block_lse):
 
 
 class Dense:
-    """A batch of whole sequences, (batch, local_seqlen, heads, head_dim) parts: one block a
-    step (_zigzag.block), flashattn.attention's calls."""
+    """A batch of whole sequences, (batch, local_seqlen, heads, head_dim) parts (v's of its
+    own head_dim): one block a step (_zigzag.block), flashattn.attention's calls."""
 
     @staticmethod
     def blocks(rank, source, local_seqlen, causal):
@@ -103,7 +117,7 @@ class ForwardRank:
     def __init__(self, q, rank, world_size, options, layout=Dense):
         self.q, self.rank, self.world_size = q, rank, world_size
         self.options, self.layout = options, layout
-        self.out = None  # fp32 (batch, local_seqlen, heads_q, head_dim)
+        self.out = None  # fp32 (batch, local_seqlen, heads_q, head_dim_v)
         self.lse = None  # fp32 (batch, heads_q, local_seqlen)
 
     def step(self, step, k, v):
@@ -118,7 +132,8 @@ class ForwardRank:
                 continue
             if self.out is None:  # the first block leaves some rows for later ones
                 device = self.q.device
-                self.out = torch.zeros(self.q.shape, dtype=torch.float32, device=device)
+                self.out = torch.zeros((*self.q.shape[:3], v.shape[3]), dtype=torch.float32,
+                                       device=device)
                 self.lse = torch.full((self.q.shape[0], self.q.shape[2], local), float("-inf"),
                                       device=device)
             merge(self.out[:, b.rows], self.lse[:, :, b.rows], out, lse)
@@ -161,23 +176,25 @@ class BackwardRank:
     @staticmethod
     def accumulate(dkv, parts, first):
         """Adds a rank's (keys, dk, dv) parts into the held block's travelling fp32
-        accumulator dkv, (2, batch, local_seqlen, heads_kv, head_dim); `first`: the block's
-        first step (at its owner), whose parts set the accumulator instead."""
-        length = dkv.shape[2]
+        accumulator dkv, the (dk, dv) views of a gradient_buffer (k's shape and v's);
+        `first`: the block's first step (at its owner), whose parts set the accumulator
+        instead."""
+        length = dkv[0].shape[1]
         if first and not covers_all(parts[0][0], length):
-            dkv.zero_()
+            for acc in dkv:
+                acc.zero_()
         for i, (keys, dk, dv) in enumerate(parts):
-            if first and i == 0 and covers_all(keys, length):
-                dkv[0].copy_(dk)
-                dkv[1].copy_(dv)
-            else:
-                dkv[0][:, keys] += dk
-                dkv[1][:, keys] += dv
+            for acc, grad in zip(dkv, (dk, dv)):
+                if first and i == 0 and covers_all(keys, length):
+                    acc.copy_(grad)
+                else:
+                    acc[:, keys] += grad
 
 
-def gradient_buffer(k):
-    """An fp32 accumulator for the (dk, dv) of a K/V block shaped like k."""
-    return torch.empty((2, *k.shape), dtype=torch.float32, device=k.device)
+def gradient_buffer(k, v):
+    """An fp32 accumulator for the (dk, dv) of a K/V block shaped like k and v: one buffer
+    laid out as pair()'s (unpair gives its views), so that it too travels as one message."""
+    return torch.empty(k.numel() + v.numel(), dtype=torch.float32, device=k.device)
 
 
 def simulate(qs, ks, vs, options, layout=Dense):
@@ -201,11 +218,11 @@ def simulate_backward(qs, ks, vs, outs, lses, douts, options, layout=Dense):
     ranks = [BackwardRank(q, out, lse, dout, r, world_size, options, layout)
              for r, (q, out, lse, dout) in enumerate(zip(qs, outs, lses, douts))]
     blocks = list(zip(ks, vs))
-    accumulators = [gradient_buffer(k) for k in ks]
+    accumulators = [unpair(gradient_buffer(k, v), k.shape, v.shape) for k, v in blocks]
     for step in range(world_size):
         for rank, (k, v), dkv in zip(ranks, blocks, accumulators):
             rank.accumulate(dkv, rank.block_gradients(step, k, v), first=step == 0)
         blocks = blocks[-1:] + blocks[:-1]
         accumulators = accumulators[-1:] + accumulators[:-1]
-    return [(rank.dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(k.dtype))
-            for rank, q, k, dkv in zip(ranks, qs, ks, accumulators)]
+    return [(rank.dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype))
+            for rank, q, k, v, (dk, dv) in zip(ranks, qs, ks, vs, accumulators)]

@@ -45,11 +45,11 @@ class Ring:
 def forward(q, k, v, ring, options, layout):
     """This rank's (out, lse) over the whole sequence's keys."""
     rank = _ring.ForwardRank(q, ring.rank, ring.world_size, options, layout)
-    block = torch.stack((k, v))  # one message per step
+    block = _ring.pair(k, v)  # one message per step
     spare = torch.empty_like(block) if ring.world_size > 1 else None
     for step in range(ring.world_size):
         pending = ring.start(block, spare) if step + 1 < ring.world_size else None
-        rank.step(step, block[0], block[1])
+        rank.step(step, *_ring.unpair(block, k.shape, v.shape))
         if pending is not None:
             ring.finish(pending)
             block, spare = spare, block
@@ -60,18 +60,18 @@ def backward(q, k, v, out, lse, dout, ring, options, layout):
     """This rank's (dq, dk, dv): its local queries' gradient and its local keys' and values'
     gradients summed over every rank's queries."""
     rank = _ring.BackwardRank(q, out, lse, dout, ring.rank, ring.world_size, options, layout)
-    block = torch.stack((k, v))
+    block = _ring.pair(k, v)
     spare = torch.empty_like(block) if ring.world_size > 1 else None
-    gradients = _ring.gradient_buffer(k)
+    gradients = _ring.gradient_buffer(k, v)
     gradients_spare = torch.empty_like(gradients)
     gradients_pending = None
     for step in range(ring.world_size):
         pending = ring.start(block, spare) if step + 1 < ring.world_size else None
-        parts = rank.block_gradients(step, block[0], block[1])
+        parts = rank.block_gradients(step, *_ring.unpair(block, k.shape, v.shape))
         if gradients_pending is not None:  # the accumulator of the block now held
             ring.finish(gradients_pending)
             gradients, gradients_spare = gradients_spare, gradients
-        rank.accumulate(gradients, parts, first=step == 0)
+        rank.accumulate(_ring.unpair(gradients, k.shape, v.shape), parts, first=step == 0)
         if ring.world_size > 1:
             gradients_pending = ring.start(gradients, gradients_spare)
         if pending is not None:
@@ -80,7 +80,8 @@ def backward(q, k, v, out, lse, dout, ring, options, layout):
     if gradients_pending is not None:  # this rank's own block, back from its round
         ring.finish(gradients_pending)
         gradients = gradients_spare
-    return rank.dq.to(q.dtype), gradients[0].to(k.dtype), gradients[1].to(v.dtype)
+    dk, dv = _ring.unpair(gradients, k.shape, v.shape)
+    return rank.dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 class RingAttention(torch.autograd.Function):
@@ -107,38 +108,39 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, return_lse=
     """Attention over one sequence whose tokens are split across the ranks of a
     torch.distributed group (context parallelism), differentiable.
 
-    Each rank passes its local part: q (batch, local_seqlen, heads_q, head_dim) and k, v
-    (batch, local_seqlen, heads_kv, head_dim), torch tensors (CUDA with an NCCL group, one
-    GPU per rank; CPU with a gloo group), every dtype and head_dim that flashattn.attention
-    takes, GQA included. Without `causal` any split of the sequence works (each rank's
-    queries see every rank's keys). With `causal` (PyTorch's is_causal over the whole
-    sequence) the parts must be in the zigzag layout that balances the causal work:
-    flashattn.zigzag_shard(x, world_size, rank) cuts a whole sequence into them and
-    flashattn.zigzag_unshard(parts) joins them; local_seqlen must then be even, and q and k
-    of the same length.
+    Each rank passes its local part: q (batch, local_seqlen, heads_q, head_dim), k (batch,
+    local_seqlen, heads_kv, head_dim) and v (batch, local_seqlen, heads_kv, head_dim_v),
+    torch tensors (CUDA with an NCCL group, one GPU per rank; CPU with a gloo group), every
+    dtype and head_dim that flashattn.attention takes, GQA and v's own head_dim included.
+    Without `causal` any split of the sequence works (each rank's queries see every rank's
+    keys). With `causal` (PyTorch's is_causal over the whole sequence) the parts must be in
+    the zigzag layout that balances the causal work: flashattn.zigzag_shard(x, world_size,
+    rank) cuts a whole sequence into them and flashattn.zigzag_unshard(parts) joins them;
+    local_seqlen must then be even, and q and k of the same length.
 
     A packed batch of sequences of different lengths (varlen_attention's layout): q
-    (local_total, heads_q, head_dim), k and v (local_total, heads_kv, head_dim), with
-    cu_seqlens the whole batch's int32 prefix sums (batch + 1,) on q's device, the same on
-    every rank, and optionally max_seqlen its longest sequence. Every sequence is its own
-    problem, cut into 2·world_size chunks (its length a multiple of that), causal or not:
-    flashattn.zigzag_shard_packed(x, cu_seqlens, world_size, rank) makes a rank's local
-    pack (every sequence's first chunk, then every sequence's second one) and
-    zigzag_unshard_packed(parts, cu_seqlens) joins them.
+    (local_total, heads_q, head_dim), k (local_total, heads_kv, head_dim) and v
+    (local_total, heads_kv, head_dim_v), with cu_seqlens the whole batch's int32 prefix sums
+    (batch + 1,) on q's device, the same on every rank, and optionally max_seqlen its
+    longest sequence. Every sequence is its own problem, cut into 2·world_size chunks (its
+    length a multiple of that), causal or not: flashattn.zigzag_shard_packed(x, cu_seqlens,
+    world_size, rank) makes a rank's local pack (every sequence's first chunk, then every
+    sequence's second one) and zigzag_unshard_packed(parts, cu_seqlens) joins them.
 
-    Returns this rank's out (batch, local_seqlen, heads_q, head_dim), in q's dtype, and with
-    return_lse also its lse, float32 (batch, heads_q, local_seqlen), over the whole
-    sequence's keys (packed: out (local_total, heads_q, head_dim), lse (heads_q,
+    Returns this rank's out (batch, local_seqlen, heads_q, head_dim_v), in q's dtype, and
+    with return_lse also its lse, float32 (batch, heads_q, local_seqlen), over the whole
+    sequence's keys (packed: out (local_total, heads_q, head_dim_v), lse (heads_q,
     local_total)). The partial results of the ring's steps merge in fp32; in the backward
     dk and dv sum over the ranks in fp32. scale, backend and deterministic are
     flashattn.attention's and attention_backward's (deterministic: bit-identical gradients,
     the ring's own order being fixed).
 
-    checked: every rank's shapes, dtype and device kind (and prefix sums) are compared
-    through one small all_gather_object (a host synchronisation) and a mismatch raises
-    flashattn.InvalidArgumentError on every rank, naming the argument and the ranks; with
-    checked=False nothing is exchanged but the blocks, and mismatched parts are undefined
-    behaviour (a hang or garbage). Every rank of the group must call with the same options.
+    checked: every rank's shapes (k's, and v's head_dim), dtype and device kind (and prefix
+    sums) are compared through one small all_gather_object (a host synchronisation) and a
+    mismatch raises flashattn.InvalidArgumentError on every rank, naming the argument and
+    the ranks; with checked=False nothing is exchanged but the blocks, and mismatched parts
+    are undefined behaviour (a hang or garbage). Every rank of the group must call with the
+    same options.
     """
     _options.require_bool("causal", causal)
     _options.require_bool("checked", checked)
@@ -208,7 +210,7 @@ class LocalProblem:
     """A rank's check of its own part: the error it found (or None) and what every rank's
     part must share (the K/V block, which travels: shape, dtype, device kind)."""
 
-    SHARED = ("k: shape", "k: dtype", "k: device type", "cu_seqlens")
+    SHARED = ("k: shape", "k: dtype", "k: device type", "v: head_dim", "cu_seqlens")
 
     def __init__(self, error, signature):
         self.error, self.signature = error, signature
@@ -223,16 +225,16 @@ def local_problem(q, k, v, causal, packed=False):
         require_local_rules(q, k, v, causal, packed)
     except (_errors.Error, TypeError) as e:
         return LocalProblem(e, None)
-    return LocalProblem(None, (tuple(k.shape), str(k.dtype), k.device.type))
+    return LocalProblem(None, (tuple(k.shape), str(k.dtype), k.device.type, v.shape[3]))
 
 
 def require_local_rules(q, k, v, causal, packed):
     """What the ring needs of one rank's part beyond flashattn.attention's rules, and those
     of its rules that would otherwise fail on one rank mid-ring."""
-    if tuple(v.shape) != tuple(k.shape):
+    if tuple(v.shape[:3]) != tuple(k.shape[:3]):
         raise _errors.InvalidArgumentError(
-            f"v: has shape {tuple(v.shape)}, must equal k's {tuple(k.shape)} (the ring sends "
-            f"them as one block)")
+            f"v: has shape {tuple(v.shape)}, must equal k's {tuple(k.shape)} but for its "
+            f"head_dim (the ring sends them as one block)")
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype or t.device != q.device:
             raise _errors.InvalidArgumentError(

@@ -19,11 +19,13 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, s
          enable_gqa=False, generator=None):
     """Drop-in for torch.nn.functional.scaled_dot_product_attention on 4-d tensors.
 
-    query: (batch, heads_q, seqlen_q, head_dim); key, value: (batch, heads_kv, seqlen_k,
-    head_dim). is_causal is top-left aligned, as in PyTorch. heads_q may differ from heads_kv
-    (a multiple of it) only with enable_gqa=True, as in PyTorch. Returns (batch, heads_q,
-    seqlen_q, head_dim): a transposed view of flashattn's contiguous (batch, seqlen, heads,
-    head_dim) output.
+    query: (batch, heads_q, seqlen_q, E); key: (batch, heads_kv, seqlen_k, E); value: (batch,
+    heads_kv, seqlen_k, Ev). is_causal is top-left aligned, as in PyTorch. heads_q may differ
+    from heads_kv (a multiple of it) only with enable_gqa=True, as in PyTorch. value's head
+    dim Ev may differ from E, as in PyTorch, on the backends that take it
+    (flashattn.attention's head_dim_v); the default scale stays 1/sqrt(E). Returns (batch,
+    heads_q, seqlen_q, Ev): a transposed view of flashattn's contiguous (batch, seqlen, heads,
+    Ev) output.
 
     attn_mask, as in PyTorch: a bool tensor (True: the key takes part in attention) or a
     float tensor added to the scaled scores, on query's device, whose shape broadcasts to

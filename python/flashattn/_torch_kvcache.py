@@ -79,10 +79,10 @@ def cache_view(t):
 def run(q, k_cache, v_cache, k, v, cache_seqlens, block_table, scale, causal, window_left,
         window_right, softcap, alibi_slopes, num_splits, checked, backend, with_lse,
         already_checked=False):
-    """(out, lse) of one KV-cache call, lse None unless with_lse; see
-    flashattn.attention_with_kvcache. cache_seqlens: an int32 tensor, an int or None.
-    already_checked: the caller ran check() on these arguments (a decoding step's host time
-    is worth the few microseconds)."""
+    """(out, lse) of one KV-cache call, lse None unless with_lse (out: q's shape with
+    v_cache's head_dim); see flashattn.attention_with_kvcache. cache_seqlens: an int32
+    tensor, an int or None. already_checked: the caller ran check() on these arguments (a
+    decoding step's host time is worth the few microseconds)."""
     if not already_checked:
         check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, alibi_slopes)
     mask = "causal_bottom_right" if _options.require_bool("causal", causal) else "none"
@@ -96,7 +96,8 @@ def run(q, k_cache, v_cache, k, v, cache_seqlens, block_table, scale, causal, wi
     if k is not None:
         (k, k_view), (v, v_view) = kernel_tensor(k), kernel_tensor(v)
         new_views = (k_view, v_view)
-    out, out_view = kernel_tensor(torch.empty(q.shape, dtype=q.dtype, device=q.device))
+    out, out_view = kernel_tensor(torch.empty(_layout.out_shape(q.shape, v_cache.shape),
+                                              dtype=q.dtype, device=q.device))
     lse = (torch.empty(_layout.lse_shape(q.shape), dtype=torch.float32, device=q.device)
            if with_lse else None)
     _cache.forward(q_view, cache_view(k_cache), cache_view(v_cache), out_view,
@@ -142,7 +143,7 @@ kvcache_append_fwd = torch.library.custom_op(
 
 def fake_outputs(q, k_cache, v_cache, k, v, cache_seqlens, block_table, alibi_slopes):
     check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, alibi_slopes)
-    return (q.new_empty(q.shape),
+    return (q.new_empty(_layout.out_shape(q.shape, v_cache.shape)),
             q.new_empty(_layout.lse_shape(q.shape), dtype=torch.float32))
 
 

@@ -204,7 +204,8 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
         lib=None, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
         attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
-    """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention.
+    """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention. out has
+    q's shape but v's head_dim.
 
     heads_first: q, k, v and out are (batch, heads, seqlen, head_dim), as in torch's SDPA;
     out is then a view of (batch, seqlen, heads, head_dim) contiguous memory. lib: a
@@ -230,12 +231,13 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
                                              max_seqlen_k)
     (q, qv), (k, kv), (v, vv) = [kernel_tensor(t, heads_first) for t in (q, k, v)]
     q_shape = qv[2:6]  # (batch, seqlen_q, heads_q, head_dim)
-    _, seqlen_q, heads_q, head_dim = q_shape
-    out_strides = (seqlen_q * heads_q * head_dim, heads_q * head_dim, head_dim, 1)
-    out = q.new_empty_strided(seqlen_first(q_shape, heads_first),
+    out_shape = _layout.out_shape(q_shape, vv[2:6])  # v's head_dim
+    _, seqlen_q, heads_q, head_dim_v = out_shape
+    out_strides = (seqlen_q * heads_q * head_dim_v, heads_q * head_dim_v, head_dim_v, 1)
+    out = q.new_empty_strided(seqlen_first(out_shape, heads_first),
                               seqlen_first(out_strides, heads_first))
     # out's view is known from how it was made; one without elements takes kernel_tensor's.
-    out_view = (tensor_view(out, q_shape, out_strides) if out.numel()
+    out_view = (tensor_view(out, out_shape, out_strides) if out.numel()
                 else kernel_tensor(out, heads_first)[1])
     lse = (q.new_empty(_layout.lse_shape(q_shape), dtype=torch.float32) if with_lse
            else None)
@@ -277,21 +279,27 @@ def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend, windo
     check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     if attn_mask is not None:
         check_mask(attn_mask, q, k)
-    return (q.new_empty(q.shape),
+    return (q.new_empty(_layout.out_shape(q.shape, v.shape)),
             q.new_empty(_layout.lse_shape(q.shape), dtype=torch.float32))
 
 
-def backward_backend(backend, head_dim):
+def backward_backend(backend, head_dim, head_dim_v=None):
     """The backend the autograd backward runs on: the forward's where it has a backward for
-    this head_dim, else (None) the automatic choice, e.g. cuda_mma's backward after a
-    cuda_wgmma forward. (A backward takes the dtypes of its forward.)"""
+    these head dims (q's and k's, and v's where given: the limit bounds the wider, and a
+    head_dim_v other than head_dim needs takes_backward_head_dim_v), else (None) the
+    automatic choice, e.g. cuda_mma's backward after a cuda_wgmma forward. (A backward
+    takes the dtypes of its forward.)"""
     if backend is None:
         return None
     entry = _backends.table(_library.library()).get(backend)
     if entry is None or not entry[1].has_backward:
         return None
-    limit = entry[1].backward_max_head_dim
-    return backend if limit is None or head_dim <= limit else None
+    info = entry[1]
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    if head_dim_v != head_dim and not info.takes_backward_head_dim_v:
+        return None
+    limit = info.backward_max_head_dim
+    return backend if limit is None or max(head_dim, head_dim_v) <= limit else None
 
 
 def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
@@ -299,10 +307,10 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
                  alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, attn_mask=None, dropout_p=0.0, dropout_seed=0,
                  dropout_offset=0, lib=None):
-    """(dq, dk, dv), contiguous (batch, seqlen, heads, head_dim) in q's dtype: the gradients
-    for dout, the gradient with respect to the forward's out, given that forward's out and
-    lse, and the forward's variants and layout. See flashattn.attention_backward and
-    flashattn.varlen_attention_backward."""
+    """(dq, dk, dv), contiguous in q's dtype with the shapes of q, k and v: the gradients
+    for dout (out's shape: q's with v's head_dim), the gradient with respect to the
+    forward's out, given that forward's out and lse, and the forward's variants and layout.
+    See flashattn.attention_backward and flashattn.varlen_attention_backward."""
     mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,
                           cu_seqlens_q, cu_seqlens_k)
     geometry = None if attn_mask is None else check_mask(attn_mask, q, k)
@@ -378,7 +386,8 @@ def _setup_context(ctx, inputs, output):
     # The forward checked the max_seqlen values: the backward need not again.
     ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                           attn_mask)
-    ctx.options = (causal, causal_alignment, scale, backward_backend(backend, q.shape[-1]))
+    ctx.options = (causal, causal_alignment, scale,
+                   backward_backend(backend, q.shape[-1], v.shape[-1]))
     ctx.variants = (window_left, window_right, softcap)
     ctx.dropout = tuple(dropout)  # (dropout_p, dropout_seed, dropout_offset): regenerated
 
@@ -408,11 +417,12 @@ attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
               window_right, softcap, alibi_slopes, attn_mask=None, sequences=None,
               dropout=None):
-    """(out, lse) for torch q, k, v through the custom op; see flashattn.attention. Without
-    return_lse, lse may be None. sequences: None (dense) or a variable-length batch's
-    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k, v then (1, total, heads,
-    head_dim) and lse (1, heads_q, total_q) (see flashattn.varlen_attention). dropout:
-    _dropout.dropout_values()'s (p, seed, offset), or None."""
+    """(out, lse) for torch q, k, v through the custom op; see flashattn.attention (out: q's
+    shape, v's head_dim). Without return_lse, lse may be None. sequences: None (dense) or a
+    variable-length batch's (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k,
+    v then (1, total, heads, head_dim) and lse (1, heads_q, total_q) (see
+    flashattn.varlen_attention). dropout: _dropout.dropout_values()'s (p, seed, offset), or
+    None."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; q, k "
@@ -460,8 +470,8 @@ def direct_call_is_safe(*tensors):
 
 
 def sdpa(query, key, value, *, causal, scale, attn_mask=None, dropout=None):
-    """out for (batch, heads, seqlen, head_dim) torch tensors; see flashattn.sdpa. dropout:
-    as attention's."""
+    """out for (batch, heads, seqlen, head_dim) torch tensors (value's head_dim may differ;
+    out takes it); see flashattn.sdpa. dropout: as attention's."""
     check_mask_argument(attn_mask, query, key, heads_first=True)
     dropout_p, dropout_seed, dropout_offset = op_dropout(dropout)
     if direct_call_is_safe(query, key, value, attn_mask):

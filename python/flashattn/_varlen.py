@@ -17,26 +17,28 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
                      backend=None):
     """Exact attention over a batch of sequences of different lengths, packed without padding.
 
-    q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim): the sequences one
-    after another. Sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1
-    of q, its keys rows cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1 of k and v. cu_seqlens_q,
-    cu_seqlens_k: int32 (batch + 1,) prefix sums of the lengths, 0 first, nondecreasing, the
-    totals last: NumPy arrays with NumPy inputs, torch tensors on q's device with torch
-    inputs. Lengths may be 0. Each sequence is its own attention problem: its rows see only
-    its keys, and causal_alignment and window_size follow its own lengths (bottom_right:
-    key j <= i + seqlen_k - seqlen_q of that sequence). max_seqlen_q, max_seqlen_k:
-    FlashAttention's arguments, optional here (the library finds the longest sequences
-    itself); given, each must be at least its longest sequence (checked on a host copy of
-    the prefix sums: on CUDA that waits for the current stream).
+    q: (total_q, heads_q, head_dim); k: (total_k, heads_kv, head_dim); v: (total_k,
+    heads_kv, head_dim_v) (v's head_dim may differ from q's and k's, as in
+    flashattn.attention): the sequences one after another. Sequence b's queries are rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q, its keys rows cu_seqlens_k[b] ..
+    cu_seqlens_k[b + 1] - 1 of k and v. cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,)
+    prefix sums of the lengths, 0 first, nondecreasing, the totals last: NumPy arrays with
+    NumPy inputs, torch tensors on q's device with torch inputs. Lengths may be 0. Each
+    sequence is its own attention problem: its rows see only its keys, and causal_alignment
+    and window_size follow its own lengths (bottom_right: key j <= i + seqlen_k - seqlen_q
+    of that sequence). max_seqlen_q, max_seqlen_k: FlashAttention's arguments, optional here
+    (the library finds the longest sequences itself); given, each must be at least its
+    longest sequence (checked on a host copy of the prefix sums: on CUDA that waits for the
+    current stream).
 
     Every keyword is flashattn.attention's, with its meaning per sequence (FlashAttention's
     softmax_scale is scale, its return_attn_probs has no counterpart: return_lse gives the
-    log-sum-exp; sequence b's dropout is that of batch 1 at dropout_offset + b·heads_q). Returns out, contiguous (total_q, heads_q, head_dim) in q's dtype, and
-    with return_lse also lse, float32 (heads_q, total_q), FlashAttention's varlen layout. A
-    row that sees no key (every row of a sequence without keys) gets 0 and lse -inf. On
-    torch tensors out is differentiable (autograd, torch.compile); q, k and v get
-    gradients, the prefix sums and slopes none. Errors as flashattn.attention's, naming the
-    argument and the rule.
+    log-sum-exp; sequence b's dropout is that of batch 1 at dropout_offset + b·heads_q).
+    Returns out, contiguous (total_q, heads_q, head_dim_v) in q's dtype, and with return_lse
+    also lse, float32 (heads_q, total_q), FlashAttention's varlen layout. A row that sees no
+    key (every row of a sequence without keys) gets 0 and lse -inf. On torch tensors out is
+    differentiable (autograd, torch.compile); q, k and v get gradients, the prefix sums and
+    slopes none. Errors as flashattn.attention's, naming the argument and the rule.
     """
     options = dict(causal=causal, causal_alignment=causal_alignment,
                    scale=_options.scale_value(scale), backend=backend, return_lse=return_lse,
@@ -60,7 +62,7 @@ def varlen_attention_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
 
     q, k, v, the prefix sums and every option are the forward's; out and lse are what
     varlen_attention(..., return_lse=True) returned for them: out (total_q, heads_q,
-    head_dim), lse float32 (heads_q, total_q); dout has out's shape. Returns dq, dk, dv,
+    head_dim_v), lse float32 (heads_q, total_q); dout has out's shape. Returns dq, dk, dv,
     contiguous in q's dtype with the shapes of q, k, v; the rules are
     flashattn.attention_backward's, per sequence (a key no row of its sequence sees gets dk
     and dv 0).
@@ -103,8 +105,8 @@ def array_path(q):
 
 
 def batch_of_one(name, x, array_type):
-    """x, a 3-d (total, heads, head_dim) array of array_type, as the (1, total, heads,
-    head_dim) view the library takes."""
+    """x, a 3-d (total, heads, head_dim) array of array_type (v's, out's and dout's
+    head_dim being v's), as the (1, total, heads, head_dim) view the library takes."""
     if not isinstance(x, array_type):
         raise TypeError(f"{name}: is a {_options.type_name(x)}; the inputs must all be NumPy "
                         f"arrays or all torch tensors")

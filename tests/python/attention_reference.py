@@ -44,7 +44,8 @@ def mask_bias(attn_mask):
 
 def reference_attention(q, k, v, *, causal=False, causal_alignment="top_left", scale=None,
                         window_size=(-1, -1), softcap=0.0, alibi_slopes=None, attn_mask=None):
-    """out (batch, seqlen_q, heads_q, head_dim) and lse (batch, heads_q, seqlen_q), float64.
+    """out (batch, seqlen_q, heads_q, head_dim_v) and lse (batch, heads_q, seqlen_q), float64,
+    for q, k (..., head_dim) and v (..., head_dim_v); the default scale is 1/sqrt(head_dim).
 
     Query head h reads kv head h // (heads_q // heads_kv). The mask comes first: a key a row
     does not see is never read, whatever its k and v hold. A row that sees no key (every row
@@ -121,7 +122,8 @@ def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="t
     softcap's derivative 1 − tanh², dq = scale·dS·k, dk = scale·dSᵀ·q (ALiBi's bias has
     none, nor attn_mask's). A row that sees no key (attn_mask's fully masked rows too) has
     P 0, so dq 0; grouped-query dk and dv sum over the query heads of a kv head's group.
-    Finite inputs only (attn_mask's -inf apart).
+    Finite inputs only (attn_mask's -inf apart). v, out, dout and dv may have a head_dim of
+    their own (head_dim_v); the default scale is 1/sqrt(q's head_dim).
     """
     q, k, v, dout = (np.asarray(x, dtype=dtype) for x in (q, k, v, dout))
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -157,7 +159,7 @@ def plain_attention_backward(q, k, v, dout, *, causal=False, causal_alignment="t
     dq = (dscores @ kh) * scale
     dk = (dscores.transpose(0, 1, 3, 2) @ qh) * scale
 
-    def kv_heads(x):  # (batch, seqlen_k, heads_kv, head_dim), summed over each group
+    def kv_heads(x):  # (batch, seqlen_k, heads_kv, x's head_dim), summed over each group
         x = x.transpose(0, 2, 1, 3)
-        return x.reshape(batch, seqlen_k, heads_kv, group, head_dim).sum(axis=3, dtype=dtype)
+        return x.reshape(batch, seqlen_k, heads_kv, group, x.shape[-1]).sum(axis=3, dtype=dtype)
     return out.transpose(0, 2, 1, 3), dq.transpose(0, 2, 1, 3), kv_heads(dk), kv_heads(dv)

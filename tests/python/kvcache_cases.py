@@ -32,7 +32,8 @@ class Problem:
     """One KV-cache call's inputs: q (batch, seqlen_q, heads_q, head_dim); the cache,
     contiguous (batch, capacity, heads_kv, head_dim) or paged (pages, page_size, heads_kv,
     head_dim) with block_table (batch, pages_per_sequence); cache_seqlens (batch,) int32;
-    k_new, v_new (batch, seqlen_new, heads_kv, head_dim) or None."""
+    k_new, v_new (batch, seqlen_new, heads_kv, head_dim) or None. v_cache and v_new may
+    have a head_dim of their own (head_dim_v)."""
 
     q: np.ndarray
     k_cache: np.ndarray
@@ -78,10 +79,12 @@ def default_cached(capacity, seqlen_new):
 
 
 def make_problem(*, seqlen_q=1, seqlen_new=0, cached=None, heads=(4, 2), head_dim=16,
-                 page_size=None, capacity=20, dtype=np.float32, seed=0, spare_pages=3):
+                 page_size=None, capacity=20, dtype=np.float32, seed=0, spare_pages=3,
+                 head_dim_v=None):
     """A random Problem. Every row of the cache holds random values (keys past a sequence's
     length and spare pages too: they must never be read). cached: the keys cached per
-    sequence (default_cached of the layout's capacity by default)."""
+    sequence (default_cached of the layout's capacity by default). head_dim_v: v_cache's
+    and v_new's head_dim (default head_dim)."""
     rng = np.random.default_rng(seed)
     capacity = capacity_of(page_size, capacity)
     cached = default_cached(capacity, seqlen_new) if cached is None else cached
@@ -89,19 +92,21 @@ def make_problem(*, seqlen_q=1, seqlen_new=0, cached=None, heads=(4, 2), head_di
 
     def draw(*shape):
         return rng.standard_normal(shape).astype(dtype)
+    head_dim_v = head_dim_v or head_dim
     if page_size is None:
-        cache_shape, block_table = (batch, capacity, heads_kv, head_dim), None
+        cache_shape, block_table = (batch, capacity, heads_kv), None
     else:
         pages_per_sequence = capacity // page_size
         pages = batch * pages_per_sequence + spare_pages
         block_table = rng.permutation(pages)[:batch * pages_per_sequence].reshape(
             batch, pages_per_sequence).astype(np.int32)
-        cache_shape = (pages, page_size, heads_kv, head_dim)
+        cache_shape = (pages, page_size, heads_kv)
     new = ((draw(batch, seqlen_new, heads_kv, head_dim), draw(batch, seqlen_new, heads_kv,
-                                                              head_dim))
+                                                              head_dim_v))
            if seqlen_new else (None, None))
-    return Problem(draw(batch, seqlen_q, heads_q, head_dim), draw(*cache_shape),
-                   draw(*cache_shape), *new, np.asarray(cached, np.int32), block_table)
+    return Problem(draw(batch, seqlen_q, heads_q, head_dim), draw(*cache_shape, head_dim),
+                   draw(*cache_shape, head_dim_v), *new, np.asarray(cached, np.int32),
+                   block_table)
 
 
 def position(problem, b, j):

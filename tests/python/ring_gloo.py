@@ -15,11 +15,13 @@ import flashattn
 from flashattn import _ring
 
 
-def problem(world_size):
+def problem(world_size, head_dim_v=16):
+    """q, k (head_dim 16), v and dout (head_dim_v) of one sequence."""
     g = torch.Generator().manual_seed(11)
     q = torch.randn(2, 4 * world_size, 4, 16, generator=g)
-    k, v = (torch.randn(2, 4 * world_size, 2, 16, generator=g) for _ in range(2))
-    return q, k, v, torch.randn(q.shape, generator=g)
+    k = torch.randn(2, 4 * world_size, 2, 16, generator=g)
+    v = torch.randn(2, 4 * world_size, 2, head_dim_v, generator=g)
+    return q, k, v, torch.randn((*q.shape[:3], head_dim_v), generator=g)
 
 
 def simulated(parts, causal, layout=_ring.Dense):
@@ -65,21 +67,30 @@ def error_of(call):
     return None
 
 
+def equal_to_simulated(rank, world_size, whole, causal):
+    """Whether ring_attention's out and gradients through autograd equal the simulated
+    ring's on this rank's zigzag part of `whole` (q, k, v, dout)."""
+    parts = [[flashattn.zigzag_shard(t, world_size, r) for r in range(world_size)]
+             for t in whole]
+    expected = simulated(parts, causal)[rank]
+    q, k, v = (p[rank].clone().requires_grad_() for p in parts[:3])
+    out = flashattn.ring_attention(q, k, v, causal=causal, deterministic=True)
+    out.backward(parts[3][rank])
+    got = (out.detach(), q.grad, k.grad, v.grad)
+    return all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
 def worker(rank, world_size, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)
     report = {"rank": rank}
     whole = problem(world_size)
     for causal in (True, False):
-        parts = [[flashattn.zigzag_shard(t, world_size, r) for r in range(world_size)]
-                 for t in whole]
-        expected = simulated(parts, causal)[rank]
-        q, k, v = (p[rank].clone().requires_grad_() for p in parts[:3])
-        out = flashattn.ring_attention(q, k, v, causal=causal, deterministic=True)
-        out.backward(parts[3][rank])
-        got = (out.detach(), q.grad, k.grad, v.grad)
-        report[f"equal_to_simulated_{'causal' if causal else 'full'}"] = all(
-            torch.equal(a, b) for a, b in zip(got, expected))
+        report[f"equal_to_simulated_{'causal' if causal else 'full'}"] = equal_to_simulated(
+            rank, world_size, whole, causal)
+    # v of its own head_dim travels in the same block as k.
+    report["head_dim_v_equal_to_simulated"] = equal_to_simulated(
+        rank, world_size, problem(world_size, head_dim_v=24), True)
     report.update(packed_report(rank, world_size))
     q, k, v, _ = (flashattn.zigzag_shard(t, world_size, rank) for t in whole)
     shorter = 2 if rank == 0 else 0  # rank 0 passes a shorter part than the others
@@ -88,6 +99,9 @@ def worker(rank, world_size, port):
     odd = 1 if rank == world_size - 1 else 0  # the last rank alone breaks a local rule
     report["odd"] = error_of(lambda: flashattn.ring_attention(
         q[:, odd:], k[:, odd:], v[:, odd:], causal=True))
+    narrower = v[..., :8] if rank == 1 else v  # rank 1's v of another head_dim
+    report["head_dim_v_differs"] = error_of(lambda: flashattn.ring_attention(
+        q, k, narrower, causal=True))
     # One write of under 4 KiB: the ranks' lines cannot interleave on the shared pipe.
     os.write(1, (json.dumps(report) + "\n").encode())
     dist.barrier()  # every rank is done with the group

@@ -1,6 +1,6 @@
 """flashattn.ring_attention over a real torch.distributed group: 2 and 3 processes on the
-CPU (gloo), through autograd, dense and packed batches, bit-equal to the simulated ring of
-test_ring.py; mismatched
+CPU (gloo), through autograd, dense and packed batches and a v of its own head_dim,
+bit-equal to the simulated ring of test_ring.py; mismatched
 parts raise the same clear error on every rank instead of hanging. Skipped without torch or
 torch.distributed."""
 import json
@@ -38,6 +38,7 @@ def test_ring_over_gloo_equals_the_simulated_ring_and_rejects_bad_parts(world_si
     assert [r["rank"] for r in reports] == list(range(world_size))
     for r in reports:
         assert r["equal_to_simulated_causal"] and r["equal_to_simulated_full"], r
+        assert r["head_dim_v_equal_to_simulated"], r
         assert r["packed_equal_to_simulated"], r
         assert r["packed_bad_length"] == (
             f"InvalidArgumentError: cu_seqlens: sequence 0 has length {6 * world_size + 1}, "
@@ -47,6 +48,9 @@ def test_ring_over_gloo_equals_the_simulated_ring_and_rejects_bad_parts(world_si
             "InvalidArgumentError: k: shape is (2, 4, 2, 16) on rank 1 and (2, 2, 2, 16) on "
             "rank 0, must be the same on every rank of the group (the ring passes k and v "
             "from rank to rank)")
+        assert r["head_dim_v_differs"] == (
+            "InvalidArgumentError: v: head_dim is 8 on rank 1 and 16 on rank 0, must be the "
+            "same on every rank of the group (the ring passes k and v from rank to rank)")
         if r["rank"] == world_size - 1:
             assert r["odd"].startswith("InvalidArgumentError: q: local seqlen is 3, must be "
                                        "even with causal")

@@ -11,14 +11,16 @@ from varlen_cases import packed_problem
 
 
 def random_bshd(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, *, dtype=torch.float32,
-                device="cpu", seed=0):
-    """q, k, v in flashattn's (batch, seqlen, heads, head_dim) layout."""
+                device="cpu", seed=0, head_dim_v=None):
+    """q, k, v in flashattn's (batch, seqlen, heads, head_dim) layout; v of head_dim_v where
+    given (default head_dim)."""
     generator = torch.Generator().manual_seed(seed)
 
-    def draw(seqlen, heads):
-        x = torch.randn(batch, seqlen, heads, head_dim, generator=generator)
+    def draw(seqlen, heads, dim=head_dim):
+        x = torch.randn(batch, seqlen, heads, dim, generator=generator)
         return x.to(device=device, dtype=dtype)
-    return draw(seqlen_q, heads_q), draw(seqlen_k, heads_kv), draw(seqlen_k, heads_kv)
+    return (draw(seqlen_q, heads_q), draw(seqlen_k, heads_kv),
+            draw(seqlen_k, heads_kv, head_dim_v or head_dim))
 
 
 def random_bhsd(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, **kwargs):
@@ -154,12 +156,15 @@ def mask_case(case, heads=(4, 2), head_dim=32, dtype=torch.float32, device="cpu"
                                             k.shape[1], as_tensor)
 
 
-def varlen_case(case, heads=(4, 2), head_dim=16, dtype=torch.float32, device="cpu"):
-    """q, k, v, dout (packed (total, heads, head_dim)), cu_seqlens_q, cu_seqlens_k (int32)
-    and the options of one of varlen_cases.CASES as torch tensors on `device`."""
+def varlen_case(case, heads=(4, 2), head_dim=16, dtype=torch.float32, device="cpu",
+                head_dim_v=None):
+    """q, k, v, dout (packed (total, heads, head_dim); v and dout of head_dim_v where given),
+    cu_seqlens_q, cu_seqlens_k (int32) and the options of one of varlen_cases.CASES as torch
+    tensors on `device`."""
     _, lengths, options = case
     *tensors, cu_seqlens_q, cu_seqlens_k = packed_problem(lengths, heads, head_dim,
-                                                          seed=len(lengths))
+                                                          seed=len(lengths),
+                                                          head_dim_v=head_dim_v)
     q, k, v, dout = (torch.from_numpy(x).to(device=device, dtype=dtype) for x in tensors)
     cu_seqlens_q, cu_seqlens_k = (torch.from_numpy(cu).to(device)
                                   for cu in (cu_seqlens_q, cu_seqlens_k))

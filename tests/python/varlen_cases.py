@@ -43,17 +43,21 @@ def prefix_sums(lengths):
     return cu[:, 0].copy(), cu[:, 1].copy()
 
 
-def packed_problem(lengths, heads=(4, 2), head_dim=16, dtype=np.float32, seed=0):
+def packed_problem(lengths, heads=(4, 2), head_dim=16, dtype=np.float32, seed=0,
+                   head_dim_v=None):
     """q, k, v, dout: NumPy (total, heads, head_dim) arrays of the lengths' totals (heads_q
-    heads for q and dout, heads_kv for k and v), and the prefix sums."""
+    heads for q and dout, heads_kv for k and v; v and dout of head_dim_v where given), and
+    the prefix sums."""
     cu_seqlens_q, cu_seqlens_k = prefix_sums(lengths)
     rng = np.random.default_rng(seed)
+    head_dim_v = head_dim_v or head_dim
 
-    def draw(total, heads_):
-        return rng.standard_normal((total, heads_, head_dim)).astype(dtype)
+    def draw(total, heads_, dim=head_dim):
+        return rng.standard_normal((total, heads_, dim)).astype(dtype)
     total_q, total_k = int(cu_seqlens_q[-1]), int(cu_seqlens_k[-1])
-    return (draw(total_q, heads[0]), draw(total_k, heads[1]), draw(total_k, heads[1]),
-            draw(total_q, heads[0]), cu_seqlens_q, cu_seqlens_k)
+    return (draw(total_q, heads[0]), draw(total_k, heads[1]),
+            draw(total_k, heads[1], head_dim_v), draw(total_q, heads[0], head_dim_v),
+            cu_seqlens_q, cu_seqlens_k)
 
 
 def per_sequence(dense, cu_seqlens_q, cu_seqlens_k, concatenate=np.concatenate):

@@ -176,17 +176,8 @@ TEST(CpuIsaVariable, UnknownNameIsAnErrorThatNamesTheChoices) {
 
 TEST(CpuIsaVariable, TheBaselineRunsEverywhere) { EXPECT_TRUE(runs("baseline")); }
 
-// Query tiles of 256 and 128 rows (cpu/simd/forward_tiles.h, block_rows): a
-// tile reads 4 MiB or more of K and V (at its middle row), and there are
-// enough tiles for four per thread at 256 rows (f32) or only at 128 (bf16);
-// ragged last tiles, causal ends inside them, GQA, strided views. Forward
-// only: the backward's tiles do not depend on it. One problem per shape,
-// checked on every set.
-TEST(CpuIsaWideQueryTiles, ForwardMatchesFloat64Reference) {
-  const int heads = thread_count();
-  const harness::Case cases[] = {
-      make_case({1, 1025, 5000, heads, 1, 128}, DType::f32, Mask::causal_bottom_right),
-      make_case({1, 700, 8192, heads, 1, 128}, DType::bf16, Mask::none, true)};
+// One problem per case, its forward checked on every set this CPU runs.
+void expect_forward_on_every_set(const std::vector<harness::Case>& cases) {
   for (const harness::Case& c : cases) {
     const uint64_t seed = fresh_seed();
     harness::Problem problem(c, Device{}, seed);
@@ -202,30 +193,32 @@ TEST(CpuIsaWideQueryTiles, ForwardMatchesFloat64Reference) {
   }
 }
 
+// Query tiles of 256 and 128 rows (cpu/simd/forward_tiles.h, block_rows): a
+// tile reads 4 MiB or more of K and V (at its middle row), and there are
+// enough tiles for four per thread at 256 rows (f32) or only at 128 (bf16);
+// ragged last tiles, causal ends inside them, GQA, strided views. Forward
+// only: the backward's tiles do not depend on it. One problem per shape,
+// checked on every set.
+TEST(CpuIsaWideQueryTiles, ForwardMatchesFloat64Reference) {
+  const int heads = thread_count();
+  const std::vector<harness::Case> cases = {
+      make_case({1, 1025, 5000, heads, 1, 128}, DType::f32, Mask::causal_bottom_right),
+      make_case({1, 700, 8192, heads, 1, 128}, DType::bf16, Mask::none, true)};
+  expect_forward_on_every_set(cases);
+}
+
 // v's head_dim other than q's and k's in KV caches, on every set: the new
 // keys and values appended at their own widths, pages of 16 that a decode
 // step's fp32 tiles straddle (read run by run where they lie), pages of 3
 // gathered for the matrix kernel. Forward only: caches have no backward.
 TEST(CpuIsaHeadDimPairCaches, ForwardMatchesFloat64Reference) {
   const Mask bottom_right = Mask::causal_bottom_right;
-  const harness::Case cases[] = {
+  const std::vector<harness::Case> cases = {
       harness::cache_case(make_case({0, 1, 0, 8, 2, 192, 128}, DType::f32, bottom_right),
                           {{0, 1, 130, 197}, 1, 200, 16}),
       harness::cache_case(make_case({0, 5, 0, 6, 2, 40, 24}, DType::bf16, bottom_right),
                           {{0, 1, 130, 197}, 3, 200, 3})};
-  for (const harness::Case& c : cases) {
-    const uint64_t seed = fresh_seed();
-    harness::Problem problem(c, Device{}, seed);
-    for (const char* set : kSets) {
-      if (!runs(set)) continue;
-      SCOPED_TRACE(std::string(set) + " on " + harness::describe(c) + ", " + replay_hint(seed));
-      ForcedIsa forced(set);
-      problem.poison_output();
-      forward(problem.params(Backend::cpu));
-      const harness::Accuracy acc = problem.evaluate(Backend::cpu);
-      EXPECT_TRUE(acc.passed) << acc.summary();
-    }
-  }
+  expect_forward_on_every_set(cases);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@ from flashattn import _abi, _backends, _library
 from attention_reference import (assert_lse_close, plain_attention_backward,
                                  reference_attention, rel_l2)
 from kvcache_cases import expected_caches, make_problem, reference
+from older_library import OlderLibrary
 from varlen_cases import LENGTHS, packed_problem, per_sequence
 
 # (head_dim, head_dim_v): MLA prefill's, a v wider than q and k, odd sizes, the smallest.
@@ -157,27 +158,12 @@ def test_the_backend_table_says_which_take_it():
             assert backend.takes_head_dim_v and backend.takes_backward_head_dim_v
 
 
-class PreHeadDimVLibrary:
-    """A build from before head_dim_v, as ctypes sees it: its flashattn_get_backend_info
-    fills only the fields up to takes_backward_sequences."""
-
-    def __init__(self, lib):
-        for name in ("flashattn_forward", "flashattn_last_error", "flashattn_backend_count",
-                     "flashattn_backward"):
-            setattr(self, name, getattr(lib, name))
-        self._lib = lib
-
-    def flashattn_get_backend_info(self, index, info_ref):
-        info = info_ref._obj
-        size = info.struct_size
-        info.struct_size = _abi.BackendInfo.takes_head_dim_v.offset
-        status = self._lib.flashattn_get_backend_info(index, info_ref)
-        info.struct_size = size
-        return status
-
-
 def test_a_library_from_before_head_dim_v_takes_it_nowhere():
-    rows = _backends.table(PreHeadDimVLibrary(_library.library()))
+    # A build from before head_dim_v fills only the fields up to takes_backward_sequences.
+    old = OlderLibrary(_library.library(), "takes_head_dim_v",
+                       ("flashattn_forward", "flashattn_last_error", "flashattn_backend_count",
+                        "flashattn_backward"))
+    rows = _backends.table(old)
     assert rows and all(not b.takes_head_dim_v and not b.takes_backward_head_dim_v
                         for _, b in rows.values())
     assert any(b.has_backward for _, b in rows.values())  # the older fields still read

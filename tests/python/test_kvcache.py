@@ -250,23 +250,11 @@ def test_a_library_without_kv_caches_is_refused():
     """A build from before KV caches would ignore the options' kv_cache: the package tells
     it apart by the backend table's fields it leaves alone."""
     from flashattn import _abi, _library
+    from older_library import OlderLibrary
 
-    class PreKVCacheLibrary:
-        def __init__(self, lib):
-            for name in ("flashattn_forward", "flashattn_forward_with", "flashattn_last_error",
-                         "flashattn_backend_count", "flashattn_forward_variants"):
-                setattr(self, name, getattr(lib, name))
-            self._lib = lib
-
-        def flashattn_get_backend_info(self, index, info_ref):
-            info = info_ref._obj
-            size = info.struct_size
-            info.struct_size = _abi.BackendInfo.takes_kv_cache.offset
-            status = self._lib.flashattn_get_backend_info(index, info_ref)
-            info.struct_size = size
-            return status
-
-    old = PreKVCacheLibrary(_library.library())
+    old = OlderLibrary(_library.library(), "takes_kv_cache",
+                       ("flashattn_forward", "flashattn_forward_with", "flashattn_last_error",
+                        "flashattn_backend_count", "flashattn_forward_variants"))
     assert _library.knows_kv_cache(_library.library())
     assert not _library.knows_kv_cache(old)
     problem = make_problem()

@@ -58,18 +58,22 @@ CliResult run_cli(const std::string& args) {
 
 // Attention via the library on contiguous float32 host arrays shaped
 // (batch, seqlen, heads, head_dim).
+// v_shape: v's where its head_dim differs from k's (then out's head_dim too).
 std::vector<float> library_attention(const NpyFloat32& q, const NpyFloat32& k, const NpyFloat32& v,
                                      const int64_t q_shape[4], const int64_t kv_shape[4],
-                                     Backend backend, Mask mask, std::optional<float> scale) {
-  std::vector<float> out(q.values.size());
+                                     Backend backend, Mask mask, std::optional<float> scale,
+                                     const int64_t* v_shape = nullptr) {
+  if (v_shape == nullptr) v_shape = kv_shape;
+  const int64_t out_shape[4] = {q_shape[0], q_shape[1], q_shape[2], v_shape[3]};
+  std::vector<float> out(size_t(out_shape[0] * out_shape[1] * out_shape[2] * out_shape[3]));
   auto view = [](const float* data, const int64_t s[4]) {
     return contiguous_view(const_cast<float*>(data), DType::f32, s[0], s[1], s[2], s[3]);
   };
   Params p;
   p.q = view(q.values.data(), q_shape);
   p.k = view(k.values.data(), kv_shape);
-  p.v = view(v.values.data(), kv_shape);
-  p.out = view(out.data(), q_shape);
+  p.v = view(v.values.data(), v_shape);
+  p.out = view(out.data(), out_shape);
   p.backend = backend;
   p.mask = mask;
   p.scale = scale;
@@ -178,6 +182,28 @@ TEST_F(Cli, RunFourDimensionalMatchesLibraryBitForBit) {
   ASSERT_EQ(out.values.size(), want.size());
   for (size_t e = 0; e < want.size(); ++e)
     ASSERT_EQ(out.values[e], want[e]) << "element " << e << " differs from the library's";
+}
+
+TEST_F(Cli, RunWithVsOwnHeadDimWritesOutOfThatWidth) {
+  // q and k of head_dim 24, v of 8: out (2, 9, 4, 8); and 2-d (seqlen, d_model) with
+  // --heads 2: out (9, 2·8).
+  SCOPED_TRACE(replay_hint(seed_));
+  const int64_t q_shape[4] = {2, 9, 4, 24}, k_shape[4] = {2, 13, 2, 24}, v_shape[4] = {2, 13, 2, 8};
+  const NpyFloat32 q = write_random("q.npy", {2, 9, 4, 24});
+  const NpyFloat32 k = write_random("k.npy", {2, 13, 2, 24});
+  const NpyFloat32 v = write_random("v.npy", {2, 13, 2, 8});
+  CliResult r = run_cli("run " + files() + " --device cpu --backend cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  NpyFloat32 out = read_npy(path("out.npy"));
+  EXPECT_EQ(out.shape, (std::vector<int64_t>{2, 9, 4, 8}));
+  EXPECT_EQ(out.values, library_attention(q, k, v, q_shape, k_shape, Backend::cpu, Mask::none,
+                                          std::nullopt, v_shape));
+  write_random("q.npy", {9, 48});
+  write_random("k.npy", {11, 48});
+  write_random("v.npy", {11, 16});
+  r = run_cli("run " + files() + " --device cpu --heads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_npy(path("out.npy")).shape, (std::vector<int64_t>{9, 16}));
 }
 
 TEST_F(Cli, RunTwoDimensionalWithHeadsMatchesReference) {

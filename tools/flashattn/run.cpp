@@ -14,7 +14,8 @@ namespace {
 
 constexpr const char* kHelp = R"(usage: flashattn run --q Q.npy --k K.npy --v V.npy --out O.npy [options]
 
-Computes out = softmax(q·kᵀ·scale)·v and writes it with q's dtype and shape.
+Computes out = softmax(q·kᵀ·scale)·v and writes it with q's dtype and shape
+(with v's head_dim, where v's differs from q's and k's).
 Arrays are (batch, seqlen, heads, head_dim), or (seqlen, d_model) with --heads
 (then batch 1 and head_dim = d_model / heads). k and v may have another seqlen
 than q, and fewer heads (grouped-query attention). Supported .npy files:
@@ -156,15 +157,21 @@ int run_main(Options& options) {
   options.finish();
 
   load_inputs(inputs, heads, heads_kv);
-  NpyArray out{inputs[0].array.dtype, inputs[0].array.shape,
-               std::vector<uint8_t>(inputs[0].array.data.size())};
+  // out: q's shape with v's head_dim (which may differ from q's), laid out as q is.
+  std::array<int64_t, 4> out_shape = inputs[0].shape;
+  out_shape[3] = inputs[2].shape[3];
+  std::vector<int64_t> out_array_shape = inputs[0].array.shape;
+  out_array_shape.back() = out_array_shape.size() == 4 ? out_shape[3] : out_shape[2] * out_shape[3];
+  const size_t out_elements = size_t(out_shape[0] * out_shape[1] * out_shape[2] * out_shape[3]);
+  NpyArray out{inputs[0].array.dtype, out_array_shape,
+               std::vector<uint8_t>(out_elements * dtype_size(inputs[0].array.dtype))};
   auto view = [&](void* data, const std::array<int64_t, 4>& s) {
     return contiguous_view(data, out.dtype, s[0], s[1], s[2], s[3], device);
   };
   p.q = view(inputs[0].array.data.data(), inputs[0].shape);
   p.k = view(inputs[1].array.data.data(), inputs[1].shape);
   p.v = view(inputs[2].array.data.data(), inputs[2].shape);
-  p.out = view(out.data.data(), inputs[0].shape);
+  p.out = view(out.data.data(), out_shape);
   const std::vector<float> slopes = harness::alibi_slopes(int(inputs[0].shape[2]));
   p.variants = harness::variants_of(variants, slopes.data());
 

@@ -66,17 +66,9 @@ bool f16x3_preferred(const Sizes& s) {
   return s.head_dim <= cuda::kF16x3MaxHeadDim && rows >= 64;
 }
 
-// Whether info's forward (or backward) takes s's head dims: both within its
-// limit, and v's other than q's only where its row says it takes that.
-bool takes_head_dims(const BackendInfo& info, const Sizes& s, bool backward = false) {
-  if (s.head_dim_v != s.head_dim &&
-      !(backward ? info.takes_backward_head_dim_v : info.takes_head_dim_v))
-    return false;
-  const int widest = s.widest_head_dim();
-  return backward ? info.takes_backward_head_dim(widest) : info.takes_head_dim(widest);
-}
-
-// Why info's forward (or backward) cannot take s's head dims; empty where it can.
+// Why info's forward (or backward) cannot take s's head dims, empty where it
+// can: both within its limit, and v's other than q's only where its row says
+// it takes that.
 std::string head_dims_unsupported(const BackendInfo& info, const Sizes& s, bool backward) {
   const std::string name = std::string(info.name) + (backward ? "'s backward" : "");
   if (s.head_dim_v != s.head_dim &&
@@ -90,6 +82,10 @@ std::string head_dims_unsupported(const BackendInfo& info, const Sizes& s, bool 
   return which + ": head_dim " + std::to_string(widest) +
          (backward ? " exceeds the limit of " + name + ", " + std::to_string(limit)
                    : " exceeds " + name + "'s limit of " + std::to_string(limit));
+}
+
+bool takes_head_dims(const BackendInfo& info, const Sizes& s, bool backward = false) {
+  return head_dims_unsupported(info, s, backward).empty();
 }
 
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }

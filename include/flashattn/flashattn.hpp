@@ -202,6 +202,16 @@ struct BackendInfo {
   bool takes_backward_head_dim(int head_dim) const {
     return backward_max_head_dim == 0 || head_dim <= backward_max_head_dim;
   }
+  // Whether its forward (backward) takes q and k of head_dim with v of head_dim_v:
+  // the wider within its limit, and two head dims only where it takes them.
+  bool takes_head_dims(int head_dim, int head_dim_v) const {
+    return (head_dim_v == head_dim || takes_head_dim_v) &&
+           takes_head_dim(head_dim > head_dim_v ? head_dim : head_dim_v);
+  }
+  bool takes_backward_head_dims(int head_dim, int head_dim_v) const {
+    return has_backward() && (head_dim_v == head_dim || takes_backward_head_dim_v) &&
+           takes_backward_head_dim(head_dim > head_dim_v ? head_dim : head_dim_v);
+  }
 };
 
 // Every backend of the library (automatic excluded), in enum order; those this

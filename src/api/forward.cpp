@@ -112,9 +112,8 @@ bool backend_supports(Backend backend, DType dtype, int head_dim) {
 bool backend_supports(Backend backend, DType dtype, int head_dim, int head_dim_v) {
   if (backend == Backend::automatic) return true;
   const BackendEntry* entry = find_backend(backend);
-  if (entry == nullptr || !entry->info.takes(dtype)) return false;
-  if (head_dim_v != head_dim && !entry->info.takes_head_dim_v) return false;
-  return entry->info.takes_head_dim(std::max(head_dim, head_dim_v));
+  return entry != nullptr && entry->info.takes(dtype) &&
+         entry->info.takes_head_dims(head_dim, head_dim_v);
 }
 
 std::vector<Backend> available_backends(DeviceKind device) {

@@ -66,26 +66,24 @@ bool f16x3_preferred(const Sizes& s) {
   return s.head_dim <= cuda::kF16x3MaxHeadDim && rows >= 64;
 }
 
-// Why info's forward (or backward) cannot take s's head dims, empty where it
-// can: both within its limit, and v's other than q's only where its row says
-// it takes that.
+bool takes_head_dims(const BackendInfo& info, const Sizes& s, bool backward = false) {
+  return backward ? info.takes_backward_head_dims(s.head_dim, s.head_dim_v)
+                  : info.takes_head_dims(s.head_dim, s.head_dim_v);
+}
+
+// Why info's forward (or backward) cannot take s's head dims; empty where it can.
 std::string head_dims_unsupported(const BackendInfo& info, const Sizes& s, bool backward) {
+  if (takes_head_dims(info, s, backward)) return {};
   const std::string name = std::string(info.name) + (backward ? "'s backward" : "");
   if (s.head_dim_v != s.head_dim &&
       !(backward ? info.takes_backward_head_dim_v : info.takes_head_dim_v))
     return "v: head_dim " + std::to_string(s.head_dim_v) + " differs from q's and k's (" +
            std::to_string(s.head_dim) + "), which " + name + " does not take";
-  const int widest = s.widest_head_dim();
   const int limit = backward ? info.backward_max_head_dim : info.max_head_dim;
-  if (backward ? info.takes_backward_head_dim(widest) : info.takes_head_dim(widest)) return {};
   const std::string which = s.head_dim >= s.head_dim_v ? "q" : "v";
-  return which + ": head_dim " + std::to_string(widest) +
+  return which + ": head_dim " + std::to_string(s.widest_head_dim()) +
          (backward ? " exceeds the limit of " + name + ", " + std::to_string(limit)
                    : " exceeds " + name + "'s limit of " + std::to_string(limit));
-}
-
-bool takes_head_dims(const BackendInfo& info, const Sizes& s, bool backward = false) {
-  return head_dims_unsupported(info, s, backward).empty();
 }
 
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }

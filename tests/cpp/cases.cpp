@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -164,9 +163,8 @@ std::vector<Backend> backward_backends() {
 bool takes_backward(Backend backend, const harness::Case& c) {
   for (const BackendInfo& info : backends())
     if (info.backend == backend)
-      return info.has_backward() && info.takes(c.dtype) &&
-             info.takes_backward_head_dim(std::max(c.shape.head_dim, harness::value_head_dim(c.shape))) &&
-             (harness::value_head_dim(c.shape) == c.shape.head_dim || info.takes_backward_head_dim_v);
+      return info.takes(c.dtype) &&
+             info.takes_backward_head_dims(c.shape.head_dim, harness::value_head_dim(c.shape));
   return false;
 }
 

@@ -73,7 +73,6 @@ const BackendInfo& info_of(Backend backend) {
 // packed batches, caches; cuda_wgmma's multiples of 8).
 bool runs(Backend backend, const harness::Case& c, bool backward) {
   const BackendInfo& info = info_of(backend);
-  const int widest = std::max(c.shape.head_dim, harness::value_head_dim(c.shape));
   if (!info.takes(c.dtype)) return false;
   if (harness::is_packed(c) && !(backward ? info.takes_backward_sequences : info.takes_sequences))
     return false;
@@ -85,9 +84,8 @@ bool runs(Backend backend, const harness::Case& c, bool backward) {
   if (backend == Backend::cuda_wgmma &&
       (c.shape.head_dim % 8 != 0 || harness::value_head_dim(c.shape) % 8 != 0))
     return false;
-  return backward ? info.has_backward() && info.takes_backward_head_dim_v &&
-                        info.takes_backward_head_dim(widest)
-                  : info.takes_head_dim_v && info.takes_head_dim(widest);
+  const int d = c.shape.head_dim, d_v = harness::value_head_dim(c.shape);
+  return backward ? info.takes_backward_head_dims(d, d_v) : info.takes_head_dims(d, d_v);
 }
 
 std::vector<BackendCase> cases(bool backward) {

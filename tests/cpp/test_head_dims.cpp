@@ -29,6 +29,8 @@ struct PairSpec {
 
 const std::vector<PairSpec> kSpecs = {
     {{1, 130, 130, 2, 1, 192, 128}, Mask::causal_bottom_right, false},  // MLA prefill's pair
+    {{2, 300, 260, 4, 1, 192, 128}, Mask::none, false},                // across key blocks, MQA
+    {{1, 200, 333, 2, 2, 176, 104}, Mask::causal_top_left, true},       // inside 192's and 128's
     {{2, 65, 130, 4, 2, 64, 128}, Mask::causal_top_left, true},         // v wider than q
     {{1, 130, 50, 2, 2, 40, 24}, Mask::causal_bottom_right, false},     // rows without keys
     {{1, 1, 300, 4, 1, 128, 64}, Mask::none, false},                    // one query row, MQA

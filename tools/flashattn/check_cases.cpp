@@ -47,6 +47,11 @@ std::vector<harness::Case> awkward_cases(DeviceKind device) {
     cases.push_back(make(1, 40, 200, 2, 1, 128, DType::f16, tl));
     cases.push_back(make(1, 33, 150, 1, 1, 256, DType::bf16, br));
     cases.push_back(make(1, 20, 70, 1, 1, 512, DType::f16, none));
+    // cuda_wgmma's kernels whose Q·Kᵀ stops short of the bucket (40 of 64, 80 of
+    // 128, 160 of 192) and whose v has a narrower bucket (192 and 128).
+    cases.push_back(make(1, 33, 130, 1, 1, 40, DType::f16, br));
+    cases.push_back(make(1, 40, 150, 2, 1, 80, DType::bf16, none));
+    cases.push_back(make(1, 20, 100, 1, 1, 160, DType::bf16, tl));
     // cuda_f16x3's widest bucket (8 warps a block) with its keys split over blocks.
     cases.push_back(make(1, 40, 300, 2, 1, 1000, DType::f32, tl));
     // Strided views TMA can describe (16-byte aligned rows), for cuda_wgmma.

@@ -22,7 +22,7 @@ namespace flashattn::cuda::sm90 {
 template <typename T, class Tr>
 __device__ __forceinline__ void store_rows(const KernelParams& p, const Tile& t,
                                            const uint8_t* smem, int warpgroup, int rows) {
-  constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks of a staged row
+  constexpr int kChunks = Tr::kHeadDimV / 8;  // 16-byte chunks of a staged row
   const int wg_row0 = t.row0 + 64 * warpgroup;
   T* out = static_cast<T*>(p.out.data) + (t.q_row0 + wg_row0) * p.out.row_stride +
            t.head_q * p.out.head_stride;
@@ -56,7 +56,7 @@ constexpr int kTurnBarrier = 4;
 template <typename T, class Tr, bool kZeroSumEmpty, bool kPacked>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
                                          const RowMask& mask, uint8_t* smem,
-                                         const float (&acc)[Tr::kHeadDim / 2],
+                                         const float (&acc)[Tr::kHeadDimV / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
                                          int warp, int lane, float out_scale) {
@@ -82,7 +82,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
     return so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM);
   };
 #pragma unroll
-  for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) {
+  for (int jj = 0; jj < Tr::kHeadDimV / 16; ++jj) {
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -103,7 +103,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
     __syncwarp();  // the warp's stmatrix writes land before the zeros
     if (mask.empty(t.row0 + stm_row)) {
 #pragma unroll
-      for (int jj = 0; jj < Tr::kHeadDim / 16; ++jj) store_zero_16(chunk(jj));
+      for (int jj = 0; jj < Tr::kHeadDimV / 16; ++jj) store_zero_16(chunk(jj));
     }
   }
   fence_shared_to_async();
@@ -114,7 +114,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
   const bool whole = !kPacked || wg_row0 + 64 <= t.seqlen_q;
   if (storer && wg_row0 >= 0 && whole) {
 #pragma unroll
-    for (int panel = 0; panel < Tr::kPanels; ++panel)
+    for (int panel = 0; panel < Tr::kPanelsV; ++panel)
       tma_store(&p.o, 64 * panel, t.q_row0 + wg_row0, t.head_q, kPacked ? 0 : t.batch,
                 smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
     tma_store_commit();

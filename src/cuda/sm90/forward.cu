@@ -14,8 +14,22 @@ namespace {
 
 template <typename T>
 void run_bucket(const AttnParams& p) {
-  // Q and K, and V, zero-padded (TMA's fill) to the bucket of the wider head dim.
-  switch (head_dim_bucket(sm90::kHeadDimBuckets, p.sizes.widest_head_dim())) {
+  // Q and K, and V, zero-padded (TMA's fill) to the bucket of the wider head
+  // dim. For plain attention, kernels that skip products on the padding: at
+  // q's 192 and v's 128 (multi-head latent attention) each at its own bucket,
+  // and Q·Kᵀ only as deep as q's head_dim where that is at most 48 in the 64
+  // bucket (40), 80 or 96 in the 128 (72, 80, 96), 160 in the 192.
+  const Sizes& s = p.sizes;
+  const int bucket = head_dim_bucket(sm90::kHeadDimBuckets, s.widest_head_dim());
+  if (!needs_any_variant(p)) {
+    if (bucket == 192 && head_dim_bucket(sm90::kHeadDimBuckets, s.head_dim_v) == 128)
+      return sm90::run_forward<T, 192, 128>(p);
+    if (bucket == 64 && s.head_dim <= 48) return sm90::run_forward<T, 64, 64, 48>(p);
+    if (bucket == 128 && s.head_dim <= 80) return sm90::run_forward<T, 128, 128, 80>(p);
+    if (bucket == 128 && s.head_dim <= 96) return sm90::run_forward<T, 128, 128, 96>(p);
+    if (bucket == 192 && s.head_dim <= 160) return sm90::run_forward<T, 192, 192, 160>(p);
+  }
+  switch (bucket) {
     case 64: sm90::run_forward<T, 64>(p); return;
     case 128: sm90::run_forward<T, 128>(p); return;
     case 192: sm90::run_forward<T, 192>(p); return;

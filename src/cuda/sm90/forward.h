@@ -1,6 +1,9 @@
 // The Hopper forward's instantiations: run_forward<T, kHeadDim> for T in
-// {__half, __nv_bfloat16} and kHeadDim one of kHeadDimBuckets, each defined in
-// its own file under inst/.
+// {__half, __nv_bfloat16} and kHeadDim one of kHeadDimBuckets; for plain
+// attention also run_forward<T, 192, 128> (v's bucket narrower: traits.h's
+// NarrowValueTraitsFor) and run_forward<T, B, B, depth> for (B, depth) in
+// (64, 48), (128, 80), (128, 96), (192, 160) (Q·Kᵀ shallower than the bucket:
+// ScoresDepth); each defined in its own file under inst/.
 #pragma once
 
 #include "cuda/backends.h"
@@ -11,7 +14,7 @@ namespace flashattn::cuda::sm90 {
 inline constexpr int kHeadDimBuckets[] = {64, 128, 192, 256};
 static_assert(kHeadDimBuckets[3] == kWgmmaMaxHeadDim);
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, int kHeadDimV = kHeadDim, int kHeadDimQK = kHeadDim>
 void run_forward(const AttnParams& p);
 
 }  // namespace flashattn::cuda::sm90

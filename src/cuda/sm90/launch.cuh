@@ -144,7 +144,7 @@ template <typename T, class Tr, class Variant, bool kPacked = false>
 void launch(const AttnParams& p) {
   const Sizes& s = p.sizes;
   const Sizes stored = storage_sizes(p);
-  const TileGrid grid = make_tile_grid(s, Tr::kBlockM, Tr::kHeadDim, "cuda_wgmma");
+  const TileGrid grid = make_tile_grid(s, Tr::kBlockM, Tr::kHeadDimV, "cuda_wgmma");
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   // q and k of head_dim columns, v and out of head_dim_v: TMA fills the bucket's
   // columns past a tensor's own with zeros and stores drop them.
@@ -188,30 +188,25 @@ void launch(const AttnParams& p) {
   check_launch("cuda_wgmma forward_kernel");
 }
 
-// The plain kernels, or, where p asks for a variant, the one that takes every
-// variant (core/variant.h's AnyVariant16, on VariantTraitsFor), every variant
-// and dropout (DropoutVariant16), or every variant and a bias (BiasVariant16).
-template <typename T, int kHeadDim>
-void run_forward(const AttnParams& p) {
-  using Persistent = typename PersistentTraitsFor<kHeadDim>::type;
-  using Paired = typename PairedTraitsFor<kHeadDim>::type;
-  using VariantTraits = typename VariantTraitsFor<kHeadDim>::type;
-  // Packed batches: the plain kernels, persistent where a dense batch of the
-  // longest sequence's lengths would be (there a block also skips the tiles
-  // past its sequences' rows in a few instructions, where a block per tile
-  // costs a launch), or the per-tile kernel of every variant but a bias and
-  // dropout (wgmma_unsupported refuses those).
+// Plain attention (no variant) with both head dims at one bucket, its scores
+// kHeadDimQK deep (traits.h's ScoresDepth): dense batches on the per-tile,
+// persistent, paired or short shapes (use_persistent and the rest), packed
+// ones persistent where a dense batch of the longest sequence's lengths would
+// be (there a block also skips the tiles past its sequences' rows in a few
+// instructions, where a block per tile costs a launch), else per tile.
+template <typename T, int kHeadDim, int kHeadDimQK>
+void run_plain(const AttnParams& p) {
+  using PerTile = typename ScoresDepth<typename TraitsFor<kHeadDim>::type, kHeadDimQK>::type;
+  using Persistent =
+      typename ScoresDepth<typename PersistentTraitsFor<kHeadDim>::type, kHeadDimQK>::type;
+  using Paired = typename ScoresDepth<typename PairedTraitsFor<kHeadDim>::type, kHeadDimQK>::type;
+  using Short = typename ScoresDepth<typename ShortTraitsFor<kHeadDim>::type, kHeadDimQK>::type;
   if (p.seqs.packed()) {
-    if (needs_any_variant(p)) return launch<T, VariantTraits, AnyVariant16, true>(p);
     if constexpr (!std::is_void_v<Persistent>) {
       if (use_persistent(p)) return launch<T, Persistent, NoVariant, true>(p);
     }
-    return launch<T, typename TraitsFor<kHeadDim>::type, NoVariant, true>(p);
+    return launch<T, PerTile, NoVariant, true>(p);
   }
-  if (p.scores.bias.data) return launch<T, VariantTraits, BiasVariant16>(p);
-  if (p.dropout.on()) return launch<T, VariantTraits, DropoutVariant16>(p);
-  if (needs_any_variant(p)) return launch<T, VariantTraits, AnyVariant16>(p);
-  using Short = typename ShortTraitsFor<kHeadDim>::type;
   if constexpr (!std::is_void_v<Persistent>) {
     if (use_persistent(p)) {
       if constexpr (!std::is_void_v<Paired>) {
@@ -223,7 +218,41 @@ void run_forward(const AttnParams& p) {
       return launch<T, Persistent, NoVariant>(p);
     }
   }
-  launch<T, typename TraitsFor<kHeadDim>::type, NoVariant>(p);
+  launch<T, PerTile, NoVariant>(p);
+}
+
+// One instantiation of the forward (forward.h):
+// - kHeadDimV < kHeadDim: v's own, narrower bucket, the plain per-tile kernel
+//   alone (NarrowValueTraitsFor);
+// - kHeadDimQK < kHeadDim: the plain kernels with shallower scores (run_plain);
+// - else the plain kernels, or, where p asks for a variant, the one that takes
+//   every variant (core/variant.h's AnyVariant16, on VariantTraitsFor; packed
+//   batches too), every variant and dropout (DropoutVariant16), or every
+//   variant and a bias (BiasVariant16; wgmma_unsupported refuses those two
+//   with packed batches).
+// forward.cu sends the first two plain attention only.
+template <typename T, int kHeadDim, int kHeadDimV, int kHeadDimQK>
+void run_forward(const AttnParams& p) {
+  if constexpr (kHeadDimV != kHeadDim || kHeadDimQK != kHeadDim) {
+    if (needs_any_variant(p))
+      fail(Status::internal, "variants: cuda_wgmma's kernels of head dims ", kHeadDimQK, "/",
+           kHeadDimV, " take plain attention only");
+    if constexpr (kHeadDimV != kHeadDim) {
+      using Narrow = typename NarrowValueTraitsFor<kHeadDim, kHeadDimV>::type;
+      if (p.seqs.packed()) return launch<T, Narrow, NoVariant, true>(p);
+      return launch<T, Narrow, NoVariant>(p);
+    } else {
+      run_plain<T, kHeadDim, kHeadDimQK>(p);
+    }
+  } else {
+    using VariantTraits = typename VariantTraitsFor<kHeadDim>::type;
+    if (p.seqs.packed() && needs_any_variant(p))
+      return launch<T, VariantTraits, AnyVariant16, true>(p);
+    if (p.scores.bias.data) return launch<T, VariantTraits, BiasVariant16>(p);
+    if (p.dropout.on()) return launch<T, VariantTraits, DropoutVariant16>(p);
+    if (needs_any_variant(p)) return launch<T, VariantTraits, AnyVariant16>(p);
+    run_plain<T, kHeadDim, kHeadDim>(p);
+  }
 }
 
 }  // namespace flashattn::cuda::sm90

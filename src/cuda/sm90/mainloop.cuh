@@ -43,26 +43,27 @@ struct TensorCoreTurns {
   }
 };
 
-// S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ, issued; the caller commits.
+// S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ over the first kHeadDimQK
+// columns (the rest of the bucket's are zeros), issued; the caller commits.
 template <typename T, class Tr>
 __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64_t q_desc,
                                              uint64_t k_desc) {
 #pragma unroll
-  for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+  for (int kk = 0; kk < Tr::kHeadDimQK / 16; ++kk) {
     const uint32_t step = (kk % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
     Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (kk / 4) * Tr::kBlockM * 128 + step),
                               advance(k_desc, (kk / 4) * Tr::kBlockN * 128 + step), kk > 0);
   }
 }
 
-// acc[64 × kHeadDim] += P·V(stage), issued; the caller commits.
+// acc[64 × kHeadDimV] += P·V(stage), issued; the caller commits.
 template <typename T, class Tr>
-__device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDim / 2],
+__device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDimV / 2],
                                              const uint32_t (&p)[Tr::kBlockN / 16][4],
                                              uint64_t v_desc) {
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-    Wgmma<T, Tr::kHeadDim>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
+    Wgmma<T, Tr::kHeadDimV>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
 }
 
 // A consumer warpgroup: its 64 rows of each of the block's tiles. In the turn
@@ -99,10 +100,10 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   const float out_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const auto k_desc = [&](int stage) {
-    return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKVBytes, 16, 1024);
+    return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKBytes, 16, 1024);
   };
   const auto v_desc = [&](int stage) {
-    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kKVBytes, Tr::kBlockN * 128, 1024);
+    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kVBytes, Tr::kBlockN * 128, 1024);
   };
   const auto release = [&](uint64_t* barrier) {
     if (lane == 0) arrive(barrier);
@@ -116,9 +117,9 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   };
   const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
 
-  float acc[Tr::kHeadDim / 2];
+  float acc[Tr::kHeadDimV / 2];
 #pragma unroll
-  for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < Tr::kHeadDimV / 2; ++i) acc[i] = 0.0f;
   float row_max[2], row_sum[2];
   float s[Tr::kBlockN / 2];
   uint32_t probs[Tr::kBlockN / 16][4];
@@ -143,7 +144,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         p, owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), smem, acc, tile_max, tile_sum,
         false, at, warpgroup, warp, lane, out_scale);
 #pragma unroll
-    for (int i = 0; i < Tr::kHeadDim / 2; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < Tr::kHeadDimV / 2; ++i) acc[i] = 0.0f;
     pv_owed = false;
   };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/scheduler.cuh"
@@ -53,9 +54,9 @@ __device__ __forceinline__ void zero_past_sequence_end(uint8_t* smem, Barriers<T
   // A key is one 128-byte row of each 64-column panel, so its row is zeroed
   // whole whatever the swizzle did within it.
   const uint32_t slot = static_cast<uint32_t>(
-      __cvta_generic_to_shared(smem + Tr::kVOffset + end.stage * Tr::kKVBytes));
+      __cvta_generic_to_shared(smem + Tr::kVOffset + end.stage * Tr::kVBytes));
 #pragma unroll
-  for (int panel = 0; panel < Tr::kPanels; ++panel)
+  for (int panel = 0; panel < Tr::kPanelsV; ++panel)
     for (int chunk = 8 * end.keys + lane; chunk < 8 * Tr::kBlockN; chunk += 32)
       store_zero_16(slot + panel * Tr::kBlockN * 128 + chunk * 16);
   fence_shared_to_async();
@@ -98,15 +99,17 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
                  64 * panel, t.q_row0 + t.row0, t.head_q, batch, &bar.q_full[qs]);
     }
     for (int n_block = t.n_end - 1; n_block >= t.n_first; --n_block, ++ring.it) {
-      const auto load = [&](const CUtensorMap* map, uint32_t offset, uint64_t* full,
-                            uint64_t* empty) {
+      // K's kPanels or V's kPanelsV panels of a block (block_bytes) at ring slot
+      // offset + stage · block_bytes.
+      const auto load = [&](const CUtensorMap* map, auto panels, uint32_t block_bytes,
+                            uint32_t offset, uint64_t* full, uint64_t* empty) {
         wait_barrier(empty, ring.free_parity());
         if (!issues) return;
-        expect_bytes(full, Tr::kKVBytes);
-        uint8_t* dst = smem + offset + ring.stage() * Tr::kKVBytes + half_row0 * 128;
+        expect_bytes(full, block_bytes);
+        uint8_t* dst = smem + offset + ring.stage() * block_bytes + half_row0 * 128;
         const int row = t.k_row0 + n_block * Tr::kBlockN + half_row0;
 #pragma unroll
-        for (int panel = 0; panel < Tr::kPanels; ++panel) {
+        for (int panel = 0; panel < decltype(panels)::value; ++panel) {
           if constexpr (Tr::kCluster == 1)
             tma_load(dst + panel * Tr::kBlockN * 128, map, 64 * panel, row, t.head_kv, batch, full);
           else
@@ -116,9 +119,10 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
       };
       const int stage = ring.stage();
       const bool past_end = kPacked && (n_block + 1) * Tr::kBlockN > t.seqlen_k;
-      load(&p.k, Tr::kKOffset, &bar.k_full[stage], &bar.k_empty[stage]);
-      load(&p.v, Tr::kVOffset, past_end ? &bar.v_landed[stage] : &bar.v_full[stage],
-           &bar.v_empty[stage]);
+      load(&p.k, std::integral_constant<int, Tr::kPanels>{}, Tr::kKBytes, Tr::kKOffset,
+           &bar.k_full[stage], &bar.k_empty[stage]);
+      load(&p.v, std::integral_constant<int, Tr::kPanelsV>{}, Tr::kVBytes, Tr::kVOffset,
+           past_end ? &bar.v_landed[stage] : &bar.v_full[stage], &bar.v_empty[stage]);
       if constexpr (kPacked) {
         zero_past_sequence_end(smem, bar, pending, landed_phases);
         if (past_end) pending = {stage, t.seqlen_k - n_block * Tr::kBlockN};

@@ -1,6 +1,8 @@
 // Tile sizes and the shared-memory layout of the Hopper forward, per head-dim
 // bucket. A block has one producer warpgroup and kConsumers consumer
 // warpgroups of 64 query rows each (wgmma's M), so kBlockM = 64 · kConsumers.
+// Q and K are kHeadDim columns wide and V and the output kHeadDimV (v's own
+// bucket, where it is narrower: multi-head latent attention's 192 and 128).
 #pragma once
 
 #include <cstdint>
@@ -8,9 +10,14 @@
 namespace flashattn::cuda::sm90 {
 
 template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_, bool kPersistent_ = false,
-          int kCluster_ = 1>
+          int kCluster_ = 1, int kHeadDimV_ = kHeadDim_, int kHeadDimQK_ = kHeadDim_>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to a multiple of 64
+  static constexpr int kHeadDimV = kHeadDimV_;  // head_dim_v, likewise: the P·V width
+  // Q·Kᵀ's depth: the columns of Q and K that may be nonzero, a multiple of 16
+  // (wgmma's K); the bucket's columns past it are TMA's zeros, so the product
+  // skips them (forward.cu lists the depths each bucket has).
+  static constexpr int kHeadDimQK = kHeadDimQK_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;    // K/V ring depth
   static constexpr int kConsumers = kConsumers_;
@@ -33,7 +40,8 @@ struct Traits {
   static constexpr int kSlotReleases = kCluster * kQReleases;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels
+  static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels of Q and K
+  static constexpr int kPanelsV = kHeadDimV / 64;  // of V and the output
 
   // setmaxnreg: the producer keeps 24 registers and the consumers share the
   // rest of the 64K register file: 128·24 + 256·240 = 64512 with two consumer
@@ -42,19 +50,24 @@ struct Traits {
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr uint32_t kOBytes = kBlockM * kHeadDimV * 2;
+  static constexpr uint32_t kKBytes = kBlockN * kHeadDim * 2;  // a K block
+  static constexpr uint32_t kVBytes = kBlockN * kHeadDimV * 2;  // a V block
   // Byte offsets from the 1024-aligned base: the Q buffers, the output staging
   // (Q's buffer unless persistent), the K ring, the V ring, then the mbarriers.
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kOOffset = kPersistent ? kQStages * kQBytes : kQOffset;
-  static constexpr uint32_t kKOffset = kPersistent ? (kQStages + 1) * kQBytes : kQBytes;
-  static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
-  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
+  static constexpr uint32_t kKOffset = kPersistent ? kOOffset + kOBytes : kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKBytes;
+  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kVBytes;
   static constexpr uint32_t kBarrierBytes = 8 * (2 * kQStages + 5 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");
-  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "wgmma N (the P·V width) is at most 256");
+  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
+  static_assert(kHeadDimQK % 16 == 0 && kHeadDimQK <= kHeadDim, "whole wgmma K steps");
+  static_assert(kHeadDimV <= 256, "wgmma N (the P·V width) is at most 256");
+  static_assert(kPersistent || kHeadDimV <= kHeadDim, "the output is staged in Q's buffer");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the Q·Kᵀ wgmma N");
   static_assert(kCluster == 1 || kCluster == 2, "tiles run alone or in pairs");
   static_assert(kBoxRows % 8 == 0, "a half block starts on a 1024-byte swizzle period");
@@ -114,5 +127,35 @@ struct PairedTraitsFor {
   using type = void;
 };
 template <> struct PairedTraitsFor<128> { using type = Traits<128, 128, 2, 2, true, 2>; };
+
+// Tr with Q·Kᵀ's depth cut to kHeadDimQK (void stays void): where q's head_dim
+// is well below its bucket's width (40 in the 64 bucket, 72–96 in the 128, 160
+// in the 192), the products of the zero columns are skipped; the loads, the
+// ring and the P·V product stay the bucket's (forward.cu's run_bucket picks
+// the depth).
+template <class Tr, int kHeadDimQK>
+struct ScoresDepth {
+  using type = Traits<Tr::kHeadDim, Tr::kBlockN, Tr::kStages, Tr::kConsumers, Tr::kPersistent,
+                      Tr::kCluster, Tr::kHeadDimV, kHeadDimQK>;
+};
+template <int kHeadDimQK>
+struct ScoresDepth<void, kHeadDimQK> {
+  using type = void;
+};
+
+// A V narrower than Q and K (run_forward's kHeadDimV): the P·V product, the
+// output accumulators, V's ring and the epilogue at v's bucket, so that
+// multi-head latent attention's 192 and 128 do the work of 192 + 128 columns
+// per key, not 2 · 192. At 192/128, BN 128: Q 48 KB beside a 2-stage ring of
+// 48 KB K and 32 KB V blocks fills 208 KB; consumers hold 64 accumulators, 64
+// scores and 32 probability registers (at 192/192, BN 112: 96, 56 and 28).
+// Plain attention only; a variant, dropout or a bias runs at the wider bucket.
+template <int kHeadDim, int kHeadDimV>
+struct NarrowValueTraitsFor {
+  using type = void;
+};
+template <> struct NarrowValueTraitsFor<192, 128> {
+  using type = Traits<192, 128, 2, 2, false, 1, 128>;
+};
 
 }  // namespace flashattn::cuda::sm90

@@ -1,0 +1,7 @@
+// One instantiation of the Hopper forward: f16, head-dim bucket 64 with Q·Kᵀ
+// 48 columns deep (q's head_dim 33-48: diffusion U-Nets' 40).
+#include "cuda/sm90/launch.cuh"
+
+namespace flashattn::cuda::sm90 {
+template void run_forward<__half, 64, 64, 48>(const AttnParams& p);
+}  // namespace flashattn::cuda::sm90

@@ -164,6 +164,10 @@ void launch(const AttnParams& p) {
   kp.scale = p.softmax.scale;
   kp.scale_log2 = p.softmax.scale_log2;
   kp.m_blocks = grid.m_blocks;
+  kp.by_m_blocks = FastDivisor(grid.m_blocks);
+  kp.by_heads = FastDivisor(s.batch * s.heads_q);
+  kp.by_heads_q = FastDivisor(s.heads_q);
+  kp.by_group = FastDivisor(s.group());
   kp.row_shift = kPacked ? 0 : tile_row_shift<Tr::kBlockM>(p.mask.bounded_above, s.seqlen_q);
   kp.tiles = int(grid.dims.x);
   kp.heads_fastest = !kPacked && heads_fastest(p, grid);

@@ -8,6 +8,7 @@
 #include "core/host_device.h"
 #include "core/mask.h"
 #include "core/params.h"
+#include "cuda/common/fast_divisor.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -22,6 +23,8 @@ struct KernelParams {
   float scale;       // for lse, in natural-log units
   float scale_log2;  // c = scale·log2(e)
   int m_blocks;      // query tiles per (batch, q head)
+  // m_blocks, batch · heads_q, heads_q and the GQA group as divisors for tile_at.
+  FastDivisor by_m_blocks, by_heads, by_heads_q, by_group;
   int row_shift;     // tile m covers rows [m·kBlockM − row_shift, +kBlockM); see tile_row_shift
   int tiles;         // query tiles in all: m_blocks · batch · heads_q
   bool heads_fastest;  // tile order: see tile_at
@@ -104,18 +107,16 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const Sizes& s = p.sizes;
   int bh, m_block;
   if (p.heads_fastest) {
-    const int heads = s.batch * s.heads_q;
-    bh = index % heads;
-    m_block = p.m_blocks - 1 - index / heads;
+    m_block = p.m_blocks - 1 - p.by_heads.divmod(index, bh);
   } else {
-    bh = index / p.m_blocks;
-    m_block = index % p.m_blocks;
+    bh = p.by_m_blocks.divmod(index, m_block);
     if (p.mask.bounded_above) m_block = p.m_blocks - 1 - m_block;
   }
-  const int batch = bh / s.heads_q, head_q = bh % s.heads_q;
+  int head_q;
+  const int batch = p.by_heads_q.divmod(bh, head_q), head_kv = p.by_group.div(head_q);
   if constexpr (kPacked) {
     const int q_row0 = p.cu_seqlens_q[batch], k_row0 = p.cu_seqlens_k[batch];
-    Tile t{m_block, batch, head_q, head_q / s.group(), 0, 0, 0,
+    Tile t{m_block, batch, head_q, head_kv, 0, 0, 0,
            q_row0, k_row0, p.cu_seqlens_q[batch + 1] - q_row0, p.cu_seqlens_k[batch + 1] - k_row0};
     const RowMask mask = resolve(p.rule, {t.seqlen_q, t.seqlen_k});
     t.row0 = m_block * Tr::kBlockM - tile_row_shift<Tr::kBlockM>(mask.bounded_above, t.seqlen_q);
@@ -126,7 +127,7 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   } else {
     const int row0 = m_block * Tr::kBlockM - p.row_shift;
     const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p.mask, row0, Tr::kBlockM);
-    return {m_block, batch, head_q, head_q / s.group(), row0, blocks.first, blocks.end,
+    return {m_block, batch, head_q, head_kv, row0, blocks.first, blocks.end,
             0, 0, s.seqlen_q, s.seqlen_k};
   }
 }

@@ -29,9 +29,12 @@ constexpr float kSentinel = 777.0f;
 // hold a sentinel. Stored as float slots wide enough for any dtype.
 struct Tensors {
   DType dtype;
+  // k's view takes 224 elements; its buffer has q's 320, so that out pointed at
+  // k (the out_is_k case, out in q's shape) lies wholly in k's memory and not
+  // also in whatever the heap put after it (q, at times: "out: memory overlaps q").
   std::vector<float> q, k, v, out, lse;
   explicit Tensors(DType d, uint64_t seed)
-      : dtype(d), q(320), k(224), v(224), out(320, kSentinel), lse(40, kSentinel) {
+      : dtype(d), q(320), k(320), v(224), out(320, kSentinel), lse(40, kSentinel) {
     uint64_t state = seed;
     auto next = [&] {  // splitmix64 → uniform in [-1, 1)
       state += 0x9E3779B97F4A7C15ull;

@@ -51,6 +51,9 @@ double norm(const std::vector<double>& x) {
 // 2·baseline plus the output's own rounding. Both plus a floor of 2^-22 of the
 // terms' magnitude (magnitude_norm) relative to ‖ref‖: where the terms cancel
 // to a gradient near 0, fp32 rounding of the terms is all any computation has.
+// The magnitude counts dS's terms before their own cancellation (dP and D as
+// Σ|dO·v| and Σ|dO·O|, standard_backward.cpp): with one key, P ≡ 1 and dS is
+// the rounding of dO·v − dO·O, which Σ|dO·v| sets, not |dP|.
 TensorAccuracy score(const std::vector<float>& got, const std::vector<double>& ref,
                      double baseline_error, double magnitude_norm, DType dtype) {
   TensorAccuracy acc;

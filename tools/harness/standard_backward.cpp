@@ -37,6 +37,9 @@ HostGradients standard_backward(const HostProblem& p, Round round,
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     std::vector<F> dk(size_t(s.seqlen_k) * d, F(0)), dv(size_t(s.seqlen_k) * dv_cols, F(0));
     std::vector<F> prob(s.seqlen_k), dp(s.seqlen_k), derivative(s.seqlen_k), kept(s.seqlen_k);
+    // Σ_c |dO_c·v_c| per key: the scale of dP's rounding, which a dot product
+    // whose terms cancel keeps although |dP| is small.
+    std::vector<double> dp_abs(s.seqlen_k);
     for (int g_ = 0; g_ < s.group(); ++g_) {
       const int hq = hk * s.group() + g_;
       for (int i = 0; i < s.seqlen_q; ++i) {
@@ -78,23 +81,32 @@ HostGradients standard_backward(const HostProblem& p, Round round,
           flash_factor = F(std::exp(m - F(m32 + std::log(l32))));
         }
         F row_dot = 0;  // rowsum(dP∘P)
+        double row_dot_abs = 0;  // the scale of its rounding, as dp_abs
         std::vector<F> out(dv_cols, F(0));
         for (int j = key_begin; j < key_end; ++j) {
           prob[j] = F(round(d_from_output ? prob[j] * flash_factor : prob[j] / sum));
           kept[j] = F(p.rule.kept(b, hq, i, j));
           const float* v = &(*p.v)[at_k(b, j, hk, dv_cols)];
           F dot = 0;
+          dp_abs[j] = 0;
           for (int c = 0; c < dv_cols; ++c) {
             dot += F(dout[c]) * F(v[c]);
+            dp_abs[j] += std::fabs(double(dout[c]) * v[c]);
             out[c] += prob[j] * kept[j] * F(v[c]);
           }
           dp[j] = F(round(dot)) * kept[j];
+          dp_abs[j] *= std::fabs(double(kept[j]));
           row_dot += dp[j] * prob[j];
+          row_dot_abs += dp_abs[j] * std::fabs(double(prob[j]));
         }
         if (d_from_output) {
           row_dot = 0;
-          for (int c = 0; c < dv_cols; ++c)
-            row_dot += F(dout[c]) * F(round_to(*d_from_output, float(out[c])));
+          row_dot_abs = 0;
+          for (int c = 0; c < dv_cols; ++c) {
+            const F o = F(round_to(*d_from_output, float(out[c])));
+            row_dot += F(dout[c]) * o;
+            row_dot_abs += std::fabs(double(dout[c]) * double(o));
+          }
         }
         double* dq = &g.dq[at_q(b, i, hq, d)];
         double* dq_mag = &g.dq_mag[at_q(b, i, hq, d)];
@@ -102,7 +114,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         for (int j = key_begin; j < key_end; ++j) {
           const F ds = F(round(prob[j] * (dp[j] - row_dot) * derivative[j])) * F(p.scale);
           const double ds_mag = std::fabs(double(prob[j]) * p.scale * derivative[j]) *
-                                (std::fabs(double(dp[j])) + std::fabs(double(row_dot)));
+                                (dp_abs[j] + row_dot_abs);
           const float* k = &(*p.k)[at_k(b, j, hk, d)];
           double* dk_mag = &g.dk_mag[at_k(b, j, hk, d)];
           double* dv_mag = &g.dv_mag[at_k(b, j, hk, dv_cols)];

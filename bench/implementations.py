@@ -176,22 +176,42 @@ def build_impl(backend, build, path):
     Counted among the alternatives, so that the report's ratios are this build's speed-up
     over that one. That build may predate the backend table: the name maps to its value
     through this build's table, and only flashattn_forward is called on the other one. It
-    may predate attn_mask too: then it declines the points with a mask tensor."""
+    may predate attn_mask too: then it declines the points with a mask tensor. Where the
+    backend has a backward here, that build's backward is timed too (its own forward's
+    out and lse)."""
     lib = _library.load(path)
     reads_mask = reads_attn_mask(lib)
 
-    def call(q, k, v, causal, variants=score_variants.NONE):
+    def variant_keywords(variants):
         if variants.attn_mask is not None and not reads_mask:
             raise Declined(f"build {build}'s library predates attn_mask (it would ignore it)")
         if variants.dropout:
             raise Declined("the A/B builds time no dropout")
         (window_left, window_right), softcap = variants.window, variants.softcap
-        out, _ = _torch_op.run(q, k, v, causal, "top_left", None, backend, False, lib=lib,
-                               window_left=window_left, window_right=window_right,
-                               softcap=softcap, alibi_slopes=variants.alibi_slopes,
-                               attn_mask=variants.attn_mask)
-        return out.transpose(1, 2)
-    return Impl(f"{backend}@{build}", ALTERNATIVE, call, slow=backend in SLOW_BACKENDS)
+        return dict(window_left=window_left, window_right=window_right, softcap=softcap,
+                    alibi_slopes=variants.alibi_slopes, attn_mask=variants.attn_mask)
+
+    def forward(q, k, v, causal, variants, with_lse):
+        return _torch_op.run(q, k, v, causal, "top_left", None, backend, with_lse, lib=lib,
+                             **variant_keywords(variants))
+
+    def call(q, k, v, causal, variants=score_variants.NONE):
+        return forward(q, k, v, causal, variants, False)[0].transpose(1, 2)
+
+    def gradients(pass_, inputs, causal, variants=score_variants.NONE):
+        """As flashattn_gradients, every call in that build: "bwd" its backward on its own
+        forward's out and lse, "fwd+bwd" its forward then its backward."""
+        def backward(i, out, lse):
+            q, k, v, dout = inputs[i]
+            return _torch_op.run_backward(dout, q, k, v, out, lse, causal, "top_left", None,
+                                          backend, False, lib=lib,
+                                          **variant_keywords(variants))
+        if pass_ == "fwd+bwd":
+            return lambda i: backward(i, *forward(*inputs[i][:3], causal, variants, True))
+        saved = [forward(q, k, v, causal, variants, True) for q, k, v, _ in inputs]
+        return lambda i: backward(i, *saved[i])
+    return Impl(f"{backend}@{build}", ALTERNATIVE, call, slow=backend in SLOW_BACKENDS,
+                gradients=gradients if has_backward(backend) else None)
 
 
 def reads_attn_mask(lib):

@@ -18,12 +18,12 @@
 // The accumulator layout of Pᵀ and dSᵀ, packed to 16 bits, is wgmma's A
 // fragment, so dV and dK take them from registers; dQ needs dS with query rows
 // as M, so dSᵀ goes through shared memory and dQ reads it transposed (MN-major).
-// dQ is the trailing consumer's (warpgroup 2's) alone: it waits for the leading
-// one's half of dSᵀ, while the leading one never waits for the trailing one
-// (but to reuse a dSᵀ buffer two steps on). So the two run out of step, each
-// one's exponentials and dS under the other's products. The dQ sums are those
-// of cuda_mma (common/dq_accum.cuh), added to by a bulk reduction from shared
-// memory, and finished by write_dq. As in cuda_mma, P comes from lse, and a
+// Each consumer computes half of a step's dQ (Tr::kDQCols), once both halves of
+// dSᵀ are written, into a dQ buffer in shared memory; warp 1 of warpgroup 0,
+// the dQ warp, adds the buffer to the fp32 sums of cuda_mma
+// (common/dq_accum.cuh) by one bulk reduction, and write_dq finishes them. So
+// the consumers do the same products a step, and the reduction (and in
+// deterministic mode the wait for its turn) is off their path. As in cuda_mma, P comes from lse, and a
 // select zeroes P and dS of every key a row does not see, of rows past
 // seqlen_q and of keys past seqlen_k, only on the tiles that the mask or the
 // ragged ends cut; dK takes `scale` at the end and dQ in write_dq. A score
@@ -31,8 +31,8 @@
 // Pᵀ and multiplies dSᵀ by its derivative. Dropout (core/dropout.h),
 // regenerated per tile: Z scales dPᵀ before dSᵀ is formed, the dropped
 // elements of Pᵀ are zeroed before dV's product, and dV takes the keep scale
-// at the end. Deterministic mode: dQ adds in
-// key-tile order, as cuda_mma's (turn counters per query tile).
+// at the end. Deterministic mode: dQ adds in key-tile order, as cuda_mma's
+// (turn counters per query tile), counted by the dQ warp.
 #pragma once
 
 #include <cuda.h>
@@ -71,12 +71,12 @@ struct BackwardBarriers {
   uint64_t q_empty[Tr::kQStages];    // every consumer thread is done with the stage
 };
 
-// Hardware barriers among the 256 consumer threads (0 is __syncthreads).
-// kDSReady + b: the leading warpgroup has written its half of dSᵀ buffer b;
-// kDSFree + b: the trailing one's dQ has read buffer b; kDQWritten: the trailing
-// one's dQ is in shared memory; kKVDone: both are done with K and
-// V; kStored + w: warpgroup w's dK and dV tiles are written.
-enum BackwardBarrier : int { kDSReady = 1, kDSFree = 3, kDQWritten = 5, kKVDone = 6, kStored = 7 };
+// Hardware barriers (0 is __syncthreads). Among the 256 consumer threads:
+// kDSReady + b, both halves of dSᵀ buffer b are written; kKVDone, both
+// warpgroups are done with K and V; kStored + w, warpgroup w's dK and dV tiles
+// are written. Among the consumers and the dQ warp: kDQFull + b, dQ buffer b
+// holds a step's dQ; kDQFree + b, its last reduction has read it out.
+enum BackwardBarrier : int { kDSReady = 1, kDQFull = 3, kDQFree = 5, kKVDone = 7, kStored = 8 };
 
 template <class Tr>
 __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp,
@@ -142,6 +142,55 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
   }
 }
 
+// The dQ warp (warp 1 of the producer warpgroup): per step, once both
+// consumers have written their shares into the step's dQ buffer, one bulk
+// reduction adds it to the fp32 sums; the buffer is handed back once the
+// reduction has read it. In deterministic mode the key tiles of a query tile
+// add in order: lane 0 waits for the tile's turn and counts it once its sums
+// are performed. Off the consumers' path, so neither the reduction nor the wait
+// for a turn holds their products.
+template <class Tr, class Variant>
+__device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& kp,
+                                                   const BackwardWalk& w, uint8_t* smem) {
+  const BwdParams& p = kp.p;
+  const Sizes& s = p.sizes;
+  const RowMask& mask = dense_mask(p);
+  const bool issues = threadIdx.x % 32 == 0;
+  QueryTile tile{w.hk * s.group(), w.m_first};
+  for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
+    const int dq_buffer = step % Tr::kDQStages;
+    named_barrier_sync(kDQFull + dq_buffer, Tr::kDQMeeting);
+    if (issues) {
+      const int row0 = tile.m * Tr::kBlockM;
+      int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
+                           : nullptr;
+      if (turn) {
+        // The key tiles that see this query tile are a run from `first` (the
+        // mma.sync backward's comment, common/backward_walk.cuh's walk).
+        const int first =
+            mask.key_blocks(row0, Tr::kBlockM, Tr::kBlockN).template first<Variant::kLowerEnds>();
+        while (load_acquire(turn) != w.n - first) {
+        }
+      }
+      float* dq_head =
+          kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * Tr::kBlockM * Tr::kHeadDim;
+      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kHeadDim),
+                      smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes, Tr::kDQBytes);
+      tma_store_commit();
+      if (turn) {  // the sums performed, then the count, its fence cumulative over them
+        tma_store_wait_all();
+        __threadfence();
+        atomicAdd(turn, 1);
+      } else {
+        tma_store_wait_read();
+      }
+    }
+    __syncwarp();
+    if (step + Tr::kDQStages < w.steps) named_barrier_arrive(kDQFree + dq_buffer, Tr::kDQMeeting);
+  }
+  if (issues) tma_store_wait_all();
+}
+
 // acc (+)= A·Bᵀ over kHeadDim, A and B K-major (head_dim contiguous): Sᵀ = K·Qᵀ
 // and dPᵀ = V·dOᵀ. A holds a_rows rows per panel, B b_rows.
 template <typename T, class Tr, int N>
@@ -175,9 +224,13 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   const int key_row = wg_key0 + 16 * warp + g;
   const uint64_t k_rows = smem_descriptor(base + Tr::kKOffset + wg_key0 * 128, 16, 1024);
   const uint64_t v_rows = smem_descriptor(base + Tr::kVOffset + wg_key0 * 128, 16, 1024);
-  // K as dQ's MN-major B operand (keys are the K dimension).
-  const uint64_t k_mn = smem_descriptor(base + Tr::kKOffset, kBlockN * 128, 1024);
-  const bool leads = warpgroup == 0;
+  // This warpgroup's share of dQ: rows dq_row0 + [0, 64), columns dq_col0 +
+  // [0, kDQCols); K's columns of it as dQ's MN-major B operand (keys are the K
+  // dimension).
+  const int dq_row0 = Tr::kDQSplitsRows ? 64 * warpgroup : 0;
+  const int dq_col0 = Tr::kDQSplitsRows ? 0 : Tr::kDQCols * warpgroup;
+  const uint64_t k_mn =
+      smem_descriptor(base + Tr::kKOffset + dq_col0 / 64 * kBlockN * 128, kBlockN * 128, 1024);
 
   float dv[kD / 2], dk[kD / 2];
 #pragma unroll
@@ -326,10 +379,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     wgmma_commit();
 
     // dSᵀ into buffer step % 2 (A-fragment register r: key row + 8·(r % 2),
-    // query column 16·kk + 8·(r / 2) + 2t). The leading warpgroup reuses a
-    // buffer only once the trailing one's dQ of two steps back has read it.
+    // query column 16·kk + 8·(r / 2) + 2t). Both warpgroups pass this step's
+    // barrier only after their dQ products of the step before (which read the
+    // other buffer) completed, so a buffer is free again two steps on.
     const int buffer = step % 2;
-    if (leads && step >= 2) named_barrier_sync(kDSFree + buffer, 256);
     uint8_t* ds_tile = smem + Tr::kDSOffset + buffer * Tr::kDSBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
@@ -339,69 +392,40 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
             ds_tile + swizzled_offset(key_row + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t, kBlockN)) =
             dst[kk][r];
     fence_shared_to_async();
-    // The trailing warpgroup's thread 0 first sees its last dQ reduction read
-    // out of shared memory, so that passing kDSReady also frees the dQ buffer.
-    if (!leads && threadIdx.x % 128 == 0) tma_store_wait_read();
-    if (leads) named_barrier_arrive(kDSReady + buffer, 256);
-    else named_barrier_sync(kDSReady + buffer, 256);
+    named_barrier_sync(kDSReady + buffer, 256);
+
+    // This warpgroup's share of dQ = dS·K over the block's keys (both halves
+    // of dSᵀ, MN-major), issued behind dV's and dK's products.
+    float dq[Tr::kDQCols / 2];
+    wgmma_fence();
+    const uint64_t ds_mn = smem_descriptor(
+        base + Tr::kDSOffset + buffer * Tr::kDSBytes + dq_row0 * kBlockN * 2, kBlockN * 128, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      Wgmma<T, Tr::kDQCols>::ss_mn(dq, advance(ds_mn, kk * 16 * 128), advance(k_mn, kk * 16 * 128),
+                                   kk > 0);
+    wgmma_commit();
     wgmma_wait<0>();
     fence_registers(dv);
     fence_registers(dk);
+    fence_registers(dq);
     arrive(&bar.q_empty[stage]);  // every thread: it read Q, dO, lse2 and D
-    if (leads) continue;
 
-    // The trailing warpgroup: dQ(kBlockM rows) = dS·K over the block's keys,
-    // 64 rows per product, into shared memory in the layout of the fp32 sums
-    // (rows [row0, row0 + kBlockM) of them are contiguous there), then added
-    // to them by one bulk reduction: one instruction where a 16-byte atomic
-    // per lane and register quad took 25–35% of the kernel's time.
-    float dq[kBlockM / 64][kD / 2];
-    wgmma_fence();
+    // The share into dQ buffer step % kDQStages, in the layout of the fp32 sums
+    // (rows [row0, row0 + kBlockM) of them are contiguous there), once the dQ
+    // warp has seen the buffer's last reduction read out; then to that warp,
+    // which adds the buffer to the sums by one bulk reduction.
+    const int dq_buffer = step % Tr::kDQStages;
+    if (step >= Tr::kDQStages) named_barrier_sync(kDQFree + dq_buffer, Tr::kDQMeeting);
+    float* dq_tile = reinterpret_cast<float*>(smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes);
 #pragma unroll
-    for (int mb = 0; mb < kBlockM / 64; ++mb) {
-      const uint64_t ds_mn = smem_descriptor(
-          base + Tr::kDSOffset + buffer * Tr::kDSBytes + mb * kBlockN * 128, kBlockN * 128, 1024);
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        Wgmma<T, kD>::ss_mn(dq[mb], advance(ds_mn, kk * 16 * 128), advance(k_mn, kk * 16 * 128),
-                            kk > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-#pragma unroll
-    for (int mb = 0; mb < kBlockM / 64; ++mb) fence_registers(dq[mb]);
-    if (step + 2 < w.steps) named_barrier_arrive(kDSFree + buffer, 256);
-
-    float* dq_tile = reinterpret_cast<float*>(smem + Tr::kDQOffset);
-#pragma unroll
-    for (int mb = 0; mb < kBlockM / 64; ++mb)
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j)
-        *reinterpret_cast<float4*>(dq_tile + dq_tile_offset(64 * mb + 16 * warp, 8 * j, kD) + 4 * lane) =
-            make_float4(dq[mb][4 * j], dq[mb][4 * j + 1], dq[mb][4 * j + 2], dq[mb][4 * j + 3]);
+    for (int j = 0; j < Tr::kDQCols / 8; ++j)
+      *reinterpret_cast<float4*>(dq_tile + dq_tile_offset(dq_row0 + 16 * warp, dq_col0 + 8 * j, kD) +
+                                 4 * lane) =
+          make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     fence_shared_to_async();
-    named_barrier_sync(kDQWritten, 128);
-    if (threadIdx.x % 128 == 0) {
-      int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
-                           : nullptr;
-      // The key tiles that see this query tile are a run from `first` (the
-      // mma.sync backward's comment, common/backward_walk.cuh's walk).
-      const int first = mask.key_blocks(row0, kBlockM, kBlockN).first<kLowerEnds>();
-      if (turn)
-        while (load_acquire(turn) != w.n - first) {
-        }
-      float* dq_head =
-          kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * kBlockM * kD;
-      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, kD), dq_tile, Tr::kDQBytes);
-      tma_store_commit();
-      if (turn) {  // the sums performed, then the count, its fence cumulative over them
-        tma_store_wait_all();
-        __threadfence();
-        atomicAdd(turn, 1);
-      }
-    }
+    named_barrier_arrive(kDQFull + dq_buffer, Tr::kDQMeeting);
   }
-  if (!leads && threadIdx.x % 128 == 0) tma_store_wait_all();
 
   // dV and scale·dK into V's and K's tiles (this warpgroup's 64 rows), once the
   // other warpgroup's dQ products are done with K; then out by TMA.
@@ -435,10 +459,14 @@ template <typename T, class Tr, class Variant>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardKernelParams kp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ uint8_t smem_raw[];
+  extern __shared__ __align__(16) uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes; tiles start on that boundary.
-  uint8_t* smem = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // An offset from smem_raw (a multiple of 16, as the compiler can see), not an
+  // address rebuilt from an integer, so that the compiler still knows the
+  // pointer is shared memory and 16-byte aligned: its loads and stores are then
+  // LDS and STS, vectors where the code asks for them, not generic ones.
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  uint8_t* smem = smem_raw + ((1024 - raw % 1024) % 1024 & ~15u);
   auto& bar = *reinterpret_cast<BackwardBarriers<Tr>*>(smem + Tr::kBarrierOffset);
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (threadIdx.x == 0) {
@@ -456,6 +484,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
     if (threadIdx.x < 32) backward_producer<Tr>(kp, w, smem, bar);
+    else if (threadIdx.x < 64) backward_dq_writer<Tr, Variant>(kp, w, smem);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
     backward_consumer<T, Tr, Variant>(kp, w, smem, bar, warpgroup - 1);

@@ -26,17 +26,14 @@ BUDGET = timing.Budget(300, 5, 50, 3000)
 ROUNDS = 3  # alternating default and deterministic calls, medians over the rounds
 
 
-def inputs(b, n, h, d):
-    q, k, v, dout = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16)
-                     for _ in range(4))
-    return q, k, v, dout
-
-
-def backward_call(backend, lib, tensors, causal, deterministic):
+def backward_calls(backend, lib, tensors, causal):
+    """The backend's backward in that library, default and deterministic, on its own
+    forward's out and lse (one forward for both)."""
     q, k, v, dout = tensors
     out, lse = _torch_op.run(q, k, v, causal, "top_left", None, backend, True, lib=lib)
-    return lambda _: _torch_op.run_backward(dout, q, k, v, out, lse, causal, "top_left", None,
-                                            backend, deterministic, lib=lib)
+    return [lambda _, det=det: _torch_op.run_backward(dout, q, k, v, out, lse, causal, "top_left",
+                                                      None, backend, det, lib=lib)
+            for det in (False, True)]
 
 
 def median_ms(call):
@@ -57,12 +54,12 @@ def main():
     print(f"{'shape':34s}" + "".join(f" {f'{b}@{name}':>28s}" for b in args.backends.split(",")
                                      for name in libs))
     for b, n, h, d, causal in SHAPES:
-        tensors = inputs(b, n, h, d)
+        tensors = [torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
         label = f"B{b} N{n} H{h} d{d}{' causal' if causal else ''}"
         cells = []
         for backend in args.backends.split(","):
             for lib in libs.values():
-                calls = [backward_call(backend, lib, tensors, causal, det) for det in (False, True)]
+                calls = backward_calls(backend, lib, tensors, causal)
                 rounds = [[median_ms(call) for call in calls] for _ in range(ROUNDS)]
                 default, det = (statistics.median(r[i] for r in rounds) for i in (0, 1))
                 cells.append(f"{default:.3f} -> {det:.3f} ms {det / default:.2f}x")

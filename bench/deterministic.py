@@ -1,7 +1,7 @@
 """The backward's deterministic mode against its default, per backend: the time of
 flashattn.attention_backward with deterministic=True over the time without, on the same
-inputs in one process, for a few shapes of the paper grid (bf16, 1024-16384 keys, d 64 and
-128, causal and not). With --builds, the same backend of other builds of the library is
+inputs in one process, for a few shapes of the paper grid (bf16, 1024-16384 keys, d 64, 128
+and 256, causal and not). With --builds, the same backend of other builds of the library is
 timed beside this one (an A/B of kernel versions).
 
     python3 bench/deterministic.py [--backends cuda_wgmma,cuda_mma] [--builds NAME=PATH]
@@ -21,7 +21,8 @@ from flashattn import _library, _torch_op  # noqa: E402
 # (batch, seqlen, heads, head_dim, causal): 16384 tokens, heads × head_dim = 2048.
 SHAPES = [(16, 1024, 32, 64, False), (4, 4096, 32, 64, True), (1, 16384, 32, 64, False),
           (16, 1024, 16, 128, True), (4, 4096, 16, 128, False), (4, 4096, 16, 128, True),
-          (1, 16384, 16, 128, True)]
+          (1, 16384, 16, 128, True), (16, 1024, 8, 256, False), (4, 4096, 8, 256, True),
+          (1, 16384, 8, 256, False)]
 BUDGET = timing.Budget(300, 5, 50, 3000)
 ROUNDS = 3  # alternating default and deterministic calls, medians over the rounds
 

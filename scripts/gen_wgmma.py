@@ -7,10 +7,16 @@ import argparse
 import pathlib
 import sys
 
-WIDTHS = (64, 80, 96, 112, 128, 176, 192, 256)  # the BN and head-dim values of sm90/traits.h
+# The BN and head-dim values of sm90/traits.h, and 32: a backward consumer's
+# query rows of Sᵀ and dPᵀ at head dim 256 (sm90/backward_traits.h).
+WIDTHS = (32, 64, 80, 96, 112, 128, 176, 192, 256)
 # Widths of the backward's dQ = dS·K, whose A (dS, stored as dSᵀ) and B (K) are
 # both MN-major (sm90/backward_traits.h).
 MN_MAJOR_WIDTHS = (64, 128)
+# Widths of the backward's dV += Pᵀ·dO and dK += dSᵀ·Q where Pᵀ and dSᵀ come
+# from shared memory (the other consumer's query rows at head dim 256), A
+# K-major and B MN-major.
+MN_B_WIDTHS = (128,)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/cuda/sm90/wgmma_ops.cuh"
 
@@ -21,7 +27,9 @@ HEADER = """\
 //   rs: D[64×N] (+)= A·B, A from four registers per thread (the accumulator layout
 //       packed to 16 bits), B from a descriptor with B transposed (MN-major, as V is);
 //   ss_mn: D[64×N] (+)= A·B, both from descriptors and both MN-major (the
-//       backward's dQ = dS·K, dS stored transposed).
+//       backward's dQ = dS·K, dS stored transposed);
+//   ss_mn_b: D[64×N] (+)= A·B, both from descriptors, A K-major and B MN-major
+//       (the backward's dV and dK from Pᵀ and dSᵀ in shared memory).
 // accumulate = 0 overwrites D. The caller fences, commits and waits (wgmma.cuh).
 #pragma once
 
@@ -63,6 +71,13 @@ def wrapper(ctype, ptx, n):
              f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n      "{operand_list(0, regs)}"\n'
              f'      "}}, %{regs}, %{regs + 1}, p, 1, 1, 1, 1;\\n}}\\n"\n'
              f'      : {acc}\n      : "l"(a), "l"(b), "r"(accumulate));\n')
+    ss_mn_b = (f'    asm volatile(\n      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+               f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n      "{operand_list(0, regs)}"\n'
+               f'      "}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n"\n'
+               f'      : {acc}\n      : "l"(a), "l"(b), "r"(accumulate));\n')
+    mn_b = (f"  static __device__ __forceinline__ void ss_mn_b(float (&d)[{regs}], uint64_t a, uint64_t b,\n"
+            f"                                                 int accumulate) {{\n{ss_mn_b}  }}\n"
+            if n in MN_B_WIDTHS else "")
     mn = (f"  static __device__ __forceinline__ void ss_mn(float (&d)[{regs}], uint64_t a, uint64_t b,\n"
           f"                                               int accumulate) {{\n{ss_mn}  }}\n"
           if n in MN_MAJOR_WIDTHS else "")
@@ -71,7 +86,7 @@ def wrapper(ctype, ptx, n):
             f"{ss}  }}\n"
             f"  static __device__ __forceinline__ void rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t b,\n"
             f"                                            int accumulate) {{\n"
-            f"{rs}  }}\n{mn}}};\n")
+            f"{rs}  }}\n{mn}{mn_b}}};\n")
 
 
 def render():

@@ -69,7 +69,7 @@ void mma_backward(const BwdParams& p);
 // kWgmmaBackwardMaxHeadDim; wgmma_backward_unsupported() is empty when it can
 // run p, else it names the argument and the rule (the forward's, and TMA for
 // dout, dk and dv).
-inline constexpr int kWgmmaBackwardMaxHeadDim = 128;
+inline constexpr int kWgmmaBackwardMaxHeadDim = 256;
 std::string wgmma_backward_unsupported(const BwdParams& p);
 void wgmma_backward(const BwdParams& p);
 

@@ -52,11 +52,12 @@ std::vector<harness::Case> backward_cases(bool gpu) {
 
 // cuda_wgmma: the cases above whose tensors TMA can describe (head_dim a
 // multiple of 8; strided views padded to keep rows 16-byte aligned), plus its
-// own: each head-dim bucket over many key tiles (128 keys) and query tiles
-// (64 or 128 rows), so that every stage's barrier phase wraps and several key
-// tiles add into each dQ tile; GQA groups of 4; both causal alignments with
-// seqlen_q on either side of seqlen_k; a padded head dim; a single query row;
-// and small ones for the sanitizer (Nq70).
+// own: each head-dim bucket over many key tiles (128 keys, 64 at head dim 256)
+// and query tiles (64 or 128 rows), so that every stage's barrier phase wraps
+// and several key tiles add into each dQ tile; GQA groups of 4; both causal
+// alignments with seqlen_q on either side of seqlen_k; padded head dims (80,
+// and 160 and 192 in the 256 bucket, whose last panel holds no column); a
+// single query row; and small ones for the sanitizer (Nq70).
 std::vector<harness::Case> wgmma_backward_cases() {
   std::vector<harness::Case> cases;
   for (harness::Case c : backward_cases(true)) {
@@ -78,6 +79,13 @@ std::vector<harness::Case> wgmma_backward_cases() {
   add({1, 300, 40, 2, 1, 64}, DType::bf16, Mask::causal_bottom_right, false);
   add({1, 70, 300, 4, 2, 64}, DType::bf16, Mask::causal_top_left, false);
   add({1, 70, 300, 2, 1, 128}, DType::f16, Mask::none, true);
+  add({1, 700, 900, 8, 2, 256}, DType::bf16, Mask::causal_bottom_right, false);
+  add({1, 900, 600, 4, 1, 256}, DType::f16, Mask::causal_top_left, true);
+  add({2, 500, 500, 4, 2, 192}, DType::bf16, Mask::causal_top_left, false);
+  add({2, 300, 430, 2, 2, 160}, DType::f16, Mask::none, true);
+  add({2, 1, 700, 2, 2, 256}, DType::bf16, Mask::none, false);
+  add({1, 70, 300, 4, 2, 256}, DType::bf16, Mask::causal_bottom_right, false);
+  add({1, 70, 200, 2, 1, 192}, DType::f16, Mask::none, true);
   return cases;
 }
 
@@ -126,13 +134,14 @@ class BackwardBackend : public testing::TestWithParam<Backend> {
 // Deterministic mode: the same bytes from every run (five runs, fresh poison
 // each time), on a problem where several key tiles add into each dq row and a
 // GQA group into each dk and dv; on the GPU also at head_dim 128 (cuda_wgmma's
-// dQ split by columns) and 512 (cuda_mma's schedule of its own), where the
-// backend's limit takes them.
+// dQ split by columns), 256 (its dQ added from the Q/dO stage) and 512
+// (cuda_mma's schedule of its own), where the backend's limit takes them.
 TEST_P(BackwardBackend, DeterministicModeIsBitIdentical) {
   std::vector<harness::Case> cases = {
       make_case({2, 600, 700, 8, 2, 64}, dtype(), Mask::causal_bottom_right)};
   if (device().kind == DeviceKind::cuda) {
     cases.push_back(make_case({1, 500, 700, 4, 2, 128}, dtype(), Mask::none));
+    cases.push_back(make_case({1, 500, 700, 4, 2, 256}, dtype(), Mask::causal_bottom_right));
     cases.push_back(make_case({1, 200, 150, 4, 2, 512}, dtype(), Mask::causal_top_left));
   }
   for (const harness::Case& c : cases) {

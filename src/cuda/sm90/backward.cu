@@ -17,6 +17,7 @@ void run_bucket(const BwdParams& p) {
   switch (head_dim_bucket(sm90::kBackwardHeadDimBuckets, p.sizes.head_dim)) {
     case 64: sm90::run_backward<T, 64>(p); return;
     case 128: sm90::run_backward<T, 128>(p); return;
+    case 256: sm90::run_backward<T, 256>(p); return;
   }
   fail(Status::internal, "head_dim: ", p.sizes.head_dim,
        " reached cuda_wgmma's backward above its limit");

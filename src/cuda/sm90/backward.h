@@ -8,8 +8,8 @@
 
 namespace flashattn::cuda::sm90 {
 
-inline constexpr int kBackwardHeadDimBuckets[] = {64, 128};
-static_assert(kBackwardHeadDimBuckets[1] == kWgmmaBackwardMaxHeadDim);
+inline constexpr int kBackwardHeadDimBuckets[] = {64, 128, 256};
+static_assert(kBackwardHeadDimBuckets[2] == kWgmmaBackwardMaxHeadDim);
 
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p);

@@ -1,38 +1,41 @@
 // The 16-bit attention backward for Hopper (sm_90a): TMA loads into
 // mbarrier-guarded stages, wgmma products, warp specialisation.
 //
-// A block owns the kBlockN = 128 keys of key tile n of one (batch, kv head) and
+// A block owns the kBlockN keys of key tile n of one (batch, kv head) and
 // walks, as cuda_mma's backward does (common/backward_walk.cuh), every query
 // head of the GQA group and the query tiles that see its keys; dK and dV of the
 // kv head sum over the group in registers. K and V are loaded once and stay in
 // shared memory. Warp 0 of warpgroup 0 is the producer: per query tile, into
 // one of kQStages stages, Q and dO by TMA, lse·log2(e) and D by its lanes. The other
-// two warpgroups are consumers of 64 keys each. Per query tile, with
-// c = scale·log2(e) and lse2 = lse·log2(e), a consumer computes, transposed so
-// that its keys are the rows (wgmma's M):
+// two warpgroups are consumers, which split the block's work by keys or by
+// columns (backward_traits.h). Per query tile, with c = scale·log2(e) and
+// lse2 = lse·log2(e), a consumer computes, transposed so that its keys are the
+// rows (wgmma's M):
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                            (wgmma, shared × shared)
 //   Pᵀ = 2^(Sᵀ·c − lse2), dSᵀ = Pᵀ∘(dPᵀ − D)           (registers)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q                            (wgmma, registers × shared)
 //   dQ += dS·K                                          (wgmma on dSᵀ in shared memory,
 //                                                        a bulk reduction into fp32 sums)
 // The accumulator layout of Pᵀ and dSᵀ, packed to 16 bits, is wgmma's A
-// fragment, so dV and dK take them from registers; dQ needs dS with query rows
-// as M, so dSᵀ goes through shared memory and dQ reads it transposed (MN-major).
+// fragment, so dV and dK take them from registers (split by columns, the other
+// consumer's query rows from shared memory); dQ needs dS with query rows as M,
+// so dSᵀ goes through shared memory and dQ reads it transposed (MN-major).
 // Each consumer computes half of a step's dQ (Tr::kDQCols), once both halves of
-// dSᵀ are written, into a dQ buffer in shared memory; warp 1 of warpgroup 0,
-// the dQ warp, adds the buffer to the fp32 sums of cuda_mma
-// (common/dq_accum.cuh) by one bulk reduction, and write_dq finishes them. So
-// the consumers do the same products a step, and the reduction (and in
-// deterministic mode the wait for its turn) is off their path. As in cuda_mma, P comes from lse, and a
-// select zeroes P and dS of every key a row does not see, of rows past
-// seqlen_q and of keys past seqlen_k, only on the tiles that the mask or the
-// ragged ends cut; dK takes `scale` at the end and dQ in write_dq. A score
-// variant (the Variant template parameter, core/variant.h) changes Sᵀ before
-// Pᵀ and multiplies dSᵀ by its derivative. Dropout (core/dropout.h),
-// regenerated per tile: Z scales dPᵀ before dSᵀ is formed, the dropped
-// elements of Pᵀ are zeroed before dV's product, and dV takes the keep scale
-// at the end. Deterministic mode: dQ adds in key-tile order, as cuda_mma's
-// (turn counters per query tile), counted by the dQ warp.
+// dSᵀ are written, into a dQ buffer in shared memory (or the step's stage,
+// Tr::kDQInStage); warp 1 of warpgroup 0, the dQ warp, adds the buffer to the
+// fp32 sums of cuda_mma (common/dq_accum.cuh) by one bulk reduction, and
+// write_dq finishes them. So the consumers do the same products a step, and
+// the reduction (and in deterministic mode the wait for its turn) is off their
+// path. As in cuda_mma, P comes from lse, and a select zeroes P and dS of
+// every key a row does not see, of rows past seqlen_q and of keys past
+// seqlen_k, only on the tiles that the mask or the ragged ends cut; dK takes
+// `scale` at the end and dQ in write_dq. A score variant (the Variant template
+// parameter, core/variant.h) changes Sᵀ before Pᵀ and multiplies dSᵀ by its
+// derivative. Dropout (core/dropout.h), regenerated per tile: Z scales dPᵀ
+// before dSᵀ is formed, the dropped elements of Pᵀ are zeroed before dV's
+// product, and dV takes the keep scale at the end. Deterministic mode: dQ adds
+// in key-tile order, as cuda_mma's (turn counters per query tile), counted by
+// the dQ warp.
 #pragma once
 
 #include <cuda.h>
@@ -75,8 +78,17 @@ struct BackwardBarriers {
 // kDSReady + b, both halves of dSᵀ buffer b are written; kKVDone, both
 // warpgroups are done with K and V; kStored + w, warpgroup w's dK and dV tiles
 // are written. Among the consumers and the dQ warp: kDQFull + b, dQ buffer b
-// holds a step's dQ; kDQFree + b, its last reduction has read it out.
-enum BackwardBarrier : int { kDSReady = 1, kDQFull = 3, kDQFree = 5, kKVDone = 7, kStored = 8 };
+// holds a step's dQ; kDQFree + b, its last reduction has read it out. Where dQ
+// goes into the stage, b is the stage, and kStageRead (among the consumers) in
+// kDQFree's place: both are done reading the stage.
+enum BackwardBarrier : int {
+  kDSReady = 1,
+  kDQFull = 3,
+  kDQFree = 5,
+  kStageRead = kDQFree,
+  kKVDone = 7,
+  kStored = 8
+};
 
 template <class Tr>
 __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp,
@@ -116,6 +128,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
     const int stage = step % Tr::kQStages;
     wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
     const int row0 = tile.m * Tr::kBlockM;
+    uint8_t* q_at = smem + Tr::kStageOffset + stage * Tr::kStageBytes;
     float* lse2 = reinterpret_cast<float*>(smem + Tr::kLseOffset) + stage * Tr::kBlockM;
     float* dot = reinterpret_cast<float*>(smem + Tr::kRowDotOffset) + stage * Tr::kBlockM;
 #pragma unroll
@@ -132,9 +145,9 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
       expect_bytes(&bar.dout_full[stage], Tr::kQBytes);
 #pragma unroll
       for (int panel = 0; panel < Tr::kPanels; ++panel) {
-        const uint32_t at = stage * Tr::kQBytes + panel * Tr::kBlockM * 128;
-        tma_load(smem + Tr::kQOffset + at, &kp.q, 64 * panel, row0, tile.hq, w.b, &bar.q_full[stage]);
-        tma_load(smem + Tr::kDOutOffset + at, &kp.dout, 64 * panel, row0, tile.hq, w.b,
+        const uint32_t at = panel * Tr::kBlockM * 128;
+        tma_load(q_at + at, &kp.q, 64 * panel, row0, tile.hq, w.b, &bar.q_full[stage]);
+        tma_load(q_at + Tr::kQBytes + at, &kp.dout, 64 * panel, row0, tile.hq, w.b,
                  &bar.dout_full[stage]);
       }
     }
@@ -148,17 +161,20 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
 // reduction has read it. In deterministic mode the key tiles of a query tile
 // add in order: lane 0 waits for the tile's turn and counts it once its sums
 // are performed. Off the consumers' path, so neither the reduction nor the wait
-// for a turn holds their products.
+// for a turn holds their products. Where dQ goes into the stage, the read-out
+// frees the stage for the producer.
 template <class Tr, class Variant>
 __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& kp,
-                                                   const BackwardWalk& w, uint8_t* smem) {
+                                                   const BackwardWalk& w, uint8_t* smem,
+                                                   BackwardBarriers<Tr>& bar) {
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
   const RowMask& mask = dense_mask(p);
   const bool issues = threadIdx.x % 32 == 0;
   QueryTile tile{w.hk * s.group(), w.m_first};
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
-    const int dq_buffer = step % Tr::kDQStages;
+    const int stage = step % Tr::kQStages;
+    const int dq_buffer = Tr::kDQInStage ? stage : step % Tr::kDQStages;
     named_barrier_sync(kDQFull + dq_buffer, Tr::kDQMeeting);
     if (issues) {
       const int row0 = tile.m * Tr::kBlockM;
@@ -174,8 +190,9 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
       }
       float* dq_head =
           kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * Tr::kBlockM * Tr::kHeadDim;
-      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kHeadDim),
-                      smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes, Tr::kDQBytes);
+      const uint8_t* dq_tile = Tr::kDQInStage ? smem + Tr::kStageOffset + stage * Tr::kStageBytes
+                                              : smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes;
+      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kHeadDim), dq_tile, Tr::kDQBytes);
       tma_store_commit();
       if (turn) {  // the sums performed, then the count, its fence cumulative over them
         tma_store_wait_all();
@@ -184,9 +201,11 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
       } else {
         tma_store_wait_read();
       }
+      if constexpr (Tr::kDQInStage) arrive(&bar.q_empty[stage]);
     }
     __syncwarp();
-    if (step + Tr::kDQStages < w.steps) named_barrier_arrive(kDQFree + dq_buffer, Tr::kDQMeeting);
+    if constexpr (!Tr::kDQInStage)
+      if (step + Tr::kDQStages < w.steps) named_barrier_arrive(kDQFree + dq_buffer, Tr::kDQMeeting);
   }
   if (issues) tma_store_wait_all();
 }
@@ -209,6 +228,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
                                                   const BackwardWalk& w, uint8_t* smem,
                                                   BackwardBarriers<Tr>& bar, int warpgroup) {
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
+  constexpr int kRows = Tr::kScoreRows, kCols = Tr::kKVCols;
   constexpr bool kLowerEnds = Variant::kLowerEnds;
   using Score = typename Variant::Score;
   const BwdParams& p = kp.p;
@@ -219,9 +239,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   const float c = p.softmax.scale_log2;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   // This warpgroup's keys (rows of K and V, K-major A operands), and its
-  // thread's two key rows within the tile.
-  const int wg_key0 = 64 * warpgroup;
+  // thread's two key rows within the tile; its query rows of Sᵀ and dPᵀ, tile
+  // rows score_row0 + [0, kRows) (split by columns, the other consumer's start
+  // at other_row0); its columns of dK and dV, kv_col0 + [0, kCols).
+  const int wg_key0 = Tr::kSplitsColumns ? 0 : 64 * warpgroup;
   const int key_row = wg_key0 + 16 * warp + g;
+  const int score_row0 = Tr::kSplitsColumns ? kRows * warpgroup : 0;
+  const int other_row0 = kRows - score_row0;
+  const int kv_col0 = Tr::kSplitsColumns ? kCols * warpgroup : 0;
   const uint64_t k_rows = smem_descriptor(base + Tr::kKOffset + wg_key0 * 128, 16, 1024);
   const uint64_t v_rows = smem_descriptor(base + Tr::kVOffset + wg_key0 * 128, 16, 1024);
   // This warpgroup's share of dQ: rows dq_row0 + [0, 64), columns dq_col0 +
@@ -232,9 +257,9 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   const uint64_t k_mn =
       smem_descriptor(base + Tr::kKOffset + dq_col0 / 64 * kBlockN * 128, kBlockN * 128, 1024);
 
-  float dv[kD / 2], dk[kD / 2];
+  float dv[kCols / 2], dk[kCols / 2];
 #pragma unroll
-  for (int i = 0; i < kD / 2; ++i) dv[i] = dk[i] = 0.0f;
+  for (int i = 0; i < kCols / 2; ++i) dv[i] = dk[i] = 0.0f;
 
   wait_barrier(&bar.kv_full, 0);
   QueryTile tile{w.hk * s.group(), w.m_first};
@@ -242,30 +267,35 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     const int stage = step % Tr::kQStages;
     const uint32_t filled = (step / Tr::kQStages) & 1;
     const int row0 = tile.m * kBlockM;
-    const uint32_t q_at = base + Tr::kQOffset + stage * Tr::kQBytes;
-    const uint32_t dout_at = base + Tr::kDOutOffset + stage * Tr::kQBytes;
+    const uint32_t q_at = base + Tr::kStageOffset + stage * Tr::kStageBytes;
+    const uint32_t dout_at = q_at + Tr::kQBytes;
+    const int row_first = row0 + score_row0;
 
-    float st[kBlockM / 2], dpt[kBlockM / 2];
+    float st[kRows / 2], dpt[kRows / 2];
     wait_barrier(&bar.q_full[stage], filled);
     wgmma_fence();
-    issue_kmajor<T, Tr, kBlockM>(st, k_rows, kBlockN, smem_descriptor(q_at, 16, 1024), kBlockM);
+    issue_kmajor<T, Tr, kRows>(st, k_rows, kBlockN,
+                               smem_descriptor(q_at + score_row0 * 128, 16, 1024), kBlockM);
     wgmma_commit();
     wait_barrier(&bar.dout_full[stage], filled);
-    issue_kmajor<T, Tr, kBlockM>(dpt, v_rows, kBlockN, smem_descriptor(dout_at, 16, 1024), kBlockM);
+    issue_kmajor<T, Tr, kRows>(dpt, v_rows, kBlockN,
+                               smem_descriptor(dout_at + score_row0 * 128, 16, 1024), kBlockM);
     wgmma_commit();
     // Dropout: bit i set where element i is kept, made while the products run; all
     // set without dropout.
     uint64_t kept = ~uint64_t(0);
     if constexpr (Variant::kDropout) {
       if (p.dropout.on())
-        kept = kept_bits_transposed<kBlockM / 2>(dropout_rows(p.dropout, w.b, s.heads_q, tile.hq),
-                                                 row0 + 2 * t, w.key0 + key_row);
+        kept = kept_bits_transposed<kRows / 2>(dropout_rows(p.dropout, w.b, s.heads_q, tile.hq),
+                                               row_first + 2 * t, w.key0 + key_row);
     }
 
     // Pᵀ; element (i) of the fragment is key row key_row + 8·((i / 2) % 2),
-    // query column 8·(i / 4) + 2t + i % 2.
-    const float* lse2 = reinterpret_cast<const float*>(smem + Tr::kLseOffset) + stage * kBlockM;
-    const float* dot = reinterpret_cast<const float*>(smem + Tr::kRowDotOffset) + stage * kBlockM;
+    // query column score_row0 + 8·(i / 4) + 2t + i % 2.
+    const float* lse2 =
+        reinterpret_cast<const float*>(smem + Tr::kLseOffset) + stage * kBlockM + score_row0;
+    const float* dot =
+        reinterpret_cast<const float*>(smem + Tr::kRowDotOffset) + stage * kBlockM + score_row0;
     const int key_first = w.key0 + wg_key0;
     const bool cut = row0 + kBlockM > s.seqlen_q || mask.beyond_end(row0, key_first + 63) ||
                      (kLowerEnds && mask.key_begin(row0 + kBlockM - 1) > key_first);
@@ -280,7 +310,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
         if (p.dropout.on()) {
           const float keep_scale = p.dropout.keep_scale;
 #pragma unroll
-          for (int i = 0; i < kBlockM / 2; ++i) dpt[i] = (kept >> i) & 1 ? dpt[i] * keep_scale : 0.0f;
+          for (int i = 0; i < kRows / 2; ++i) dpt[i] = (kept >> i) & 1 ? dpt[i] * keep_scale : 0.0f;
         }
       }
     };
@@ -288,7 +318,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       if constexpr (Variant::kDropout) {
         if (p.dropout.on()) {
 #pragma unroll
-          for (int i = 0; i < kBlockM / 2; ++i) st[i] = (kept >> i) & 1 ? st[i] : 0.0f;
+          for (int i = 0; i < kRows / 2; ++i) st[i] = (kept >> i) & 1 ? st[i] : 0.0f;
         }
       }
     };
@@ -297,13 +327,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       wgmma_wait<1>();
       fence_registers(st);
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j) {
+      for (int j = 0; j < kRows / 8; ++j) {
         const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 4 * j + e;
           float prob = fast_exp2(fmaf(st[i], c, -(e % 2 ? l.y : l.x)));
-          if (cut && hidden(row0 + 8 * j + 2 * t + e % 2, w.key0 + key_row + 8 * (e / 2))) prob = 0.0f;
+          if (cut && hidden(row_first + 8 * j + 2 * t + e % 2, w.key0 + key_row + 8 * (e / 2)))
+            prob = 0.0f;
           st[i] = prob;
         }
       }
@@ -311,7 +342,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       fence_registers(dpt);
       drop_scores();
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j) {
+      for (int j = 0; j < kRows / 8; ++j) {
         const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - (e % 2 ? d.y : d.x));
@@ -323,7 +354,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       // registers beside Sᵀ and dPᵀ.
       const Score score = Variant::score(p.scores, p.softmax.scale, w.b, tile.hq, mask.alignment);
       // ALiBi's distance of this thread's first (row, key), stepped by constants.
-      const float distance0 = score.distance(row0 + 2 * t, w.key0 + key_row);
+      const float distance0 = score.distance(row_first + 2 * t, w.key0 + key_row);
       wgmma_wait<0>();
       fence_registers(st);
       fence_registers(dpt);
@@ -333,13 +364,13 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       // are not read.
       const auto probabilities = [&](const auto& bias) {
 #pragma unroll
-        for (int j = 0; j < kBlockM / 8; ++j) {
+        for (int j = 0; j < kRows / 8; ++j) {
           const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
           const float2 d = *reinterpret_cast<const float2*>(dot + 8 * j + 2 * t);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = 4 * j + e;
-            const int row = row0 + 8 * j + 2 * t + e % 2, key = w.key0 + key_row + 8 * (e / 2);
+            const int row = row_first + 8 * j + 2 * t + e % 2, key = w.key0 + key_row + 8 * (e / 2);
             const bool is_hidden = cut && hidden(row, key);
             float dscore;
             float x = score.at(st[i], distance0 + float(8 * j + e % 2 - 8 * (e / 2)), dscore);
@@ -357,47 +388,70 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       else probabilities(NoBiasReader{});
       drop_probabilities();
     }
-    uint32_t pt[kBlockM / 16][4], dst[kBlockM / 16][4];
+    uint32_t pt[kRows / 16][4], dst[kRows / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
+    for (int kk = 0; kk < kRows / 16; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         pt[kk][r] = pack_pair<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
         dst[kk][r] = pack_pair<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
       }
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q: dO and Q as MN-major B (query rows are the K dimension).
+    // dV += Pᵀ·dO and dK += dSᵀ·Q over this warpgroup's query rows, Pᵀ and dSᵀ
+    // from registers: dO and Q (its columns of them) as MN-major B, query rows
+    // being the K dimension.
     wgmma_fence();
-    const uint64_t dout_mn = smem_descriptor(dout_at, kBlockM * 128, 1024);
-    const uint64_t q_mn = smem_descriptor(q_at, kBlockM * 128, 1024);
+    const uint64_t dout_mn =
+        smem_descriptor(dout_at + kv_col0 / 64 * kBlockM * 128, kBlockM * 128, 1024);
+    const uint64_t q_mn = smem_descriptor(q_at + kv_col0 / 64 * kBlockM * 128, kBlockM * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-      Wgmma<T, kD>::rs(dv, pt[kk], advance(dout_mn, kk * 16 * 128), 1);
+    for (int kk = 0; kk < kRows / 16; ++kk)
+      Wgmma<T, kCols>::rs(dv, pt[kk], advance(dout_mn, (score_row0 + 16 * kk) * 128), 1);
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-      Wgmma<T, kD>::rs(dk, dst[kk], advance(q_mn, kk * 16 * 128), 1);
+    for (int kk = 0; kk < kRows / 16; ++kk)
+      Wgmma<T, kCols>::rs(dk, dst[kk], advance(q_mn, (score_row0 + 16 * kk) * 128), 1);
     wgmma_commit();
 
-    // dSᵀ into buffer step % 2 (A-fragment register r: key row + 8·(r % 2),
-    // query column 16·kk + 8·(r / 2) + 2t). Both warpgroups pass this step's
-    // barrier only after their dQ products of the step before (which read the
-    // other buffer) completed, so a buffer is free again two steps on.
+    // dSᵀ (split by columns, Pᵀ too) into buffer step % 2 (A-fragment register
+    // r: key row + 8·(r % 2), query column score_row0 + 16·kk + 8·(r / 2) + 2t).
+    // Both warpgroups pass this step's barrier only after their products of
+    // the step before (which read the other buffer) completed, so a buffer is
+    // free again two steps on.
     const int buffer = step % 2;
     uint8_t* ds_tile = smem + Tr::kDSOffset + buffer * Tr::kDSBytes;
+    uint8_t* pt_tile = smem + Tr::kPTOffset + buffer * Tr::kDSBytes;
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
+    for (int kk = 0; kk < kRows / 16; ++kk)
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        *reinterpret_cast<uint32_t*>(
-            ds_tile + swizzled_offset(key_row + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t, kBlockN)) =
-            dst[kk][r];
+      for (int r = 0; r < 4; ++r) {
+        const uint32_t at =
+            swizzled_offset(key_row + 8 * (r % 2), score_row0 + 16 * kk + 8 * (r / 2) + 2 * t, kBlockN);
+        *reinterpret_cast<uint32_t*>(ds_tile + at) = dst[kk][r];
+        if constexpr (Tr::kSplitsColumns) *reinterpret_cast<uint32_t*>(pt_tile + at) = pt[kk][r];
+      }
     fence_shared_to_async();
     named_barrier_sync(kDSReady + buffer, 256);
 
+    wgmma_fence();
+    if constexpr (Tr::kSplitsColumns) {
+      // The other warpgroup's query rows of dV's and dK's products: its Pᵀ and
+      // dSᵀ from shared memory, K-major A.
+      const uint64_t pt_rows = smem_descriptor(base + Tr::kPTOffset + buffer * Tr::kDSBytes, 16, 1024);
+      const uint64_t ds_rows = smem_descriptor(base + Tr::kDSOffset + buffer * Tr::kDSBytes, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < kRows / 16; ++kk) {
+        const int row = other_row0 + 16 * kk;
+        Wgmma<T, kCols>::ss_mn_b(dv, advance(pt_rows, row * 2), advance(dout_mn, row * 128), 1);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kRows / 16; ++kk) {
+        const int row = other_row0 + 16 * kk;
+        Wgmma<T, kCols>::ss_mn_b(dk, advance(ds_rows, row * 2), advance(q_mn, row * 128), 1);
+      }
+    }
     // This warpgroup's share of dQ = dS·K over the block's keys (both halves
     // of dSᵀ, MN-major), issued behind dV's and dK's products.
     float dq[Tr::kDQCols / 2];
-    wgmma_fence();
     const uint64_t ds_mn = smem_descriptor(
         base + Tr::kDSOffset + buffer * Tr::kDSBytes + dq_row0 * kBlockN * 2, kBlockN * 128, 1024);
 #pragma unroll
@@ -409,33 +463,44 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     fence_registers(dv);
     fence_registers(dk);
     fence_registers(dq);
-    arrive(&bar.q_empty[stage]);  // every thread: it read Q, dO, lse2 and D
+    // Every thread: it read Q, dO, lse2 and D (where dQ goes into the stage,
+    // once it wrote its share there).
+    if constexpr (!Tr::kDQInStage) arrive(&bar.q_empty[stage]);
 
     // The share into dQ buffer step % kDQStages, in the layout of the fp32 sums
     // (rows [row0, row0 + kBlockM) of them are contiguous there), once the dQ
-    // warp has seen the buffer's last reduction read out; then to that warp,
-    // which adds the buffer to the sums by one bulk reduction.
-    const int dq_buffer = step % Tr::kDQStages;
-    if (step >= Tr::kDQStages) named_barrier_sync(kDQFree + dq_buffer, Tr::kDQMeeting);
-    float* dq_tile = reinterpret_cast<float*>(smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes);
+    // warp has seen the buffer's last reduction read out; or into the step's
+    // stage once both warpgroups' products are done with it. Then to the dQ
+    // warp, which adds the buffer to the sums by one bulk reduction.
+    const int dq_buffer = Tr::kDQInStage ? stage : step % Tr::kDQStages;
+    float* dq_tile;
+    if constexpr (Tr::kDQInStage) {
+      named_barrier_sync(kStageRead, 256);
+      dq_tile = reinterpret_cast<float*>(smem + Tr::kStageOffset + stage * Tr::kStageBytes);
+    } else {
+      if (step >= Tr::kDQStages) named_barrier_sync(kDQFree + dq_buffer, Tr::kDQMeeting);
+      dq_tile = reinterpret_cast<float*>(smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes);
+    }
 #pragma unroll
     for (int j = 0; j < Tr::kDQCols / 8; ++j)
       *reinterpret_cast<float4*>(dq_tile + dq_tile_offset(dq_row0 + 16 * warp, dq_col0 + 8 * j, kD) +
                                  4 * lane) =
           make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     fence_shared_to_async();
+    if constexpr (Tr::kDQInStage) arrive(&bar.q_empty[stage]);
     named_barrier_arrive(kDQFull + dq_buffer, Tr::kDQMeeting);
   }
 
-  // dV and scale·dK into V's and K's tiles (this warpgroup's 64 rows), once the
-  // other warpgroup's dQ products are done with K; then out by TMA.
+  // dV and scale·dK into V's and K's tiles (this warpgroup's keys and
+  // columns), once the other warpgroup's products are done with K; then out by
+  // TMA, the panels that hold columns below head_dim.
   named_barrier_sync(kKVDone, 256);
   const float dv_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;  // dropout's
 #pragma unroll
-  for (int j = 0; j < kD / 8; ++j)
+  for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t at = swizzled_offset(key_row + 8 * h, 8 * j + 2 * t, kBlockN);
+      const uint32_t at = swizzled_offset(key_row + 8 * h, kv_col0 + 8 * j + 2 * t, kBlockN);
       *reinterpret_cast<uint32_t*>(smem + Tr::kVOffset + at) =
           pack_pair<T>(dv[4 * j + 2 * h] * dv_scale, dv[4 * j + 2 * h + 1] * dv_scale);
       *reinterpret_cast<uint32_t*>(smem + Tr::kKOffset + at) = pack_pair<T>(
@@ -445,7 +510,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   named_barrier_sync(kStored + warpgroup, 128);
   if (threadIdx.x % 128 == 0 && w.key0 + wg_key0 < s.seqlen_k) {
 #pragma unroll
-    for (int panel = 0; panel < Tr::kPanels; ++panel) {
+    for (int panel = kv_col0 / 64; panel < (kv_col0 + kCols) / 64; ++panel) {
+      if (64 * panel >= s.head_dim) break;
       const uint32_t at = panel * kBlockN * 128 + wg_key0 * 128;
       tma_store(&kp.dk, 64 * panel, w.key0 + wg_key0, w.hk, w.b, smem + Tr::kKOffset + at);
       tma_store(&kp.dv, 64 * panel, w.key0 + wg_key0, w.hk, w.b, smem + Tr::kVOffset + at);
@@ -459,6 +525,8 @@ template <typename T, class Tr, class Variant>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardKernelParams kp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(Tr::kDQInStage ? Tr::kQStages <= 2 : Tr::kDQStages <= 2,
+                "kDQFull + b stays below kDQFree, kDQFree + b below kKVDone");
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes; tiles start on that boundary.
   // An offset from smem_raw (a multiple of 16, as the compiler can see), not an
@@ -484,7 +552,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
     if (threadIdx.x < 32) backward_producer<Tr>(kp, w, smem, bar);
-    else if (threadIdx.x < 64) backward_dq_writer<Tr, Variant>(kp, w, smem);
+    else if (threadIdx.x < 64) backward_dq_writer<Tr, Variant>(kp, w, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
     backward_consumer<T, Tr, Variant>(kp, w, smem, bar, warpgroup - 1);

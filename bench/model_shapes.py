@@ -111,6 +111,7 @@ TRAINING = (
     Layer("Llama-3-8B training 8192", "bf16", 1, 8192, 32, 8, 128, True),
     Layer("Llama-3.2-1B training 4×2048", "bf16", 4, 2048, 32, 8, 64, True),
     Layer("Qwen2.5-7B fine-tuning 4×3000", "bf16", 4, 3000, 28, 4, 128, True),
+    Layer("Gemma-3-12B global layer training 8192", "bf16", 1, 8192, 16, 8, 256, True),
     Layer("DeepSeek-V3 TP8 MLA fine-tuning 4096", "bf16", 1, 4096, 16, 16, 192, True, 128),
     Layer("DeepSeek-V2-Lite MLA fine-tuning 4×2000", "bf16", 4, 2000, 16, 16, 192, True,
           128),

@@ -872,6 +872,14 @@ def dry_run(*args):
                           text=True, check=True).stdout
 
 
+def test_head_dims_replace_the_paper_grids_head_dims():
+    listed = dry_run("--grids", "paper,paper_bwd", "--head-dims", "96,192", "--match", "bf16")
+    assert "paper: 24 points" in listed and "paper_bwd: 48 points" in listed
+    assert "B16 N1024 H21 d96 bf16 causal bwd " in listed
+    assert "B1 N16384 H10 d192 bf16 fwd+bwd " in listed
+    assert " d64 " not in listed and " d256 " not in listed
+
+
 def test_dry_run_lists_the_model_layers():
     listed = dry_run("--grids", "models,models_bwd")
     assert "models: 48 points" in listed and "models_bwd: 11 points" in listed

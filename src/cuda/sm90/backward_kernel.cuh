@@ -128,7 +128,8 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
     const int stage = step % Tr::kQStages;
     wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
     const int row0 = tile.m * Tr::kBlockM;
-    uint8_t* q_at = smem + Tr::kStageOffset + stage * Tr::kStageBytes;
+    uint8_t* q_at = smem + Tr::q_offset(stage);
+    uint8_t* dout_at = smem + Tr::dout_offset(stage);
     float* lse2 = reinterpret_cast<float*>(smem + Tr::kLseOffset) + stage * Tr::kBlockM;
     float* dot = reinterpret_cast<float*>(smem + Tr::kRowDotOffset) + stage * Tr::kBlockM;
 #pragma unroll
@@ -147,7 +148,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
       for (int panel = 0; panel < Tr::kPanels; ++panel) {
         const uint32_t at = panel * Tr::kBlockM * 128;
         tma_load(q_at + at, &kp.q, 64 * panel, row0, tile.hq, w.b, &bar.q_full[stage]);
-        tma_load(q_at + Tr::kQBytes + at, &kp.dout, 64 * panel, row0, tile.hq, w.b,
+        tma_load(dout_at + at, &kp.dout, 64 * panel, row0, tile.hq, w.b,
                  &bar.dout_full[stage]);
       }
     }
@@ -174,7 +175,7 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
   QueryTile tile{w.hk * s.group(), w.m_first};
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
-    const int dq_buffer = Tr::kDQInStage ? stage : step % Tr::kDQStages;
+    const int dq_buffer = Tr::dq_buffer(step);
     named_barrier_sync(kDQFull + dq_buffer, Tr::kDQMeeting);
     if (issues) {
       const int row0 = tile.m * Tr::kBlockM;
@@ -190,9 +191,8 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
       }
       float* dq_head =
           kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * Tr::kBlockM * Tr::kHeadDim;
-      const uint8_t* dq_tile = Tr::kDQInStage ? smem + Tr::kStageOffset + stage * Tr::kStageBytes
-                                              : smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes;
-      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kHeadDim), dq_tile, Tr::kDQBytes);
+      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kHeadDim), smem + Tr::dq_offset(step),
+                      Tr::kDQBytes);
       tma_store_commit();
       if (turn) {  // the sums performed, then the count, its fence cumulative over them
         tma_store_wait_all();
@@ -267,8 +267,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     const int stage = step % Tr::kQStages;
     const uint32_t filled = (step / Tr::kQStages) & 1;
     const int row0 = tile.m * kBlockM;
-    const uint32_t q_at = base + Tr::kStageOffset + stage * Tr::kStageBytes;
-    const uint32_t dout_at = q_at + Tr::kQBytes;
+    const uint32_t q_at = base + Tr::q_offset(stage);
+    const uint32_t dout_at = base + Tr::dout_offset(stage);
     const int row_first = row0 + score_row0;
 
     float st[kRows / 2], dpt[kRows / 2];
@@ -472,15 +472,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     // warp has seen the buffer's last reduction read out; or into the step's
     // stage once both warpgroups' products are done with it. Then to the dQ
     // warp, which adds the buffer to the sums by one bulk reduction.
-    const int dq_buffer = Tr::kDQInStage ? stage : step % Tr::kDQStages;
-    float* dq_tile;
-    if constexpr (Tr::kDQInStage) {
-      named_barrier_sync(kStageRead, 256);
-      dq_tile = reinterpret_cast<float*>(smem + Tr::kStageOffset + stage * Tr::kStageBytes);
-    } else {
-      if (step >= Tr::kDQStages) named_barrier_sync(kDQFree + dq_buffer, Tr::kDQMeeting);
-      dq_tile = reinterpret_cast<float*>(smem + Tr::kDQOffset + dq_buffer * Tr::kDQBytes);
-    }
+    const int dq_buffer = Tr::dq_buffer(step);
+    if constexpr (Tr::kDQInStage) named_barrier_sync(kStageRead, 256);
+    else if (step >= Tr::kDQStages) named_barrier_sync(kDQFree + dq_buffer, Tr::kDQMeeting);
+    float* dq_tile = reinterpret_cast<float*>(smem + Tr::dq_offset(step));
 #pragma unroll
     for (int j = 0; j < Tr::kDQCols / 8; ++j)
       *reinterpret_cast<float4*>(dq_tile + dq_tile_offset(dq_row0 + 16 * warp, dq_col0 + 8 * j, kD) +

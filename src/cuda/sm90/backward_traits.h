@@ -68,12 +68,20 @@ struct BackwardTraits {
   static constexpr uint32_t kKOffset = 0;
   static constexpr uint32_t kVOffset = kKVBytes;
   static constexpr uint32_t kStageOffset = 2 * kKVBytes;
+  // A stage's Q and dO tiles.
+  static constexpr uint32_t q_offset(int stage) { return kStageOffset + stage * kStageBytes; }
+  static constexpr uint32_t dout_offset(int stage) { return q_offset(stage) + kQBytes; }
   static constexpr uint32_t kDSOffset = kStageOffset + kQStages * kStageBytes;
   static constexpr uint32_t kPTOffset = kDSOffset + 2 * kDSBytes;
   static constexpr uint32_t kLseOffset = kPTOffset + (kSplitsColumns ? 2 * kDSBytes : 0);
   static constexpr uint32_t kRowDotOffset = kLseOffset + kQStages * kBlockM * 4;
   static constexpr uint32_t kDQOffset = kRowDotOffset + kQStages * kBlockM * 4;
   static constexpr uint32_t kBarrierOffset = kDQOffset + kDQStages * kDQBytes;
+  // Where step's dQ goes: its buffer (or stage) and that one's bytes.
+  static constexpr int dq_buffer(int step) { return kDQInStage ? step % kQStages : step % kDQStages; }
+  static constexpr uint32_t dq_offset(int step) {
+    return kDQInStage ? q_offset(step % kQStages) : kDQOffset + dq_buffer(step) * kDQBytes;
+  }
   static constexpr uint32_t kBarrierBytes = 8 * (1 + 3 * kQStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 

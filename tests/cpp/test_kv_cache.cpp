@@ -79,8 +79,9 @@ std::vector<harness::Case> cache_cases() {
   return cases;
 }
 
-// The GPU also gets long caches (split-KV), explicit split counts, head dims
-// 200 and 256, big groups, unchecked calls and pages of 256.
+// The GPU also gets long caches (split-KV), explicit split counts (merged in a
+// cluster and by the merge kernel), head dims 200 and 256, big groups,
+// unchecked calls and pages of 256.
 std::vector<harness::Case> gpu_cache_cases() {
   std::vector<harness::Case> cases = cache_cases();
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
@@ -90,9 +91,15 @@ std::vector<harness::Case> gpu_cache_cases() {
                            {{9000, 20, 4096}, 1, 9001, 256}));
   }
   for (DType dtype : {DType::f16, DType::bf16}) {
-    for (int splits : {1, 7, 128})
+    // Forced counts: on sm_90 2 to 16 splits merge in a cluster, 17 and 128 by
+    // the merge kernel.
+    for (int splits : {1, 2, 7, 16, 17, 128})
       cases.push_back(cached({0, 4, 0, 16, 2, 64}, dtype, Mask::causal_bottom_right,
                              {{3000, 700}, 4, 3004, 64, true, splits}));
+    cases.push_back(cached({0, 1, 0, 8, 1, 256}, dtype, Mask::causal_bottom_right,
+                           {{4000, 1, 2500}, 1, 4001, 0, true, 16}));
+    cases.push_back(cached({0, 8, 0, 64, 8, 128}, dtype, Mask::causal_bottom_right,
+                           {{2000, 100}, 8, 2008, 64, true, 2}));
     cases.push_back(cached({0, 1, 0, 8, 1, 256}, dtype, Mask::causal_bottom_right,
                            {{2000, 1, 0}, 1, 2001, 16, false}));
     cases.push_back(cached({0, 3, 0, 4, 1, 200}, dtype, Mask::causal_bottom_right,

@@ -23,7 +23,13 @@ struct KeySplit {
   int count = 1;          // 1: the kernel writes p.o and p.softmax.lse itself
   float* out = nullptr;   // [split][batch][q head][row][head_dim_v]
   float* lse = nullptr;   // [split][batch][q head][row]
+  // The splits of a tile are one thread-block cluster (sm_90) and merge there,
+  // through distributed shared memory, writing p.o and p.softmax.lse; out and
+  // lse are not used.
+  bool in_cluster = false;
 };
+
+inline constexpr int kMaxClusterSplits = 16;  // the largest cluster sm_90 takes (non-portable)
 
 // out and lse of p from the count partial results (queued on p.stream).
 void merge_key_splits(const AttnParams& p, const KeySplit& split);

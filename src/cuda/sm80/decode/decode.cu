@@ -4,6 +4,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "cuda/common/check.h"
 #include "cuda/common/head_dim_bucket.h"
@@ -18,30 +21,100 @@ constexpr int kHeadDimBuckets[] = {64, 128, 256};
 static_assert(kHeadDimBuckets[2] == kMaxHeadDim);
 constexpr int kMaxRows = 64;  // rows per kv head above which the cache runs on the prefill kernel
 
-// Splits of each sequence's key blocks (or the caller's count). Blocks run in
-// waves of `slots` (blocks per SM × SMs) at a rate the copy bandwidth shares
-// among them, so a split count is costed as waves × (key blocks per split +
-// a block's start and end), plus the merge when the keys are split; the
-// cheapest count up to kMaxKeySplits is taken. A count that only rounds the
-// grid up to one more wave costs a whole wave: this is what keeps the grid at
-// whole waves.
-int key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm) {
+// How the keys split: count splits, merged by the merge kernel or, where the
+// device takes the splits of a tile as one cluster, in the cluster.
+struct SplitChoice {
+  int count = 1;
+  bool in_cluster = false;
+};
+
+// Splits of each sequence's key blocks (or the caller's count), costed in the
+// time a lone block takes per key block. Blocks run in waves of `slots`
+// (blocks per SM × SMs); up to one block per SM each streams at that rate,
+// more share the copy bandwidth, so a wave of R blocks takes (key blocks per
+// split) × max(1, R / SMs), plus a block's start and end. Splits add their
+// merge: the merge kernel reads every partial row back from global memory
+// after a launch of its own; a cluster's merge reads its neighbours' shared
+// memory. Clusters are taken where the grid fits at one block per SM and the
+// device keeps that many clusters resident (cluster_slots(splits): the blocks
+// that clusters of that many splits keep resident, 0 where it takes none);
+// with more, on the H200, clusters of 4 or more ran slower than the same
+// splits merged by the kernel. The cheapest count up to kMaxKeySplits is
+// taken. (Costed by keys per split alone, B1 × 8k keys took 32 splits and the
+// merge kernel, 27.0 µs on the H200, where 16 in clusters take 23.1.)
+template <typename ClusterSlots>
+SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
+                       ClusterSlots&& cluster_slots) {
   const int key_blocks = std::max(1, (p.sizes.seqlen_k + kBlockN - 1) / kBlockN);
+  const int sms = multiprocessors(p.device_index);
+  const auto clustered = [&](int splits) {
+    return splits > 1 && splits <= kMaxClusterSplits && blocks * splits <= sms &&
+           blocks * splits <= cluster_slots(splits);
+  };
   const int asked = p.seqs.cache.key_splits;
-  if (asked > 0) return std::min(asked, key_blocks);
-  constexpr double kBlockOverhead = 1.0;  // in key blocks: pipeline fill, the warps' merge
-  constexpr double kMergeCost = 1.0;      // the split merge, in key blocks
-  const int64_t slots = int64_t(multiprocessors(p.device_index)) * blocks_per_sm;
-  int best = 1;
-  double best_cost = 0.0;
-  for (int splits = 1; splits <= std::min(key_blocks, kMaxKeySplits); ++splits) {
-    const int64_t waves = (blocks * splits + slots - 1) / slots;
+  if (asked > 0) {
+    const int splits = std::min(asked, key_blocks);
+    return {splits, clustered(splits)};
+  }
+  constexpr double kBlockOverhead = 1.0;      // pipeline fill, the warps' merge
+  constexpr double kMergeCost = 4.0;          // the merge kernel
+  constexpr double kClusterMergeCost = 0.5;   // the merge in a cluster
+  const int64_t slots = int64_t(sms) * blocks_per_sm;
+  const auto cost = [&](int splits, double merge) {
     const int per_split = (key_blocks + splits - 1) / splits;
-    const double cost =
-        double(waves) * (per_split + kBlockOverhead) + (splits > 1 ? kMergeCost : 0.0);
-    if (splits == 1 || cost < best_cost) best = splits, best_cost = cost;
+    const auto wave = [&](int64_t resident) {
+      return per_split * std::max(1.0, double(resident) / sms) + kBlockOverhead;
+    };
+    const int64_t grid = blocks * splits, rest = grid % slots;
+    return double(grid / slots) * wave(slots) + (rest > 0 ? wave(rest) : 0.0) + merge;
+  };
+  SplitChoice best;
+  double best_cost = cost(1, 0.0);
+  for (int splits = 2; splits <= std::min(key_blocks, kMaxKeySplits); ++splits) {
+    const bool in_cluster = clustered(splits);
+    const double c = cost(splits, in_cluster ? kClusterMergeCost : kMergeCost);
+    if (c < best_cost) best = {splits, in_cluster}, best_cost = c;
   }
   return best;
+}
+
+// Blocks of `kernel` that clusters of `splits` blocks (one tile's key splits)
+// keep resident on the device at once: 0 without sm_90a code or where no such
+// cluster fits. Asked of the runtime once per device, kernel and size.
+template <typename Kernel>
+int cluster_slots(Kernel kernel, int splits, int smem_bytes, int device_index) {
+#ifdef FLASHATTN_HAS_SM90A
+  if (compute_capability(device_index) != 90) return 0;
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, int> known;  // (kernel, device, splits) → slots
+  const std::tuple<const void*, int, int> key{reinterpret_cast<const void*>(kernel), device_index, splits};
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto at = known.find(key);
+  if (at != known.end()) return at->second;
+  // Clusters of more than 8 blocks are sm_90's non-portable sizes, taken on request.
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+    (void)cudaGetLastError();
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = unsigned(splits);
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1, unsigned(splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = size_t(smem_bytes);
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // a size the device does not take: no cluster
+    clusters = 0;
+  }
+  return known[key] = clusters * splits;
+#else
+  (void)kernel, (void)splits, (void)smem_bytes, (void)device_index;
+  return 0;
+#endif
 }
 
 // Whether every row the kernel reads (q, k, v and the new keys) is 16-byte
@@ -67,11 +140,34 @@ void launch(const AttnParams& p) {
   const auto kernel = decode_kernel<T, Shape, Variant>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
-  const int splits = key_splits(p, blocks, Shape::kMinBlocks);
-  run_key_splits(p, splits, [&](const KeySplit& split) {
-    kernel<<<dim3(unsigned(blocks), unsigned(split.count)), kThreads, Shape::kSmemBytes,
-             static_cast<cudaStream_t>(p.stream)>>>(p, split, row_tiles, vec16,
-                                                                    append);
+  const auto slots = [&](int splits) {
+    return cluster_slots(kernel, splits, Shape::kSmemBytes, p.device_index);
+  };
+  const SplitChoice choice = key_splits(p, blocks, Shape::kMinBlocks, slots);
+  const dim3 grid(unsigned(blocks), unsigned(choice.count));
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (choice.in_cluster) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = unsigned(choice.count);
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = Shape::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    KeySplit split;
+    split.count = choice.count;
+    split.in_cluster = true;
+    FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, split, row_tiles, vec16, append));
+    check_launch("cuda_mma decode_kernel");
+    return;
+  }
+  run_key_splits(p, choice.count, [&](const KeySplit& split) {
+    kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(p, split, row_tiles, vec16, append);
     check_launch("cuda_mma decode_kernel");
   });
 }

@@ -13,7 +13,9 @@
 // end the warps' partial rows merge through shared memory by their maxima. The
 // key blocks a block walks may be one split of the sequence's (split-KV, blockIdx.y):
 // each split then writes its rows normalised, with their lse, for the merge of
-// common/combine.h.
+// common/combine.h; or, on sm_90, the splits of a tile run as one thread-block
+// cluster and merge there (merge_in_cluster), without the merge kernel, its
+// launch and the partials' trip through global memory.
 //
 // Keys are addressed row by row, so a paged cache's pages need not be a
 // multiple of the key block. A call's new keys and values are appended here
@@ -28,6 +30,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+
+#include <cooperative_groups.h>
 
 #include "core/params.h"
 #include "core/softmax.h"
@@ -58,8 +62,11 @@ struct DecodeShape {
   // The warps' partial rows at the end (max, sum, kD accumulators each), in
   // the stages' memory.
   static constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
-  static constexpr int kSmemBytes =
-      QTile::kBytes + (kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes);
+  // Split over a cluster: the block's finished rows (kD outputs each) and
+  // their lse after them, read by the cluster's other blocks.
+  static constexpr int kSplitRowsBytes = kRows * (kD + 1) * 4;
+  static_assert(kMergeBytes + kSplitRowsBytes <= kStages * kStageBytes);
+  static constexpr int kSmemBytes = QTile::kBytes + kStages * kStageBytes;
   // What online_softmax and for_each_p_fragment (sm80/softmax.cuh) need of a
   // warp's tile: one m16 slice, 16 keys (two n8 columns), kD output columns.
   struct Warp {
@@ -321,6 +328,58 @@ __device__ __forceinline__ void write_new_keys(const AttnParams& p, const Decode
   }
 }
 
+// Packed row r's output element col (and its lse, with col 0) into p.o.
+template <typename T>
+__device__ __forceinline__ void store_output(const AttnParams& p, const DecodeBlock& blk, int r,
+                                             int col, float out, float lse) {
+  const int group = p.sizes.group();
+  const int packed = blk.row0 + r, i = packed / group, hq = blk.hk * group + packed % group;
+  static_cast<T*>(p.o.data)[row_offset(p.o, blk.b, i) + hq * p.o.head_stride + col] = from_float<T>(out);
+  if (col == 0 && p.softmax.lse) p.softmax.lse[stats_row0(p, blk.b, hq, blk.seq) + i] = lse;
+}
+
+// The splits of a tile as one cluster (KeySplit::in_cluster): once every
+// split's finished rows are in its shared memory (split_out, split_lse), the
+// block of cluster rank q merges the q-th share of the tile's elements from
+// all of them, as common/combine.cu's merge does, and writes the output; no
+// block leaves while another may still read its rows.
+template <typename T, int kD>
+__device__ __forceinline__ void merge_in_cluster(const AttnParams& p, const DecodeBlock& blk,
+                                                 int splits, float* split_out, float* split_lse) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int d = p.sizes.head_dim, elements = blk.rows * d;
+  const int share = (elements + splits - 1) / splits, rank = int(cluster.block_rank());
+  const int end = min(elements, (rank + 1) * share);
+  for (int e = rank * share + int(threadIdx.x); e < end; e += kThreads) {
+    const int r = e / d, col = e % d;
+    // Every split's lse and output element loaded at once (a remote load waits
+    // about as long as a miss in L1, so one after another they would add up).
+    float lse[kMaxClusterSplits], out[kMaxClusterSplits];
+#pragma unroll
+    for (int j = 0; j < kMaxClusterSplits; ++j) {
+      lse[j] = j < splits ? cluster.map_shared_rank(split_lse, j)[r] : -INFINITY;
+      out[j] = j < splits ? cluster.map_shared_rank(split_out, j)[r * kD + col] : 0.0f;
+    }
+    float lse_top = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kMaxClusterSplits; ++j) lse_top = lse_max(lse_top, lse[j]);
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxClusterSplits; ++j) {
+      const float weight = partial_weight(lse[j], lse_top);
+      sum += weight;
+      o = fmaf(weight, out[j], o);
+    }
+    const FinishedRow<float> merged = finish_row(lse_top, sum, lse_top == -INFINITY);
+    store_output<T>(p, blk, r, col, merged.out(o), merged.lse);
+  }
+  cluster.sync();
+#endif
+}
+
 template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     decode_kernel(const AttnParams p, const KeySplit split, int row_tiles, bool vec16,
@@ -467,6 +526,8 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   }
   __syncthreads();
 
+  float* const split_out = warp_acc + kWarps * kRows * kD;  // split over a cluster
+  float* const split_lse = split_out + kRows * kD;
   for (int e = int(threadIdx.x); e < kRows * kD; e += kThreads) {
     const int r = e / kD, col = e % kD;
     if (r >= blk.rows || col >= s.head_dim) continue;
@@ -485,17 +546,19 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     FinishedRow<float> row = finish_row(m * p.softmax.scale, l, empty);
     if (!valid) row = {false, NAN, NAN};
     const float out = row.out(o);
-    const int64_t stats = stats_row0(p, blk.b, hq, blk.seq) + i;
-    if (split.count > 1) {
+    if (split.in_cluster) {
+      split_out[r * kD + col] = out;
+      if (col == 0) split_lse[r] = row.lse;
+    } else if (split.count > 1) {
       const int64_t rows_all = int64_t(s.batch) * s.heads_q * s.seqlen_q;
-      const int64_t at = int64_t(blockIdx.y) * rows_all + stats;
+      const int64_t at = int64_t(blockIdx.y) * rows_all + stats_row0(p, blk.b, hq, blk.seq) + i;
       split.out[at * s.head_dim + col] = out;
       if (col == 0) split.lse[at] = row.lse;
     } else {
-      static_cast<T*>(p.o.data)[row_offset(p.o, blk.b, i) + hq * p.o.head_stride + col] = from_float<T>(out);
-      if (col == 0 && p.softmax.lse) p.softmax.lse[stats] = row.lse;
+      store_output<T>(p, blk, r, col, out, row.lse);
     }
   }
+  if (split.in_cluster) merge_in_cluster<T, kD>(p, blk, split.count, split_out, split_lse);
 }
 
 }  // namespace flashattn::cuda::decode

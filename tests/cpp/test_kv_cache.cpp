@@ -91,15 +91,16 @@ std::vector<harness::Case> gpu_cache_cases() {
                            {{9000, 20, 4096}, 1, 9001, 256}));
   }
   for (DType dtype : {DType::f16, DType::bf16}) {
-    // Forced counts: on sm_90 2 to 16 splits merge in a cluster, 17 and 128 by
-    // the merge kernel.
+    // Forced counts: on sm_90 2 to 16 splits of a contiguous cache merge in a
+    // cluster; 17 and 128, and a paged cache's, by the merge kernel.
     for (int splits : {1, 2, 7, 16, 17, 128})
-      cases.push_back(cached({0, 4, 0, 16, 2, 64}, dtype, Mask::causal_bottom_right,
-                             {{3000, 700}, 4, 3004, 64, true, splits}));
+      for (int page : {0, 64})
+        cases.push_back(cached({0, 4, 0, 16, 2, 64}, dtype, Mask::causal_bottom_right,
+                               {{3000, 700}, 4, 3004, page, true, splits}));
     cases.push_back(cached({0, 1, 0, 8, 1, 256}, dtype, Mask::causal_bottom_right,
                            {{4000, 1, 2500}, 1, 4001, 0, true, 16}));
     cases.push_back(cached({0, 8, 0, 64, 8, 128}, dtype, Mask::causal_bottom_right,
-                           {{2000, 100}, 8, 2008, 64, true, 2}));
+                           {{2000, 100}, 8, 2008, 0, true, 2}));
     cases.push_back(cached({0, 1, 0, 8, 1, 256}, dtype, Mask::causal_bottom_right,
                            {{2000, 1, 0}, 1, 2001, 16, false}));
     cases.push_back(cached({0, 3, 0, 4, 1, 200}, dtype, Mask::causal_bottom_right,

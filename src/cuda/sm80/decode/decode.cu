@@ -39,17 +39,21 @@ struct SplitChoice {
 // device keeps that many clusters resident (cluster_slots(splits): the blocks
 // that clusters of that many splits keep resident, 0 where it takes none);
 // with more, on the H200, clusters of 4 or more ran slower than the same
-// splits merged by the kernel. The cheapest count up to kMaxKeySplits is
-// taken. (Costed by keys per split alone, B1 × 8k keys took 32 splits and the
-// merge kernel, 27.0 µs on the H200, where 16 in clusters take 23.1.)
+// splits merged by the kernel. A paged cache's block waits on its table
+// before each copy, so one block per SM streams it slower (B8 × 8k keys in
+// 2 clusters: 1.42× the contiguous time, against 1.04× with 4 splits merged
+// by the kernel): paged caches take no clusters. The cheapest count up to
+// kMaxKeySplits is taken. (Costed by keys per split alone, B1 × 8k keys took
+// 32 splits and the merge kernel, 27.0 µs on the H200, where 16 in clusters
+// take 23.1.)
 template <typename ClusterSlots>
 SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
                        ClusterSlots&& cluster_slots) {
   const int key_blocks = std::max(1, (p.sizes.seqlen_k + kBlockN - 1) / kBlockN);
   const int sms = multiprocessors(p.device_index);
   const auto clustered = [&](int splits) {
-    return splits > 1 && splits <= kMaxClusterSplits && blocks * splits <= sms &&
-           blocks * splits <= cluster_slots(splits);
+    return !p.seqs.cache.paged() && splits > 1 && splits <= kMaxClusterSplits &&
+           blocks * splits <= sms && blocks * splits <= cluster_slots(splits);
   };
   const int asked = p.seqs.cache.key_splits;
   if (asked > 0) {

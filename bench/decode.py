@@ -99,6 +99,14 @@ def build_cache(config, page_size, seed):
     return k_cache, v_cache, table
 
 
+def cache_copies(config, page_size, seed, copies):
+    """`copies` caches holding the same values (the first built, the rest its clones), to
+    rotate a step's inputs among."""
+    first = build_cache(config, page_size, seed)
+    return [first] + [tuple(None if t is None else t.clone() for t in first)
+                      for _ in range(copies - 1)]
+
+
 @dataclass
 class Step:
     """One decode step's inputs beyond the cache, shared by every layout of a config."""
@@ -168,13 +176,14 @@ def copy_bandwidth(nbytes=2 << 30):
 
 # The implementations ----------------------------------------------------------------------
 
-def flashattn_call(step, caches, checked):
-    """call(i): one decode step on cache copy i."""
+def flashattn_call(step, caches, checked, num_splits=0):
+    """call(i): one decode step on cache copy i (num_splits 0: the library's choice)."""
     def call(i):
         k_cache, v_cache, table = caches[i]
         return flashattn.attention_with_kvcache(step.q, k_cache, v_cache, step.k_new,
                                                 step.v_new, step.cache_seqlens, table,
-                                                causal=True, checked=checked)
+                                                causal=True, checked=checked,
+                                                num_splits=num_splits)
     return call
 
 
@@ -261,9 +270,7 @@ def run_config(config, args, copy_tb_s):
     layouts = (None,) + tuple(page for page in config.layouts if page is not None)
     for page_size in layouts:
         copies = timing.copies_needed(config.cache_bytes(page_size))
-        first = build_cache(config, page_size, seed)
-        caches = [first] + [tuple(None if t is None else t.clone() for t in first)
-                            for _ in range(copies - 1)]
+        caches = cache_copies(config, page_size, seed, copies)
         unchecked = flashattn_call(step, caches, checked=False)
         for i in range(copies):  # the step's keys appended in every copy before SDPA reads
             unchecked(i)
@@ -307,7 +314,7 @@ def run_config(config, args, copy_tb_s):
                      f"against PyTorch's output, above {TOLERANCE[config.dtype]:g}")
         rows.append(row)
         print("  " + decode_report.format_row(row), flush=True)
-        graphs = graph_outs = caches = first = eager = None  # the memory back
+        graphs = graph_outs = caches = eager = None  # the memory back
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return rows

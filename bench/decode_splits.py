@@ -14,7 +14,6 @@ import sys
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import flashattn  # noqa: E402
 import decode  # noqa: E402
 import timing  # noqa: E402
 from decode_grid import Config  # noqa: E402
@@ -32,17 +31,11 @@ def step_times(config, counts, budget_ms):
     """The median GPU µs of one step forced to each count (0: automatic), on one cache."""
     step = decode.make_step(config, 1, True)
     copies = timing.copies_needed(config.cache_bytes(None))
-    first = decode.build_cache(config, None, 0)
-    caches = [first] + [tuple(None if t is None else t.clone() for t in first)
-                        for _ in range(copies - 1)]
+    caches = decode.cache_copies(config, None, 0, copies)
     budget = types.SimpleNamespace(budget_ms=budget_ms)
     times = []
     for splits in counts:
-        def call(i, splits=splits):
-            k, v, table = caches[i]
-            return flashattn.attention_with_kvcache(step.q, k, v, step.k_new, step.v_new,
-                                                    step.cache_seqlens, table, causal=True,
-                                                    checked=False, num_splits=splits)
+        call = decode.flashattn_call(step, caches, checked=False, num_splits=splits)
         ms, _ = decode.gpu_time(call, copies, budget)
         times.append(ms * 1e3)
     return times

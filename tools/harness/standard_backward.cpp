@@ -66,7 +66,14 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         for (int j = key_begin; j < key_end; ++j) sum += (prob[j] = std::exp(prob[j] - m));
         // A flash backward's P is e^(s − lse) with the forward's lse in fp32, from
         // its own fp32 scores (here: the dot products summed in the other order).
+        // The forward's O, as a 16-bit flash forward computes it: each weight
+        // e^(s − m) rounded to the dtype for the product with V, divided by the
+        // fp32 sum of the unrounded weights. Where the softmax is sharp, these
+        // roundings leave the weights' sum off 1 by more than dP − D is large,
+        // and D = dO·O carries that into dS (standard attention's O, from P
+        // rounded to the dtype, has the same error).
         F flash_factor = 0;
+        std::vector<double> flash_out(d_from_output ? dv_cols : 0, 0.0);
         if (d_from_output) {
           float m32 = -INFINITY, l32 = 0.0f;
           std::vector<float> s32(key_end);
@@ -77,12 +84,18 @@ HostGradients standard_backward(const HostProblem& p, Round round,
             s32[j] = p.rule(dot32 * p.scale, b, hq, i, j);
             m32 = std::max(m32, s32[j]);
           }
-          for (int j = key_begin; j < key_end; ++j) l32 += std::exp(s32[j] - m32);
+          for (int j = key_begin; j < key_end; ++j) {
+            const float weight = std::exp(s32[j] - m32);
+            l32 += weight;
+            const double stored = round_to(*d_from_output, weight) * p.rule.kept(b, hq, i, j);
+            const float* v = &(*p.v)[at_k(b, j, hk, dv_cols)];
+            for (int c = 0; c < dv_cols; ++c) flash_out[c] += stored * v[c];
+          }
+          for (double& o : flash_out) o /= l32;
           flash_factor = F(std::exp(m - F(m32 + std::log(l32))));
         }
         F row_dot = 0;  // rowsum(dP∘P)
         double row_dot_abs = 0;  // the scale of its rounding, as dp_abs
-        std::vector<F> out(dv_cols, F(0));
         for (int j = key_begin; j < key_end; ++j) {
           prob[j] = F(round(d_from_output ? prob[j] * flash_factor : prob[j] / sum));
           kept[j] = F(p.rule.kept(b, hq, i, j));
@@ -92,7 +105,6 @@ HostGradients standard_backward(const HostProblem& p, Round round,
           for (int c = 0; c < dv_cols; ++c) {
             dot += F(dout[c]) * F(v[c]);
             dp_abs[j] += std::fabs(double(dout[c]) * v[c]);
-            out[c] += prob[j] * kept[j] * F(v[c]);
           }
           dp[j] = F(round(dot)) * kept[j];
           dp_abs[j] *= std::fabs(double(kept[j]));
@@ -103,7 +115,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
           row_dot = 0;
           row_dot_abs = 0;
           for (int c = 0; c < dv_cols; ++c) {
-            const F o = F(round_to(*d_from_output, float(out[c])));
+            const F o = F(round_to(*d_from_output, float(flash_out[c])));
             row_dot += F(dout[c]) * o;
             row_dot_abs += std::fabs(double(dout[c]) * double(o));
           }

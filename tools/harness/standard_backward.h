@@ -50,7 +50,9 @@ HostGradients standard_backward_in_dtype(const HostProblem& p, DType dtype);
 // from the forward's own fp32 scores (a relative error in P of about |s|·2^-24
 // times the rounding steps, which no normalisation undoes, as the backward's
 // scores and the forward's lse come from two computations), and D = rowsum(dO∘O)
-// from the output O rounded to dtype.
+// from the output O as a flash forward in dtype stores it: its weights e^(s − m)
+// rounded to dtype for the product with V (as standard attention rounds P),
+// their fp32 sum unrounded, O rounded to dtype.
 // Where the softmax is sharp, dP − D cancels and this error can exceed standard
 // attention's in the dtype, whose D (rowsum(dP∘P)) is consistent with its own P.
 HostGradients exact_backward_from_stored_output(const HostProblem& p, DType dtype);

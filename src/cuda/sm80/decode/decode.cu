@@ -39,13 +39,13 @@ struct SplitChoice {
 // device keeps that many clusters resident (cluster_slots(splits): the blocks
 // that clusters of that many splits keep resident, 0 where it takes none);
 // with more, on the H200, clusters of 4 or more ran slower than the same
-// splits merged by the kernel. A paged cache's block waits on its table
-// before each copy, so one block per SM streams it slower (B8 × 8k keys in
-// 2 clusters: 1.42× the contiguous time, against 1.04× with 4 splits merged
-// by the kernel): paged caches take no clusters. The cheapest count up to
-// kMaxKeySplits is taken. (Costed by keys per split alone, B1 × 8k keys took
-// 32 splits and the merge kernel, 27.0 µs on the H200, where 16 in clusters
-// take 23.1.)
+// splits merged by the kernel. One block per SM streams a paged cache slower
+// (B8 × 8k keys in 2 clusters: 1.42× the contiguous time, against 1.04× with
+// 4 splits merged by the kernel; with each block's pages looked up a key
+// block ahead of its copies, still 1.45×): paged caches take no clusters. The
+// cheapest count up to kMaxKeySplits is taken. (Costed by keys per split
+// alone, B1 × 8k keys took 32 splits and the merge kernel, 27.0 µs on the
+// H200, where 16 in clusters take 23.1.)
 template <typename ClusterSlots>
 SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
                        ClusterSlots&& cluster_slots) {
@@ -82,6 +82,25 @@ SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
   return best;
 }
 
+// The launch of `grid` as clusters of one tile's key splits (the cluster's
+// blocks along y); `cluster` holds the attribute config points to.
+cudaLaunchConfig_t cluster_launch(dim3 grid, int splits, int smem_bytes, cudaStream_t stream,
+                                  cudaLaunchAttribute& cluster) {
+  cluster = cudaLaunchAttribute{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = unsigned(splits);
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = size_t(smem_bytes);
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return config;
+}
+
 // Blocks of `kernel` that clusters of `splits` blocks (one tile's key splits)
 // keep resident on the device at once: 0 without sm_90a code or where no such
 // cluster fits. Asked of the runtime once per device, kernel and size.
@@ -98,17 +117,9 @@ int cluster_slots(Kernel kernel, int splits, int smem_bytes, int device_index) {
   // Clusters of more than 8 blocks are sm_90's non-portable sizes, taken on request.
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
     (void)cudaGetLastError();
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1;
-  cluster.val.clusterDim.y = unsigned(splits);
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(1, unsigned(splits));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = size_t(smem_bytes);
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config =
+      cluster_launch(dim3(1, unsigned(splits)), splits, smem_bytes, nullptr, cluster);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     (void)cudaGetLastError();  // a size the device does not take: no cluster
@@ -151,18 +162,9 @@ void launch(const AttnParams& p) {
   const dim3 grid(unsigned(blocks), unsigned(choice.count));
   const auto stream = static_cast<cudaStream_t>(p.stream);
   if (choice.in_cluster) {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = unsigned(choice.count);
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = Shape::kSmemBytes;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t config =
+        cluster_launch(grid, choice.count, Shape::kSmemBytes, stream, cluster);
     KeySplit split;
     split.count = choice.count;
     split.in_cluster = true;

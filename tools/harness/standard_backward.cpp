@@ -69,7 +69,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         // The forward's O, as a 16-bit flash forward computes it: each weight
         // e^(s − m) rounded to the dtype for the product with V, divided by the
         // fp32 sum of the unrounded weights. Where the softmax is sharp, these
-        // roundings leave the weights' sum off 1 by more than dP − D is large,
+        // roundings move the weights' sum off 1 by more than the size of dP − D,
         // and D = dO·O carries that into dS (standard attention's O, from P
         // rounded to the dtype, has the same error).
         F flash_factor = 0;

@@ -83,6 +83,15 @@ inline MatB rows_of(const BwdParams& p, const TensorRef& t, int head_dim, int b,
   return {tile, padded(head_dim)};
 }
 
+// A one-pass item's copies of its group's Q and dO rows (backward_fused.h):
+// head g's row r at q[(g·seqlen_q + r)·padded(head_dim)] and likewise in dout
+// (padded(head_dim_v)). q null: no copies, the rows come from the tensors.
+struct PackedRows {
+  const float* q = nullptr;
+  const float* dout = nullptr;
+  int seqlen_q = 0;
+};
+
 // P = e^(x − lse) in place over a tile of lines × width scores S, with lse
 // per line (the key pass: lines are rows) or per lane (the query pass: lanes
 // are rows); score(s, line, lane0) first gives x from the scaled scores
@@ -169,15 +178,18 @@ inline void start_key_tile(const BwdParams& p, int b, const Sequence& seq, int h
 
 // Query rows [m0, m0 + rows) of head hq against the key tile at n0: dv and dk
 // gain their terms, and t.ds is left holding the block's dS (rows × kBlockN)
-// for a caller that also sums dq.
+// for a caller that also sums dq. Q and dO from `packed` where it holds them.
 template <typename Variant>
 void add_row_block(const BwdParams& p, const float* dots, int b, const Sequence& seq,
                    const RowMask& mask, int hq, const ScoreVariants& variants, int n0, int m0,
-                   int rows, const KeyTile& t) {
+                   int rows, const KeyTile& t, const PackedRows& packed = {}) {
   const int d = p.sizes.head_dim, dp = padded(d), q0 = int(seq.q_row0);
   const int d_v = p.sizes.head_dim_v, dp_v = padded(d_v);
-  const MatB q = rows_of(p, p.q, d, b, hq, q0 + m0, rows, t.q_tile);
-  const MatB dout = rows_of(p, p.grad.dout, d_v, b, hq, q0 + m0, rows, t.dout_tile);
+  const size_t packed_row = size_t(hq % p.sizes.group()) * packed.seqlen_q + m0;
+  const MatB q = packed.q ? MatB{packed.q + packed_row * dp, dp}
+                          : rows_of(p, p.q, d, b, hq, q0 + m0, rows, t.q_tile);
+  const MatB dout = packed.q ? MatB{packed.dout + packed_row * dp_v, dp_v}
+                             : rows_of(p, p.grad.dout, d_v, b, hq, q0 + m0, rows, t.dout_tile);
   const int64_t at = stats_row0(p, b, hq, seq) + m0;
   for (int r = 0; r < rows; ++r) {
     t.lse[r] = lse_offset(p, mask, at + r, m0 + r);

@@ -42,7 +42,7 @@ struct SplitChoice {
 // splits merged by the kernel. One block per SM streams a paged cache slower
 // (B8 × 8k keys in 2 clusters: 1.42× the contiguous time, against 1.04× with
 // 4 splits merged by the kernel; with each block's pages looked up a key
-// block ahead of its copies, still 1.45×): paged caches take no clusters. The
+// block ahead of its copies, 1.66–1.72×): paged caches take no clusters. The
 // cheapest count up to kMaxKeySplits is taken. (Costed by keys per split
 // alone, B1 × 8k keys took 32 splits and the merge kernel, 27.0 µs on the
 // H200, where 16 in clusters take 23.1.)

@@ -60,8 +60,10 @@ struct DecodeShape {
   using KVTile = SmemTile<kBlockN, kD>;
   static constexpr int kStageBytes = 2 * KVTile::kBytes;  // K then V
   // The warps' partial rows at the end (max, sum, kD accumulators each), in
-  // the stages' memory.
-  static constexpr int kMergeBytes = kWarps * kRows * (kD + 2) * 4;
+  // the stages' memory; accumulator rows kAccStride floats apart, so that the
+  // eight rows a warp stores at once fall in different banks.
+  static constexpr int kAccStride = kD + 8;
+  static constexpr int kMergeBytes = kWarps * kRows * (kAccStride + 2) * 4;
   // Split over a cluster: the block's finished rows (kD outputs each) and
   // their lse after them, read by the cluster's other blocks.
   static constexpr int kSplitRowsBytes = kRows * (kD + 1) * 4;
@@ -328,14 +330,20 @@ __device__ __forceinline__ void write_new_keys(const AttnParams& p, const Decode
   }
 }
 
-// Packed row r's output element col (and its lse, with col 0) into p.o.
+// Where packed row r of the block writes its output (head_dim elements) and
+// its lse (null where the call asks for none).
 template <typename T>
-__device__ __forceinline__ void store_output(const AttnParams& p, const DecodeBlock& blk, int r,
-                                             int col, float out, float lse) {
+struct OutputRow {
+  T* out;
+  float* lse;
+};
+template <typename T>
+__device__ __forceinline__ OutputRow<T> output_row(const AttnParams& p, const DecodeBlock& blk,
+                                                   int r) {
   const int group = p.sizes.group();
   const int packed = blk.row0 + r, i = packed / group, hq = blk.hk * group + packed % group;
-  static_cast<T*>(p.o.data)[row_offset(p.o, blk.b, i) + hq * p.o.head_stride + col] = from_float<T>(out);
-  if (col == 0 && p.softmax.lse) p.softmax.lse[stats_row0(p, blk.b, hq, blk.seq) + i] = lse;
+  return {static_cast<T*>(p.o.data) + row_offset(p.o, blk.b, i) + hq * p.o.head_stride,
+          p.softmax.lse ? p.softmax.lse + stats_row0(p, blk.b, hq, blk.seq) + i : nullptr};
 }
 
 // The splits of a tile as one cluster (KeySplit::in_cluster): once every
@@ -374,7 +382,9 @@ __device__ __forceinline__ void merge_in_cluster(const AttnParams& p, const Deco
       o = fmaf(weight, out[j], o);
     }
     const FinishedRow<float> merged = finish_row(lse_top, sum, lse_top == -INFINITY);
-    store_output<T>(p, blk, r, col, merged.out(o), merged.lse);
+    const OutputRow<T> to = output_row<T>(p, blk, r);
+    to.out[col] = from_float<T>(merged.out(o));
+    if (col == 0 && to.lse) *to.lse = merged.lse;
   }
   cluster.sync();
 #endif
@@ -507,6 +517,7 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   __syncthreads();  // every warp is done with the stages: they now hold the merge
 
   // Each warp's rows: max and sum per row, then kD accumulators per row.
+  constexpr int kAccStride = Shape::kAccStride;
   float* const warp_max = reinterpret_cast<float*>(stages);
   float* const warp_sum = warp_max + kWarps * kRows;
   float* const warp_acc = warp_sum + kWarps * kRows;
@@ -520,43 +531,73 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     }
 #pragma unroll
     for (int ot = 0; ot < kOT; ++ot)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        warp_acc[(warp * kRows + r) * kD + 8 * ot + 2 * t + e] = acc[0][ot][2 * h + e];
+      *reinterpret_cast<float2*>(&warp_acc[(warp * kRows + r) * kAccStride + 8 * ot + 2 * t]) =
+          make_float2(acc[0][ot][2 * h], acc[0][ot][2 * h + 1]);
   }
   __syncthreads();
 
-  float* const split_out = warp_acc + kWarps * kRows * kD;  // split over a cluster
+  // The warps' rows merged by their maxima: kRowThreads threads per row, each
+  // four columns in every kRowThreads·4, so that a row's sums, its mask and
+  // where it goes are worked out once per thread, not once per element.
+  constexpr int kRowThreads = kThreads / kRows, kColumnSteps = kD / (4 * kRowThreads);
+  float* const split_out = warp_acc + kWarps * kRows * kAccStride;  // split over a cluster
   float* const split_lse = split_out + kRows * kD;
-  for (int e = int(threadIdx.x); e < kRows * kD; e += kThreads) {
-    const int r = e / kD, col = e % kD;
-    if (r >= blk.rows || col >= s.head_dim) continue;
+  const int r = int(threadIdx.x) / kRowThreads, col0 = 4 * (int(threadIdx.x) % kRowThreads);
+  if (r < blk.rows) {
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_max[w * kRows + r]);
-    float l = 0.0f, o = 0.0f;
+    float weight[kWarps], l = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float f = fast_exp2((warp_max[w * kRows + r] - exponent_max(m)) * c);
-      l = fmaf(f, warp_sum[w * kRows + r], l);
-      o = fmaf(f, warp_acc[(w * kRows + r) * kD + col], o);
+      weight[w] = fast_exp2((warp_max[w * kRows + r] - exponent_max(m)) * c);
+      l = fmaf(weight[w], warp_sum[w * kRows + r], l);
     }
-    const int packed = blk.row0 + r, i = packed / group, hq = blk.hk * group + packed % group;
+    const int i = (blk.row0 + r) / group;
     const bool empty = !blk.mask.sees_keys_in(i, blk.key_lo, blk.key_hi);
     FinishedRow<float> row = finish_row(m * p.softmax.scale, l, empty);
     if (!valid) row = {false, NAN, NAN};
-    const float out = row.out(o);
+    // Where the row goes: the cluster's merge, the merge kernel's partials, or p.o.
+    float* partial = nullptr;
+    float* lse_to = nullptr;
+    OutputRow<T> to{nullptr, nullptr};
     if (split.in_cluster) {
-      split_out[r * kD + col] = out;
-      if (col == 0) split_lse[r] = row.lse;
+      partial = split_out + r * kD;
+      lse_to = split_lse + r;
     } else if (split.count > 1) {
+      const int hq = blk.hk * group + (blk.row0 + r) % group;
       const int64_t rows_all = int64_t(s.batch) * s.heads_q * s.seqlen_q;
       const int64_t at = int64_t(blockIdx.y) * rows_all + stats_row0(p, blk.b, hq, blk.seq) + i;
-      split.out[at * s.head_dim + col] = out;
-      if (col == 0) split.lse[at] = row.lse;
+      partial = split.out + at * s.head_dim;
+      lse_to = split.lse + at;
     } else {
-      store_output<T>(p, blk, r, col, out, row.lse);
+      to = output_row<T>(p, blk, r);
+      lse_to = to.lse;
     }
+    // A loop, not unrolled: a block runs this once, so straight code would only
+    // add instruction-cache misses (what the small steps wait on most).
+#pragma unroll 1
+    for (int step = 0; step < kColumnSteps; ++step) {
+      const int col = col0 + 4 * kRowThreads * step;
+      float o[4] = {};
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float* const from = &warp_acc[(w * kRows + r) * kAccStride + col];
+        const float4 a = *reinterpret_cast<const float4*>(from);
+        o[0] = fmaf(weight[w], a.x, o[0]);
+        o[1] = fmaf(weight[w], a.y, o[1]);
+        o[2] = fmaf(weight[w], a.z, o[2]);
+        o[3] = fmaf(weight[w], a.w, o[3]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (col + e >= s.head_dim) continue;
+        const float out = row.out(o[e]);
+        if (partial) partial[col + e] = out;
+        else to.out[col + e] = from_float<T>(out);
+      }
+    }
+    if (col0 == 0 && lse_to) *lse_to = row.lse;
   }
   if (split.in_cluster) merge_in_cluster<T, kD>(p, blk, split.count, split_out, split_lse);
 }

@@ -55,7 +55,7 @@ inline bool copies_pay(const BwdParams& p) {
 }
 
 // An item's copies of its group's Q and dO rows and its K rows, in `buffer`;
-// k null (and rows.q null) where they do not pay or would pass kMaxPackedBytes.
+// k null (and rows.q null) where they would pass kMaxPackedBytes.
 struct ItemCopies {
   PackedRows rows;
   const float* k = nullptr;
@@ -68,9 +68,7 @@ inline ItemCopies item_copies(AlignedBuffer& buffer, const BwdParams& p, int b,
   const size_t q_floats = size_t(group) * seq.seqlen_q * dp;
   const size_t dout_floats = size_t(group) * seq.seqlen_q * dp_v;
   const size_t k_floats = size_t(seq.seqlen_k) * dp;
-  if (!copies_pay(p) ||
-      std::max({q_floats, dout_floats, k_floats}) * sizeof(float) > kMaxPackedBytes)
-    return {};
+  if (std::max({q_floats, dout_floats, k_floats}) * sizeof(float) > kMaxPackedBytes) return {};
   float* q = buffer.reserve(q_floats + dout_floats + k_floats);
   float* dout = q + q_floats;
   float* k = dout + dout_floats;
@@ -85,9 +83,11 @@ inline ItemCopies item_copies(AlignedBuffer& buffer, const BwdParams& p, int b,
   return {{q, dout, seq.seqlen_q}, k};
 }
 
-// dq, dk and dv of kv head hk of sequence b and its group's query heads.
+// dq, dk and dv of kv head hk of sequence b and its group's query heads;
+// `copy`: the call's copies_pay.
 template <typename Variant>
-void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& seq, int hk) {
+void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& seq, int hk,
+                  bool copy) {
   const Sizes& sz = p.sizes;
   const int d = sz.head_dim, dp = padded(d), group = sz.group();
   const RowMask mask = row_mask(p, seq);
@@ -97,7 +97,7 @@ void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& 
   const size_t head_dq = size_t(seq.seqlen_q) * dp;
   float* dq = dq_buffer.reserve(group * head_dq);
   std::fill(dq, dq + group * head_dq, 0.0f);
-  const ItemCopies copies = item_copies(copies_buffer, p, b, seq, hk);
+  const ItemCopies copies = copy ? item_copies(copies_buffer, p, b, seq, hk) : ItemCopies{};
   for (int n0 = 0; n0 < seq.seqlen_k; n0 += kBlockN) {
     const int cols = std::min(kBlockN, seq.seqlen_k - n0);
     start_key_tile(p, b, seq, hk, n0, cols, t);
@@ -132,9 +132,10 @@ void kv_head_item(const BwdParams& p, const float* dots, int b, const Sequence& 
 template <typename Variant>
 void one_pass(const BwdParams& p, const float* dots) {
   const Sizes& sz = p.sizes;
+  const bool copy = copies_pay(p);
   parallel_for(int64_t(sz.batch) * sz.heads_kv, [&](int64_t item, int) {
     const int b = int(item / sz.heads_kv), hk = int(item % sz.heads_kv);
-    kv_head_item<Variant>(p, dots, b, sequence(p, b), hk);
+    kv_head_item<Variant>(p, dots, b, sequence(p, b), hk, copy);
   });
 }
 

@@ -39,8 +39,8 @@ struct ThreadCoord {
 };
 template <typename Shape>
 __device__ __forceinline__ ThreadCoord thread_coord() {
-  const int tid = thread_index();
-  return {tid % 32, tid / 32 * Shape::kWarpRows};
+  const unsigned tid = unsigned(thread_index());
+  return {int(tid % 32), int(tid / 32) * Shape::kWarpRows};
 }
 
 }  // namespace flashattn::cuda::sm80

@@ -33,7 +33,10 @@ struct TileShape {
   static_assert(kWarpRows % 16 == 0 && kBlockN % 16 == 0 && kDV % 16 == 0 && kDV <= kD);
 };
 
-// The calling thread's lane and the first tile row of its warp.
+// The calling thread's lane and the first tile row of its warp. Unsigned
+// arithmetic: thread_index() hides threadIdx's range, and a signed % 32 costs a
+// sign fix-up whose values the d128 key loop then kept live (a register and a
+// spill; docs/perf/cuda_mma.md, v3.12).
 struct ThreadCoord {
   int lane, warp_row0;
 };

@@ -1,5 +1,6 @@
 #include "grad_problem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -46,7 +47,8 @@ double norm(const std::vector<double>& x) {
 
 // baseline_error: the larger of standard attention's backward in the dtype (fp32
 // arithmetic for f32) and the exact gradient with what a flash backward inherits
-// from its forward, each against ref. fp32: within max(1e-5, 2·baseline) (where
+// from its forward (a modelled forward's output, and the backend's own forward's
+// where within two ulps of it: standard_backward.h), each against ref. fp32: within max(1e-5, 2·baseline) (where
 // the softmax is sharp, no fp32 computation reaches 1e-5); 16-bit: within
 // 2·baseline plus the output's own rounding. Both plus a floor of 2^-22 of the
 // terms' magnitude (magnitude_norm) relative to ‖ref‖: where the terms cancel
@@ -185,7 +187,7 @@ void GradProblem::run(Backend backend, bool deterministic) {
   if (device_.kind == DeviceKind::cuda) {
     device_synchronize(device_.index);
     Storage& st = *storage_;
-    for (Buffer* buf : {&st.dq, &st.dk, &st.dv}) buf->device.download(buf->host.data());
+    for (Buffer* buf : {&st.out, &st.dq, &st.dk, &st.dv}) buf->device.download(buf->host.data());
   }
 }
 
@@ -201,16 +203,18 @@ namespace {
 
 // The gradients of one problem the oracles compute on their own (the whole
 // dense batch, or one sequence of a packed batch as a dense batch of one):
-// the oracle, the harness's float64 standard backward and the two baselines.
+// the oracle, the harness's float64 standard backward and the three baselines.
 struct PartGradients {
-  HostGradients oracle, independent, standard, flash;
+  HostGradients oracle, independent, standard, flash, from_output;
 };
 
 // The part of case c whose inputs are q, k, v and dout (its values,
 // contiguous); sizes and mask are the part's own; `bias` the whole (dense)
-// case's, on the host (packed cases take none).
+// case's, on the host (packed cases take none); `out` the part's output as the
+// backend's forward stored it.
 PartGradients part_gradients(const Case& c, const float* slopes, const BiasBuffer& bias,
-                             Backend backend, Sizes sizes, const std::vector<float> (&x)[4]) {
+                             Backend backend, Sizes sizes, const std::vector<float> (&x)[4],
+                             const std::vector<float>& out) {
   const ScoreBias host_bias = bias.on(DeviceKind::cpu);
   const AttnParams shape = [&] {
     Params p;
@@ -262,6 +266,7 @@ PartGradients part_gradients(const Case& c, const float* slopes, const BiasBuffe
   }
   g.standard = standard_backward_in_dtype(host, c.dtype);
   g.flash = exact_backward_from_stored_output(host, c.dtype);
+  g.from_output = exact_backward_from_output(host, c.dtype, out);
   return g;
 }
 
@@ -298,26 +303,28 @@ GradAccuracy GradProblem::evaluate(Backend backend) {
                                      values(st.dout, case_.dtype, q0, ps.seqlen_q)};
     const Sizes sizes{ps.batch,   ps.seqlen_q, ps.seqlen_k,        ps.heads_q,
                       ps.heads_kv, ps.head_dim, value_head_dim(ps)};
-    const PartGradients g = part_gradients(part, slopes, st.bias, backend, sizes, x);
+    const PartGradients g = part_gradients(part, slopes, st.bias, backend, sizes, x,
+                                           values(st.out, case_.dtype, q0, ps.seqlen_q));
     append(all.oracle, g.oracle);
     append(all.independent, g.independent);
     append(all.standard, g.standard);
     append(all.flash, g.flash);
+    append(all.from_output, g.from_output);
   }
-  auto baseline = [&](const std::vector<double>& x, const std::vector<double>& y,
-                      const std::vector<double>& ref) {
-    return std::max(rel_error(x, ref), rel_error(y, ref));
+  auto baseline = [&](const std::vector<double>& standard, const std::vector<double>& flash,
+                      const std::vector<double>& from_output, const std::vector<double>& ref) {
+    return std::max({rel_error(standard, ref), rel_error(flash, ref), rel_error(from_output, ref)});
   };
   const HostGradients& oracle = all.oracle;
   GradAccuracy acc;
   acc.dq = score(values(st.dq, case_.dtype), oracle.dq,
-                 baseline(all.standard.dq, all.flash.dq, oracle.dq),
+                 baseline(all.standard.dq, all.flash.dq, all.from_output.dq, oracle.dq),
                  norm(all.independent.dq_mag), case_.dtype);
   acc.dk = score(values(st.dk, case_.dtype), oracle.dk,
-                 baseline(all.standard.dk, all.flash.dk, oracle.dk),
+                 baseline(all.standard.dk, all.flash.dk, all.from_output.dk, oracle.dk),
                  norm(all.independent.dk_mag), case_.dtype);
   acc.dv = score(values(st.dv, case_.dtype), oracle.dv,
-                 baseline(all.standard.dv, all.flash.dv, oracle.dv),
+                 baseline(all.standard.dv, all.flash.dv, all.from_output.dv, oracle.dv),
                  norm(all.independent.dv_mag), case_.dtype);
   return acc;
 }

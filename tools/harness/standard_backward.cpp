@@ -1,5 +1,6 @@
 #include "standard_backward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -10,12 +11,27 @@
 namespace flashattn::harness {
 namespace {
 
+// The output element D takes: the modelled one (`modelled`, before its rounding
+// to dtype) rounded, or the stored one where given and within two of dtype's
+// ulps of it, so that a wrong forward cannot widen the baseline it sets.
+double output_for_d(DType dtype, double modelled, const float* stored) {
+  const double rounded = round_to(dtype, float(modelled));
+  if (!stored) return rounded;
+  const int mantissa = dtype == DType::bf16 ? 7 : dtype == DType::f16 ? 10 : 23;
+  const double magnitude = std::max(std::fabs(modelled), 0x1p-100);
+  const double ulp = std::ldexp(1.0, std::ilogb(magnitude) - mantissa);
+  return std::fabs(*stored - modelled) <= 2 * ulp ? *stored : rounded;
+}
+
 // F: the arithmetic; round(x): what storing a product's result does. With
 // d_from_output, what a flash backward inherits from its forward is modelled
-// (standard_backward.h, exact_backward_from_stored_output).
+// (standard_backward.h, exact_backward_from_stored_output); with stored_out
+// too, D comes from that output instead of the modelled one
+// (exact_backward_from_output).
 template <typename F, typename Round>
 HostGradients standard_backward(const HostProblem& p, Round round,
-                                std::optional<DType> d_from_output = std::nullopt) {
+                                std::optional<DType> d_from_output = std::nullopt,
+                                const std::vector<float>* stored_out = nullptr) {
   const Sizes& s = p.sizes;
   const int d = s.head_dim, dv_cols = s.head_dim_v;
   // Offsets of a row of q's or out's shape (q, dq: cols d; dout: dv_cols) and
@@ -115,7 +131,9 @@ HostGradients standard_backward(const HostProblem& p, Round round,
           row_dot = 0;
           row_dot_abs = 0;
           for (int c = 0; c < dv_cols; ++c) {
-            const F o = F(round_to(*d_from_output, float(flash_out[c])));
+            const F o = F(output_for_d(*d_from_output, flash_out[c],
+                                       stored_out ? &(*stored_out)[at_q(b, i, hq, dv_cols) + c]
+                                                  : nullptr));
             row_dot += F(dout[c]) * o;
             row_dot_abs += std::fabs(double(dout[c]) * double(o));
           }
@@ -165,6 +183,11 @@ HostGradients standard_backward_in_dtype(const HostProblem& p, DType dtype) {
 
 HostGradients exact_backward_from_stored_output(const HostProblem& p, DType dtype) {
   return standard_backward<double>(p, [](double x) { return x; }, dtype);
+}
+
+HostGradients exact_backward_from_output(const HostProblem& p, DType dtype,
+                                         const std::vector<float>& out) {
+  return standard_backward<double>(p, [](double x) { return x; }, dtype, &out);
 }
 
 }  // namespace flashattn::harness

@@ -56,5 +56,15 @@ HostGradients standard_backward_in_dtype(const HostProblem& p, DType dtype);
 // Where the softmax is sharp, dP − D cancels and this error can exceed standard
 // attention's in the dtype, whose D (rowsum(dP∘P)) is consistent with its own P.
 HostGradients exact_backward_from_stored_output(const HostProblem& p, DType dtype);
+// As exact_backward_from_stored_output, with D = rowsum(dO∘O) from `out`, the
+// output a backend's forward stored (contiguous, its values in their dtype;
+// an element more than two ulps off the modelled O's is taken from the model):
+// what that backend's backward inherits. Its O rounds values a little off the
+// modelled one's, so which elements round up differs, and where the softmax is
+// sharp and a head has few rows, that one draw of D's rounding can set dS's
+// error at over twice the modelled draw's (one seed in about 150 of a one-row
+// bf16 case with a window, softcap and ALiBi).
+HostGradients exact_backward_from_output(const HostProblem& p, DType dtype,
+                                         const std::vector<float>& out);
 
 }  // namespace flashattn::harness

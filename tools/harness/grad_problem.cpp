@@ -48,11 +48,12 @@ double norm(const std::vector<double>& x) {
 // baseline_error: the larger of standard attention's backward in the dtype (fp32
 // arithmetic for f32) and the exact gradient with what a flash backward inherits
 // from its forward (a modelled forward's output, and the backend's own forward's
-// where within two ulps of it: standard_backward.h), each against ref. fp32: within max(1e-5, 2·baseline) (where
-// the softmax is sharp, no fp32 computation reaches 1e-5); 16-bit: within
-// 2·baseline plus the output's own rounding. Both plus a floor of 2^-22 of the
-// terms' magnitude (magnitude_norm) relative to ‖ref‖: where the terms cancel
-// to a gradient near 0, fp32 rounding of the terms is all any computation has.
+// where within two ulps of it: standard_backward.h), each against ref. fp32:
+// within max(1e-5, 2·baseline) (where the softmax is sharp, no fp32 computation
+// reaches 1e-5); 16-bit: within 2·baseline plus the output's own rounding.
+// Both plus a floor of 2^-22 of the terms' magnitude (magnitude_norm) relative
+// to ‖ref‖: where the terms cancel to a gradient near 0, fp32 rounding of the
+// terms is all any computation has.
 // The magnitude counts dS's terms before their own cancellation (dP and D as
 // Σ|dO·v| and Σ|dO·O|, standard_backward.cpp): with one key, P ≡ 1 and dS is
 // the rounding of dO·v − dO·O, which Σ|dO·v| sets, not |dP|.

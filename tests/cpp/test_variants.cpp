@@ -111,6 +111,10 @@ void add_bias_cases(std::vector<harness::Case>& cases) {
              BiasType::f32, {true, false}));
   cases.push_back(biased(make_case({1, 2, 3000, 2, 1, 128}, DType::bf16, Mask::none),
                          BiasType::boolean, {true, true}));
+  // cuda_mma's bias tiles at head dim 128 (64 rows a block): several row blocks,
+  // a ragged last one, and keys past a block's end.
+  cases.push_back(biased(make_case({2, 150, 190, 4, 2, 128}, DType::f16, Mask::causal_top_left),
+                         BiasType::f16));
   harness::Case negative = make_case({1, 65, 65, 2, 2, 32}, DType::f32, Mask::causal_top_left);
   negative.scale = -0.5f;
   cases.push_back(biased(negative, BiasType::boolean));

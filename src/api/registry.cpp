@@ -88,26 +88,14 @@ std::string head_dims_unsupported(const BackendInfo& info, const Sizes& s, bool 
 
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }
 
-// Whether cuda_wgmma would run packed batch p on its persistent kernel, which
-// can deadlock there (docs/perf/cuda_wgmma.md, "Open: a deadlock in packed
-// batches"): plain attention (no variant) at head dims up to 128 whose longest
-// sequence has at most 2048 keys, 4096 causal (sm90's use_persistent). Until
-// the fix has run on a GPU, the automatic choice takes cuda_mma for these.
-bool packed_on_persistent_wgmma(const AttnParams& p) {
-  constexpr int kMaxKeys = 2048, kMaxKeysCausal = 4096;
-  return !needs_any_variant(p) && p.sizes.widest_head_dim() <= 128 &&
-         p.sizes.seqlen_k <= (p.mask.bounded_above ? kMaxKeysCausal : kMaxKeys);
-}
-
 // A variable-length batch on the GPU: the backends that take one (their
 // table rows say). 16-bit: forward on wgmma where its rules hold (Hopper,
-// head_dim and strides, no bias or dropout) and its persistent kernel would
-// not run it, else, and backward, on mma.sync up to its head_dim limit;
-// cuda_tiled otherwise.
+// head_dim and strides, no bias or dropout), else, and backward, on mma.sync
+// up to its head_dim limit; cuda_tiled otherwise.
 Backend packed_backend(const AttnParams& p, bool backward) {
   if (p.dtype == DType::f32) return Backend::cuda_tiled;
   if (!backward && takes_head_dims(find_backend(Backend::cuda_wgmma)->info, p.sizes) &&
-      cuda::wgmma_unsupported(p).empty() && !packed_on_persistent_wgmma(p))
+      cuda::wgmma_unsupported(p).empty())
     return Backend::cuda_wgmma;
   const bool fits = takes_head_dims(find_backend(Backend::cuda_mma)->info, p.sizes, backward);
   return fits ? Backend::cuda_mma : Backend::cuda_tiled;

@@ -137,8 +137,9 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   };
   // Once the owed P·V is done: its V slot freed, its tile written with its
   // final row statistics.
-  const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2]) {
-    release_slot(&bar.v_empty[owed.stage()]);
+  const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2],
+                               bool free_slot = true) {
+    if (free_slot) release_slot(&bar.v_empty[owed.stage()]);
     RowMask owed_mask;
     epilogue<T, Tr, Variant::Score::kBias, kPacked>(
         p, owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), smem, acc, tile_max, tile_sum,
@@ -173,10 +174,15 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         issue_owed();
         wgmma_commit();
         turns.hand_over();
-        skip_values();  // before the epilogue: the producer refills the slot
         wgmma_wait<0>();
         fence_registers(acc);
-        retire_owed(row_max, row_sum);
+        // The owed V slot is freed before this block's V is waited for: a packed
+        // sequence's last V block is marked full only once the producer has
+        // issued the load after it (producer.cuh, SequenceEnd), which with two
+        // stages goes into the owed slot.
+        release_slot(&bar.v_empty[owed.stage()]);
+        skip_values();  // before the epilogue: the producer refills the slot
+        retire_owed(row_max, row_sum, false);
       } else {
         turns.hand_over();
         skip_values();

@@ -107,8 +107,11 @@ def measure(lengths, backward):
     dv = torch.randn_like(dk, requires_grad=backward)
     dense_work = dense_b * 4 * HEADS * mean_n * mean_n * HEAD_DIM / 2 * (3.5 if backward else 1.0)
 
-    def ours(backend=None):
-        return lambda: flashattn.varlen_attention(q, k, v, cu, cu, causal=True, backend=backend)
+    longest = max(lengths)
+
+    def ours(backend=None):  # called as FlashAttention's varlen function is, max_seqlen given
+        return lambda: flashattn.varlen_attention(q, k, v, cu, cu, longest, longest, causal=True,
+                                                  backend=backend)
     def dense(backend):
         return lambda: flashattn.attention(dq, dk, dv, causal=True, backend=backend)
     calls = {"flashattn varlen (auto)": (ours(), work, (q, k, v))}

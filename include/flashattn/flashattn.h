@@ -168,12 +168,19 @@ typedef struct {
   const int32_t* cu_seqlens_q;   /* NULL: a dense batch */
   const int32_t* cu_seqlens_k;
   int32_t batch;                 /* the number of sequences */
+  /* Since the second generation: FlashAttention's max_seqlen_q and max_seqlen_k,
+   * -1 (the default) when not given, else at least the longest sequence, checked
+   * on the library's own host copy of the prefix sums. */
+  int64_t max_seqlen_q;
+  int64_t max_seqlen_k;
 } flashattn_sequences;
 
 static inline flashattn_sequences flashattn_sequences_defaults(void) {
   flashattn_sequences s;
   memset(&s, 0, sizeof s);
   s.struct_size = (uint32_t)sizeof s;
+  s.max_seqlen_q = -1;
+  s.max_seqlen_k = -1;
   return s;
 }
 

@@ -121,11 +121,17 @@ struct Variants {
 // alignment and the window follow its own lengths, and its rows see only its
 // own keys. lse is then float32 (heads_q, total_q). The library reads the
 // prefix sums to check them (a copy to the host for CUDA tensors: the call
-// waits for the stream). Null cu_seqlens_q: a dense batch.
+// waits for the stream). Null cu_seqlens_q: a dense batch. max_seqlen_q and
+// max_seqlen_k are FlashAttention's arguments, optional: -1 (not given) or at
+// least the longest sequence. The library finds the maxima itself, so a smaller
+// value is a caller's mistake that it reports (checked on the same host copy, so
+// giving them costs nothing).
 struct Sequences {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   int batch = 0;
+  int64_t max_seqlen_q = -1;
+  int64_t max_seqlen_k = -1;
 };
 
 // A KV cache (forward only): the keys and values of Params are the cache, and

@@ -180,14 +180,17 @@ NO_VARIANTS = (-1, -1, 0.0, 0, NO_BIAS, NO_DROPOUT)
 
 
 class Sequences(ctypes.Structure):
-    """flashattn_sequences: a variable-length batch's int32 prefix sums (addresses) and its
-    number of sequences; a sized struct, as Variants."""
+    """flashattn_sequences: a variable-length batch's int32 prefix sums (addresses), its
+    number of sequences and, since the second generation, the caller's max_seqlen values
+    (-1: not given); a sized struct, as Variants."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("cu_seqlens_q", ctypes.c_void_p),
         ("cu_seqlens_k", ctypes.c_void_p),
         ("batch", ctypes.c_int32),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
     ]
 
 
@@ -282,10 +285,13 @@ def pack_variants(window_left, window_right, softcap, alibi_slopes, bias=NO_BIAS
                          *dropout)
 
 
-def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch):
+def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q=None, max_seqlen_k=None):
     """flashattn_sequences as bytes, struct_size set to its size; the prefix sums are
-    addresses."""
-    return SEQUENCES.pack(SEQUENCES.size, cu_seqlens_q, cu_seqlens_k, batch)
+    addresses, a max_seqlen of None is -1 (not given), one past int64 the largest int64 (a
+    sequence has fewer than 2^31 tokens, so either passes)."""
+    given = lambda x: -1 if x is None else min(x, 2**63 - 1)
+    return SEQUENCES.pack(SEQUENCES.size, cu_seqlens_q, cu_seqlens_k, batch, given(max_seqlen_q),
+                          given(max_seqlen_k))
 
 
 def pack_kv_cache(seqlens, k_new, v_new, block_table, pages_per_sequence, checked,

@@ -125,6 +125,26 @@ def knows_bias(lib):
     return status == _abi.ERR_INVALID_ARGUMENT and b"bias_type" in lib.flashattn_last_error()
 
 
+@functools.lru_cache(maxsize=None)
+def knows_max_seqlen(lib):
+    """Whether lib checks flashattn_sequences' max_seqlen values (their second generation)
+    on its own host copy of the prefix sums; for a library from before them, which ignores
+    the fields, the caller checks. Asked once per library by an empty packed call whose
+    max_seqlen_q is -2: a library that knows the field rejects it before any work; an older
+    one runs the empty call."""
+    if not _abi.has_forward_with(lib):
+        return False
+    empty = _abi.view(0, _abi.F32, (1, 0, 1, 1), (1, 1, 1, 1), _abi.CPU)
+    params = _abi.pack_params(empty, empty, empty, empty, 0, False, 0.0, _abi.MASKS["none"],
+                              _abi.AUTO, 0)
+    prefix_sums = (ctypes.c_int32 * 1)(0)
+    address = ctypes.addressof(prefix_sums)
+    kept, sequences = _abi.pointed(_abi.pack_sequences(address, address, 0, -2))
+    options = _abi.pack_forward_options(0, sequences)
+    status = lib.flashattn_forward_with(params, options)
+    return status == _abi.ERR_INVALID_ARGUMENT and b"max_seqlen_q" in lib.flashattn_last_error()
+
+
 def require_dropout(lib):
     """Raises UnsupportedError naming the library for a build from before dropout (which
     would ignore flashattn_variants.dropout_p and attend without)."""
@@ -178,14 +198,14 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
     (_options.backend_value); stream is a cudaStream_t address or None (the default stream);
     variants is None or (window_left, window_right, softcap, alibi_slopes address) and
     optionally an _abi.bias_view() tuple, as flashattn_variants holds them; sequences is
-    None (a dense batch) or (cu_seqlens_q address, cu_seqlens_k address, batch), as
-    flashattn_sequences holds them; kv_cache is None (k and v are no cache) or (seqlens
-    address, k_new view, v_new view, block_table address, pages_per_sequence, checked,
-    key_splits), as flashattn_kv_cache holds them; lib is a load() result, by default
-    library(). Calls flashattn_forward_with where lib has it;
-    an older build gets the call it has (flashattn_forward_variants, flashattn_forward), and
-    UnsupportedError for what it predates. Raises the _errors exception for a non-zero
-    status, with the library's message.
+    None (a dense batch) or (cu_seqlens_q address, cu_seqlens_k address, batch, max_seqlen_q,
+    max_seqlen_k), as flashattn_sequences holds them (a max_seqlen None: not given);
+    kv_cache is None (k and v are no cache) or (seqlens address, k_new view, v_new view,
+    block_table address, pages_per_sequence, checked, key_splits), as flashattn_kv_cache
+    holds them; lib is a load() result, by default library(). Calls flashattn_forward_with
+    where lib has it; an older build gets the call it has (flashattn_forward_variants,
+    flashattn_forward), and UnsupportedError for what it predates. Raises the _errors
+    exception for a non-zero status, with the library's message.
     """
     params = _abi.pack_params(q, k, v, out, lse or 0, scale is not None,
                               0.0 if scale is None else scale, _abi.MASKS[mask], backend,

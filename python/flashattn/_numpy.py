@@ -102,11 +102,13 @@ def prefix_sums(sequences):
                             f"must be a NumPy array (int32)")
     _sequences.require_prefix_sums(cu_seqlens_q, cu_seqlens_k, lambda cu: cu.dtype,
                                    lambda cu: cu.dtype == np.int32)
-    _sequences.require_longest("max_seqlen_q", max_seqlen_q, cu_seqlens_q, "cu_seqlens_q")
-    _sequences.require_longest("max_seqlen_k", max_seqlen_k, cu_seqlens_k, "cu_seqlens_k")
+    if not _library.knows_max_seqlen(_library.library()):
+        _sequences.require_longest("max_seqlen_q", max_seqlen_q, cu_seqlens_q, "cu_seqlens_q")
+        _sequences.require_longest("max_seqlen_k", max_seqlen_k, cu_seqlens_k, "cu_seqlens_k")
     kept = [np.require(cu, requirements=("C_CONTIGUOUS", "ALIGNED"))
             for cu in (cu_seqlens_q, cu_seqlens_k)]
-    return kept, (kept[0].ctypes.data, kept[1].ctypes.data, len(kept[0]) - 1)
+    return kept, (kept[0].ctypes.data, kept[1].ctypes.data, len(kept[0]) - 1, max_seqlen_q,
+                  max_seqlen_k)
 
 
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,

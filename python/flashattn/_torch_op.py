@@ -143,20 +143,24 @@ def op_dropout(dropout):
     return p, signed(seed), signed(offset)
 
 
-def sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-    """The flashattn_sequences values (prefix sums' addresses, batch) of a variable-length
-    batch, or None for a dense one (no prefix sums), and the contiguous prefix sums behind
-    the addresses, which must stay referenced until the call returns. A max_seqlen that is
-    given is checked against a host copy of its prefix sums: on CUDA that copy waits for the
-    stream, as the library's own read of them does."""
+def sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, lib):
+    """The flashattn_sequences values (prefix sums' addresses, batch, max_seqlen values) of
+    a variable-length batch, or None for a dense one (no prefix sums), and the contiguous
+    prefix sums behind the addresses, which must stay referenced until the call returns.
+    The library checks a max_seqlen that is given on its own host copy of the prefix sums;
+    for a library from before that (lib, a _library.load() result or None: the package's),
+    it is checked here on a copy of ours, which on CUDA waits for the stream."""
     if cu_seqlens_q is None and cu_seqlens_k is None:
         return None, ()
     kept = tuple(cu.contiguous() for cu in (cu_seqlens_q, cu_seqlens_k))
-    for name, max_seqlen, cu, cu_name in (("max_seqlen_q", max_seqlen_q, kept[0], "cu_seqlens_q"),
-                                          ("max_seqlen_k", max_seqlen_k, kept[1], "cu_seqlens_k")):
-        if max_seqlen is not None:
-            _sequences.require_longest(name, max_seqlen, cu.cpu().numpy(), cu_name)
-    return (kept[0].data_ptr(), kept[1].data_ptr(), kept[0].shape[0] - 1), kept
+    if not _library.knows_max_seqlen(lib or _library.library()):
+        for name, max_seqlen, cu, cu_name in (
+                ("max_seqlen_q", max_seqlen_q, kept[0], "cu_seqlens_q"),
+                ("max_seqlen_k", max_seqlen_k, kept[1], "cu_seqlens_k")):
+            if max_seqlen is not None:
+                _sequences.require_longest(name, max_seqlen, cu.cpu().numpy(), cu_name)
+    return (kept[0].data_ptr(), kept[1].data_ptr(), kept[0].shape[0] - 1, max_seqlen_q,
+            max_seqlen_k), kept
 
 
 def seqlen_first(sizes, heads_first):
@@ -228,7 +232,7 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
                                       attn_mask, geometry, dropout_p, dropout_seed,
                                       dropout_offset)
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                             max_seqlen_k)
+                                             max_seqlen_k, lib)
     (q, qv), (k, kv), (v, vv) = [kernel_tensor(t, heads_first) for t in (q, k, v)]
     q_shape = qv[2:6]  # (batch, seqlen_q, heads_q, head_dim)
     out_shape = _layout.out_shape(q_shape, vv[2:6])  # v's head_dim
@@ -329,7 +333,7 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
             f"lse: device is {lse.device}, must be q's device ({q.device})")
     lse = lse.contiguous()
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                             max_seqlen_k)
+                                             max_seqlen_k, lib)
     # The inputs, the slopes, the prefix sums and the mask stay referenced until the call
     # returns (see run()).
     views = [kernel_tensor(t) for t in (q, k, v, out, dout)]

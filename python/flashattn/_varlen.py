@@ -28,8 +28,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     and window_size follow its own lengths (bottom_right: key j <= i + seqlen_k - seqlen_q
     of that sequence). max_seqlen_q, max_seqlen_k: FlashAttention's arguments, optional here
     (the library finds the longest sequences itself); given, each must be at least its
-    longest sequence (checked on a host copy of the prefix sums: on CUDA that waits for the
-    current stream).
+    longest sequence, which the library checks on the host copy of the prefix sums it makes
+    anyway (on CUDA that copy waits for the current stream, given or not).
 
     Every keyword is flashattn.attention's, with its meaning per sequence (FlashAttention's
     softmax_scale is scale, its return_attn_probs has no counterpart: return_lse gives the

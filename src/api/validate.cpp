@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -199,6 +200,9 @@ void check_packing(const Sequences& s, const Named& q) {
           " (a variable-length batch needs both)");
   require(s.batch >= 0 && s.batch < INT_MAX, "sequences.batch: is ", s.batch,
           ", must be >= 0 and < ", INT_MAX);
+  for (const auto& [name, given] : {std::pair{"sequences.max_seqlen_q", s.max_seqlen_q},
+                                    std::pair{"sequences.max_seqlen_k", s.max_seqlen_k}})
+    require(given >= -1, name, ": is ", given, ", must be >= 0, or -1 (not given)");
   require(q.t.shape[0] == 1, "q: batch is ", q.t.shape[0],
           "; a variable-length batch packs its sequences along seqlen, in batch 1");
 }
@@ -267,20 +271,25 @@ ByteRange lse_range(const void* lse, const AttnParams& p) {
   return {first, first + uintptr_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float)};
 }
 
-// The prefix sums `name` (batch + 1 entries): 0 first, nondecreasing, `total`
-// last; returns the longest sequence.
+// The prefix sums sequences.`name` (batch + 1 entries): 0 first, nondecreasing,
+// `total` last; returns the longest sequence, which the caller's max_seqlen
+// (`given`, -1: not given) must reach.
 int check_prefix_sums(const char* name, const std::vector<int32_t>& cu, int64_t total,
-                      const char* tensor) {
-  require(cu[0] == 0, name, ": entry 0 is ", cu[0], ", must be 0");
-  int longest = 0;
+                      const char* tensor, const char* max_name, int64_t given) {
+  require(cu[0] == 0, "sequences.", name, ": entry 0 is ", cu[0], ", must be 0");
+  size_t longest = 0;
   for (size_t b = 1; b < cu.size(); ++b) {
-    require(cu[b] >= cu[b - 1], name, ": entry ", b, " (", cu[b], ") is less than entry ", b - 1,
-            " (", cu[b - 1], "); prefix sums must be nondecreasing");
-    longest = std::max(longest, cu[b] - cu[b - 1]);
+    require(cu[b] >= cu[b - 1], "sequences.", name, ": entry ", b, " (", cu[b],
+            ") is less than entry ", b - 1, " (", cu[b - 1], "); prefix sums must be nondecreasing");
+    if (cu[b] - cu[b - 1] > cu[longest + 1] - cu[longest]) longest = b - 1;
   }
-  require(cu.back() == total, name, ": last entry is ", cu.back(), ", must equal ", tensor,
-          "'s seqlen (", total, "), the tokens of every sequence");
-  return longest;
+  require(cu.back() == total, "sequences.", name, ": last entry is ", cu.back(), ", must equal ",
+          tensor, "'s seqlen (", total, "), the tokens of every sequence");
+  const int length = cu.size() > 1 ? cu[longest + 1] - cu[longest] : 0;
+  require(given < 0 || given >= length, "sequences.", max_name, ": is ", given,
+          ", less than the longest sequence in ", name, " (sequence ", longest, ": ", length,
+          " = ", name, "[", longest + 1, "] - ", name, "[", longest, "])");
+  return length;
 }
 
 }  // namespace
@@ -390,8 +399,8 @@ void read_sequences(AttnParams& a, const Sequences& s, DeviceKind device) {
     std::copy(s.cu_seqlens_k, s.cu_seqlens_k + cu_k.size(), cu_k.begin());
   }
   const SequenceLengths longest{
-      check_prefix_sums("sequences.cu_seqlens_q", cu_q, a.seqs.total_q, "q"),
-      check_prefix_sums("sequences.cu_seqlens_k", cu_k, a.seqs.total_k, "k")};
+      check_prefix_sums("cu_seqlens_q", cu_q, a.seqs.total_q, "q", "max_seqlen_q", s.max_seqlen_q),
+      check_prefix_sums("cu_seqlens_k", cu_k, a.seqs.total_k, "k", "max_seqlen_k", s.max_seqlen_k)};
   a.sizes.seqlen_q = longest.seqlen_q;
   a.sizes.seqlen_k = longest.seqlen_k;
   a.mask = resolve(a.rule, longest);

@@ -478,6 +478,51 @@ TEST(CApiVariants, SecondGenerationMeansNoDropout) {
   EXPECT_NE(std::memcmp(third.out.data(), old.out.data(), third.out.size() * sizeof(float)), 0);
 }
 
+// flashattn_sequences: a caller built against the first-generation header passes
+// a struct that ends at batch, so it gives no max_seqlen values, whatever lies
+// past its struct_size; from the second, one at or above the longest sequence
+// changes nothing and one below it is rejected, writing nothing. q and out
+// (1, 10, 4, 8) and k, v (1, 14, 2, 8) in Tensors' buffers: two sequences.
+TEST(CApiSequences, MaxSeqlenFromTheSecondGeneration) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(replay_hint(seed));
+  const int32_t cu_q[] = {0, 3, 10}, cu_k[] = {0, 9, 14};
+  constexpr uint32_t kFirstGeneration = offsetof(flashattn_sequences, batch) + sizeof(int32_t);
+  const auto run = [&](Tensors& t, int64_t max_seqlen_q, uint32_t struct_size) {
+    flashattn_params p = flashattn_default_params(
+        flashattn_contiguous(t.q.data(), FLASHATTN_F32, 1, 10, 4, 8, FLASHATTN_CPU, 0),
+        flashattn_contiguous(t.k.data(), FLASHATTN_F32, 1, 14, 2, 8, FLASHATTN_CPU, 0),
+        flashattn_contiguous(t.v.data(), FLASHATTN_F32, 1, 14, 2, 8, FLASHATTN_CPU, 0),
+        flashattn_contiguous(t.out.data(), FLASHATTN_F32, 1, 10, 4, 8, FLASHATTN_CPU, 0));
+    p.lse = t.lse.data();
+    flashattn_sequences s = flashattn_sequences_defaults();
+    s.cu_seqlens_q = cu_q;
+    s.cu_seqlens_k = cu_k;
+    s.batch = 2;
+    s.max_seqlen_q = max_seqlen_q;
+    s.struct_size = struct_size;
+    flashattn_forward_options options = flashattn_forward_options_defaults();
+    options.sequences = &s;
+    return flashattn_forward_with(&p, &options);
+  };
+  EXPECT_EQ(flashattn_sequences_defaults().max_seqlen_q, -1);
+  EXPECT_EQ(flashattn_sequences_defaults().max_seqlen_k, -1);
+  Tensors plain(DType::f32, seed), given(DType::f32, seed), first(DType::f32, seed),
+      short_of(DType::f32, seed);
+  ASSERT_EQ(run(plain, -1, sizeof(flashattn_sequences)), FLASHATTN_OK) << flashattn_last_error();
+  ASSERT_EQ(run(given, 7, sizeof(flashattn_sequences)), FLASHATTN_OK) << flashattn_last_error();
+  ASSERT_EQ(run(first, 0, kFirstGeneration), FLASHATTN_OK) << flashattn_last_error();
+  for (const Tensors* t : {&given, &first}) {
+    EXPECT_EQ(std::memcmp(t->out.data(), plain.out.data(), plain.out.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(t->lse.data(), plain.lse.data(), plain.lse.size() * sizeof(float)), 0);
+  }
+  EXPECT_EQ(run(short_of, 6, sizeof(flashattn_sequences)), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(flashattn_last_error(),
+              HasSubstr("sequences.max_seqlen_q: is 6, less than the longest sequence in "
+                        "cu_seqlens_q (sequence 1: 7 = cu_seqlens_q[2] - cu_seqlens_q[1])"));
+  short_of.expect_untouched();
+}
+
 TEST(CApi, NullParamsIsAnInvalidArgument) {
   EXPECT_EQ(flashattn_forward(nullptr), FLASHATTN_ERR_INVALID_ARGUMENT);
   EXPECT_THAT(flashattn_last_error(), HasSubstr("params: pointer is null"));

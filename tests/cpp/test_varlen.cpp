@@ -287,13 +287,14 @@ std::vector<Backend> refusing_backends() {
 INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenRefused, testing::ValuesIn(refusing_backends()),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
-// Bad prefix sums, on the CPU: each error names the argument and the rule,
-// and neither out nor lse is written.
+// Bad prefix sums or max_seqlen values, on the CPU: each error names the
+// argument and the rule, and neither out nor lse is written.
 struct BadSequences {
   std::string name;
   std::vector<int32_t> cu_q, cu_k;
   int batch;
   std::string message;
+  int64_t max_seqlen_q = -1, max_seqlen_k = -1;
 };
 
 class VarlenValidation : public testing::TestWithParam<BadSequences> {};
@@ -310,7 +311,8 @@ TEST_P(VarlenValidation, RejectsAndWritesNothing) {
   p.out = contiguous_view(out.data(), DType::f32, 1, kTotalQ, kHeads, kDim);
   p.lse = lse.data();
   p.sequences = {bad.cu_q.empty() ? nullptr : bad.cu_q.data(),
-                 bad.cu_k.empty() ? nullptr : bad.cu_k.data(), bad.batch};
+                 bad.cu_k.empty() ? nullptr : bad.cu_k.data(), bad.batch, bad.max_seqlen_q,
+                 bad.max_seqlen_k};
   expect_forward_rejected(p, bad.message);
   for (float x : out) ASSERT_EQ(x, -7.0f);
   for (float x : lse) ASSERT_EQ(x, -7.0f);
@@ -329,7 +331,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadSequences{"short_of_total", {0, 4, 9}, {0, 6, 12}, 2,
                      "sequences.cu_seqlens_q: last entry is 9, must equal q's seqlen (10)"},
         BadSequences{"past_total", {0, 4, 10}, {0, 6, 13}, 2,
-                     "sequences.cu_seqlens_k: last entry is 13, must equal k's seqlen (12)"}),
+                     "sequences.cu_seqlens_k: last entry is 13, must equal k's seqlen (12)"},
+        BadSequences{"max_seqlen_q_short", {0, 4, 10}, {0, 6, 12}, 2,
+                     "sequences.max_seqlen_q: is 5, less than the longest sequence in "
+                     "cu_seqlens_q (sequence 1: 6 = cu_seqlens_q[2] - cu_seqlens_q[1])",
+                     5},
+        BadSequences{"max_seqlen_k_short", {0, 4, 10}, {0, 6, 12}, 2,
+                     "sequences.max_seqlen_k: is 0, less than the longest sequence in "
+                     "cu_seqlens_k (sequence 0: 6 = cu_seqlens_k[1] - cu_seqlens_k[0])",
+                     -1, 0},
+        BadSequences{"max_seqlen_below_minus_one", {0, 4, 10}, {0, 6, 12}, 2,
+                     "sequences.max_seqlen_k: is -2, must be >= 0, or -1 (not given)", 6, -2}),
     [](const auto& info) { return info.param.name; });
 
 // The tensors of a packed batch have batch 1.

@@ -54,8 +54,10 @@ def test_packed_option_structs_read_back_through_the_ctypes_layout():
     packed = _abi.pack_sequences(0x1000, 0x2000, 7)
     sequences = _abi.Sequences.from_buffer_copy(packed)
     assert sequences.struct_size == ctypes.sizeof(_abi.Sequences) == len(packed)
-    assert (sequences.cu_seqlens_q, sequences.cu_seqlens_k, sequences.batch) == (0x1000,
-                                                                                 0x2000, 7)
+    assert (sequences.cu_seqlens_q, sequences.cu_seqlens_k, sequences.batch,
+            sequences.max_seqlen_q, sequences.max_seqlen_k) == (0x1000, 0x2000, 7, -1, -1)
+    sequences = _abi.Sequences.from_buffer_copy(_abi.pack_sequences(0x1000, 0x2000, 7, 2**40, 0))
+    assert (sequences.max_seqlen_q, sequences.max_seqlen_k) == (2**40, 0)
     packed = _abi.pack_forward_options(0x3000, 0)
     options = _abi.ForwardOptions.from_buffer_copy(packed)
     assert options.struct_size == ctypes.sizeof(_abi.ForwardOptions) == len(packed)

@@ -4,7 +4,6 @@ the other variants' in test_variants.py): the reference's own rule, the
 rows a mask leaves without keys, broadcast and strided masks read in place, the C ABI's
 bias fields, and the errors. test_torch_bias.py covers torch tensors and flashattn.sdpa,
 test_torch_cuda_bias.py the GPU."""
-import ctypes
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import pytest
 import flashattn
 from flashattn import _abi, _layout, _library, _numpy
 from attention_reference import reference_attention, rel_l2
+from older_library import OlderOptionLibrary
 from variant_cases import (BATCH, HEADS_Q, LONG_MASK_CASE_IDS, LONG_MASK_CASES, MASK_CASE_IDS,
                            MASK_CASES, MaskSpec, mask_array, numpy_case, problem)
 
@@ -133,25 +133,9 @@ def test_packed_bias_reads_back_through_the_ctypes_layout():
     assert (without.bias, without.bias_type) == (None, _abi.BIAS_F32)
 
 
-class PreBiasLibrary:
-    """A build from before the bias, as ctypes sees it: it reads flashattn_variants only up
-    to alibi_slopes (modelled by shrinking the struct_size the caller set)."""
-
-    def __init__(self, lib):
-        for name in ("flashattn_forward", "flashattn_last_error", "flashattn_forward_variants"):
-            setattr(self, name, getattr(lib, name))
-        self._lib = lib
-
-    def flashattn_forward_with(self, params, options):
-        offset = _abi.ForwardOptions.variants.offset
-        address = options and int.from_bytes(options[offset:offset + 8], "little")
-        if address:
-            ctypes.c_uint32.from_address(address).value = _abi.Variants.bias.offset
-        return self._lib.flashattn_forward_with(params, options)
-
-
 def test_a_library_without_the_bias_refuses_it_and_still_runs_the_other_variants():
-    old = PreBiasLibrary(_library.library())
+    # A build from before the bias reads flashattn_variants only up to alibi_slopes.
+    old = OlderOptionLibrary(_library.library(), "variants", _abi.Variants, "bias")
     assert _library.knows_bias(_library.library()) and not _library.knows_bias(old)
     q, k, v, _ = problem(5, 5, seed=12)
     mask = np.ones((5, 5), bool)

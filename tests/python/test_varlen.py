@@ -1,7 +1,8 @@
 """Variable-length (packed) batches through flashattn.varlen_attention and
 varlen_attention_backward on NumPy arrays, on the CPU backends: each sequence against
 flashattn.attention run on it alone and against the float64 reference, sequences without
-queries or keys, the arguments' errors, and a library from before packed batches.
+queries or keys, the arguments' errors, and libraries from before packed batches and
+before the max_seqlen fields.
 test_torch_varlen.py and test_torch_cuda_varlen.py cover PyTorch."""
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import flashattn
 from flashattn import _abi, _layout, _library
 from attention_reference import (assert_lse_close, plain_attention_backward,
                                  reference_attention, rel_l2)
+from older_library import OlderOptionLibrary
 from variant_cases import options_with_slopes
 from varlen_cases import CASE_IDS, CASES, LENGTHS, packed_problem, per_sequence, prefix_sums
 
@@ -121,6 +123,22 @@ def test_max_seqlen_at_or_above_the_longest_and_strided_prefix_sums():
     strided_q, strided_k = (np.repeat(cu, 2)[::2] for cu in (cu_q, cu_k))
     np.testing.assert_array_equal(
         flashattn.varlen_attention(q, k, v, strided_q, strided_k, causal=True), expected)
+
+
+def test_max_seqlen_is_checked_by_the_library_or_else_by_the_package(monkeypatch):
+    q, k, v, _, cu_q, cu_k, _ = numpy_case(CASES[0])
+    short = r"max_seqlen_q: is 11, less than the longest sequence in cu_seqlens_q \(sequence 5: 12"
+    with pytest.raises(ValueError, match="^sequences." + short):  # the library's own check
+        flashattn.varlen_attention(q, k, v, cu_q, cu_k, max_seqlen_q=11)
+    # A build from before the max_seqlen fields reads flashattn_sequences up to batch.
+    old = OlderOptionLibrary(_library.library(), "sequences", _abi.Sequences, "max_seqlen_q")
+    assert _library.knows_max_seqlen(_library.library()) and not _library.knows_max_seqlen(old)
+    expected = flashattn.varlen_attention(q, k, v, cu_q, cu_k, 12, 15, causal=True)
+    monkeypatch.setattr(_library, "library", lambda: old)
+    np.testing.assert_array_equal(
+        flashattn.varlen_attention(q, k, v, cu_q, cu_k, 12, 15, causal=True), expected)
+    with pytest.raises(ValueError, match="^" + short):
+        flashattn.varlen_attention(q, k, v, cu_q, cu_k, max_seqlen_q=11)
 
 
 def changed(cu_seqlens, index, delta):

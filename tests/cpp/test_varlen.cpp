@@ -74,12 +74,14 @@ std::vector<harness::Case> gpu_varlen_cases() {
       cases.push_back(packed({0, 0, 0, 2, 2, 64}, dtype, mask, many, true));
     }
   // More tiles than SMs, so that persistent blocks take a tile after one with
-  // keys: each tile's second 64 rows lie past its sequence's, and its first key
-  // block runs past the sequence's end (cuda_wgmma's d128 kernel deadlocked
-  // there while the first warpgroup still owed the last tile's P·V).
-  for (DType dtype : kDtypes)
-    cases.push_back(packed({0, 0, 0, 4, 2, 128}, dtype, Mask::none,
-                           std::vector<SequenceLengths>(80, SequenceLengths{40, 100})));
+  // keys: each tile's rows past the first 64 lie past its sequence's, and its
+  // first key block runs past the sequence's end (cuda_wgmma's d128 kernel
+  // deadlocked there while the first warpgroup still owed the last tile's P·V;
+  // at d64, three warpgroups, two of them without rows).
+  for (int head_dim : {64, 128})
+    for (DType dtype : kDtypes)
+      cases.push_back(packed({0, 0, 0, 4, 2, head_dim}, dtype, Mask::none,
+                             std::vector<SequenceLengths>(80, SequenceLengths{40, 100})));
   for (DType dtype : kDtypes) {
     harness::Case windowed =
         packed({0, 0, 0, 2, 1, 128}, dtype, Mask::causal_bottom_right, {{700, 900}, {900, 700}});

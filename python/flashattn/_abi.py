@@ -287,8 +287,8 @@ def pack_variants(window_left, window_right, softcap, alibi_slopes, bias=NO_BIAS
 
 def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q=None, max_seqlen_k=None):
     """flashattn_sequences as bytes, struct_size set to its size; the prefix sums are
-    addresses, a max_seqlen of None is -1 (not given), one past int64 the largest int64 (a
-    sequence has fewer than 2^31 tokens, so either passes)."""
+    addresses; a max_seqlen of None is -1 (not given), and one beyond int64 is passed as
+    int64's largest (a sequence has fewer than 2^31 tokens, so both pass the check)."""
     given = lambda x: -1 if x is None else min(x, 2**63 - 1)
     return SEQUENCES.pack(SEQUENCES.size, cu_seqlens_q, cu_seqlens_k, batch, given(max_seqlen_q),
                           given(max_seqlen_k))

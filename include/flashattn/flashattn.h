@@ -173,6 +173,12 @@ typedef struct {
    * on the library's own host copy of the prefix sums. */
   int64_t max_seqlen_q;
   int64_t max_seqlen_k;
+  /* Since the third generation: nonzero (the default) checks the prefix sums on
+   * the host (for CUDA tensors the call waits for the stream); 0, for CUDA
+   * tensors, checks them on the device without waiting: max_seqlen_q and
+   * max_seqlen_k are then required, and prefix sums that break a rule give NaN
+   * in every element of the outputs (flashattn::Sequences says the rules). */
+  int32_t checked;
 } flashattn_sequences;
 
 static inline flashattn_sequences flashattn_sequences_defaults(void) {
@@ -181,6 +187,7 @@ static inline flashattn_sequences flashattn_sequences_defaults(void) {
   s.struct_size = (uint32_t)sizeof s;
   s.max_seqlen_q = -1;
   s.max_seqlen_k = -1;
+  s.checked = 1;
   return s;
 }
 

@@ -119,19 +119,27 @@ struct Variants {
 // entries, on the tensors' device, starting at 0, nondecreasing, ending at
 // total_q and total_k. Each sequence is its own attention problem: the mask's
 // alignment and the window follow its own lengths, and its rows see only its
-// own keys. lse is then float32 (heads_q, total_q). The library reads the
-// prefix sums to check them (a copy to the host for CUDA tensors: the call
-// waits for the stream). Null cu_seqlens_q: a dense batch. max_seqlen_q and
-// max_seqlen_k are FlashAttention's arguments, optional: -1 (not given) or at
-// least the longest sequence. The library finds the maxima itself, so a smaller
-// value is a caller's mistake that it reports (checked on the same host copy, so
-// giving them costs nothing).
+// own keys. lse is then float32 (heads_q, total_q). Null cu_seqlens_q: a dense
+// batch. max_seqlen_q and max_seqlen_k are FlashAttention's arguments: -1 (not
+// given) or at least the longest sequence.
+//   - checked (the default): the library reads the prefix sums to check them (a
+//     copy to the host for CUDA tensors: the call waits for the stream) and
+//     finds the maxima itself, so max_seqlen is optional and a smaller value is a
+//     caller's mistake that it reports (on the same host copy, at no cost);
+//   - unchecked (CUDA tensors): nothing waits, so a packed call can be captured
+//     in a CUDA graph. max_seqlen_q and max_seqlen_k must be given (the grids are
+//     sized by them), and the prefix sums are checked on the device before any
+//     kernel reads them: where they break a rule (0 first, nondecreasing, the
+//     totals last, no sequence longer than its max_seqlen), every element of out
+//     and lse (a backward's dq, dk and dv) is NaN, and nothing outside the
+//     tensors is read or written. Host tensors are always checked.
 struct Sequences {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   int batch = 0;
   int64_t max_seqlen_q = -1;
   int64_t max_seqlen_k = -1;
+  bool checked = true;
 };
 
 // A KV cache (forward only): the keys and values of Params are the cache, and

@@ -181,8 +181,9 @@ NO_VARIANTS = (-1, -1, 0.0, 0, NO_BIAS, NO_DROPOUT)
 
 class Sequences(ctypes.Structure):
     """flashattn_sequences: a variable-length batch's int32 prefix sums (addresses), its
-    number of sequences and, since the second generation, the caller's max_seqlen values
-    (-1: not given); a sized struct, as Variants."""
+    number of sequences, since the second generation the caller's max_seqlen values (-1:
+    not given) and since the third whether the library checks the prefix sums on the host
+    (0: on the device, without waiting); a sized struct, as Variants."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -191,6 +192,7 @@ class Sequences(ctypes.Structure):
         ("batch", ctypes.c_int32),
         ("max_seqlen_q", ctypes.c_int64),
         ("max_seqlen_k", ctypes.c_int64),
+        ("checked", ctypes.c_int32),
     ]
 
 
@@ -285,13 +287,14 @@ def pack_variants(window_left, window_right, softcap, alibi_slopes, bias=NO_BIAS
                          *dropout)
 
 
-def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q=None, max_seqlen_k=None):
+def pack_sequences(cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q=None, max_seqlen_k=None,
+                   checked=True):
     """flashattn_sequences as bytes, struct_size set to its size; the prefix sums are
     addresses; a max_seqlen of None is -1 (not given), and one beyond int64 is passed as
     int64's largest (a sequence has fewer than 2^31 tokens, so both pass the check)."""
     given = lambda x: -1 if x is None else min(x, 2**63 - 1)
     return SEQUENCES.pack(SEQUENCES.size, cu_seqlens_q, cu_seqlens_k, batch, given(max_seqlen_q),
-                          given(max_seqlen_k))
+                          given(max_seqlen_k), int(bool(checked)))
 
 
 def pack_kv_cache(seqlens, k_new, v_new, block_table, pages_per_sequence, checked,

@@ -199,7 +199,8 @@ def forward(q, k, v, out, *, lse=None, scale=None, mask="none", backend=_abi.AUT
     variants is None or (window_left, window_right, softcap, alibi_slopes address) and
     optionally an _abi.bias_view() tuple, as flashattn_variants holds them; sequences is
     None (a dense batch) or (cu_seqlens_q address, cu_seqlens_k address, batch, max_seqlen_q,
-    max_seqlen_k), as flashattn_sequences holds them (a max_seqlen None: not given);
+    max_seqlen_k[, checked]), as flashattn_sequences holds them (a max_seqlen None: not
+    given; checked True by default, and a library before the field checks on the host);
     kv_cache is None (k and v are no cache) or (seqlens address, k_new view, v_new view,
     block_table address, pages_per_sequence, checked, key_splits), as flashattn_kv_cache
     holds them; lib is a load() result, by default library(). Calls flashattn_forward_with

@@ -91,11 +91,13 @@ def prefix_sums(sequences):
     """A variable-length batch's prefix sums as the library reads them, and the
     flashattn_sequences values over them; (None, None) for a dense batch (sequences None).
 
-    sequences: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), the max_seqlen
-    values already ints or None (_sequences.max_seqlen_value). A strided array is copied."""
+    sequences: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked), the
+    max_seqlen values already ints or None (_sequences.max_seqlen_value). Host arrays are
+    always checked (reading them waits for nothing), so checked is not passed on. A strided
+    array is copied."""
     if sequences is None:
         return None, None
-    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = sequences
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, _ = sequences
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, np.ndarray):
             raise TypeError(f"{name}: is a {_options.type_name(cu)}; with NumPy inputs it "
@@ -116,8 +118,8 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
               dropout=None):
     """out (and lse, else None) for NumPy q, k, v; see flashattn.attention. out has q's shape
     but v's head_dim. sequences: None (dense) or a variable-length batch's (cu_seqlens_q,
-    cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k, v then (1, total, heads, head_dim) (see
-    flashattn.varlen_attention)."""
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked), q, k, v then (1, total, heads,
+    head_dim) (see flashattn.varlen_attention)."""
     mask = _options.mask_name(causal, causal_alignment)
     backend = _options.backend_value(backend)
     # The arrays stay referenced until the call returns: the views hold bare addresses.

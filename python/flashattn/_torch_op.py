@@ -143,24 +143,25 @@ def op_dropout(dropout):
     return p, signed(seed), signed(offset)
 
 
-def sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, lib):
-    """The flashattn_sequences values (prefix sums' addresses, batch, max_seqlen values) of
-    a variable-length batch, or None for a dense one (no prefix sums), and the contiguous
-    prefix sums behind the addresses, which must stay referenced until the call returns.
-    The library checks a max_seqlen that is given on its own host copy of the prefix sums;
-    for a library from before that (lib, a _library.load() result or None: the package's),
-    it is checked here on a copy of ours, which on CUDA waits for the stream."""
+def sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, lib, checked=True):
+    """The flashattn_sequences values (prefix sums' addresses, batch, max_seqlen values,
+    checked) of a variable-length batch, or None for a dense one (no prefix sums), and the
+    contiguous prefix sums behind the addresses, which must stay referenced until the call
+    returns. The library checks a max_seqlen that is given on its own host copy of the
+    prefix sums; for a library from before that (lib, a _library.load() result or None: the
+    package's), it is checked here on a copy of ours, which on CUDA waits for the stream,
+    unless the call is unchecked (checked False: nothing may wait)."""
     if cu_seqlens_q is None and cu_seqlens_k is None:
         return None, ()
     kept = tuple(cu.contiguous() for cu in (cu_seqlens_q, cu_seqlens_k))
-    if not _library.knows_max_seqlen(lib or _library.library()):
+    if checked and not _library.knows_max_seqlen(lib or _library.library()):
         for name, max_seqlen, cu, cu_name in (
                 ("max_seqlen_q", max_seqlen_q, kept[0], "cu_seqlens_q"),
                 ("max_seqlen_k", max_seqlen_k, kept[1], "cu_seqlens_k")):
             if max_seqlen is not None:
                 _sequences.require_longest(name, max_seqlen, cu.cpu().numpy(), cu_name)
     return (kept[0].data_ptr(), kept[1].data_ptr(), kept[0].shape[0] - 1, max_seqlen_q,
-            max_seqlen_k), kept
+            max_seqlen_k, checked), kept
 
 
 def seqlen_first(sizes, heads_first):
@@ -207,7 +208,8 @@ def current_stream(device_index):
 def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first=False,
         lib=None, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-        attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
+        attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0,
+        checked_sequences=True):
     """(out, lse) for q, k, v; lse is None unless with_lse. See flashattn.attention. out has
     q's shape but v's head_dim.
 
@@ -218,7 +220,8 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     window_left, window_right, softcap, alibi_slopes: the variants, checked as far as
     _options does (window_sides, softcap_value). cu_seqlens_q, cu_seqlens_k (None: dense):
     a variable-length batch packed in q, k, v of batch 1 (flashattn.varlen_attention);
-    lse is then (1, heads_q, total_q). attn_mask: None or a bias or mask (check_mask), in
+    lse is then (1, heads_q, total_q); checked_sequences False checks them on the device,
+    without waiting (max_seqlen_q and max_seqlen_k then needed). attn_mask: None or a bias or mask (check_mask), in
     the scores' (batch, heads, seqlen_q, seqlen_k) order whatever heads_first says.
     dropout_p, dropout_seed, dropout_offset: the ops' (op_dropout).
     """
@@ -232,7 +235,7 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
                                       attn_mask, geometry, dropout_p, dropout_seed,
                                       dropout_offset)
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                             max_seqlen_k, lib)
+                                             max_seqlen_k, lib, checked_sequences)
     (q, qv), (k, kv), (v, vv) = [kernel_tensor(t, heads_first) for t in (q, k, v)]
     q_shape = qv[2:6]  # (batch, seqlen_q, heads_q, head_dim)
     out_shape = _layout.out_shape(q_shape, vv[2:6])  # v's head_dim
@@ -260,15 +263,15 @@ def forward_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   cu_seqlens_k: Optional[torch.Tensor] = None,
                   max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
                   attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                  dropout_seed: int = 0, dropout_offset: int = 0
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                  dropout_seed: int = 0, dropout_offset: int = 0,
+                  checked_sequences: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): the custom op's body, which always computes lse (saved for backward)."""
     return run(q, k, v, causal, causal_alignment, scale, backend, with_lse=True,
                window_left=window_left, window_right=window_right, softcap=softcap,
                alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                attn_mask=attn_mask, dropout_p=dropout_p, dropout_seed=dropout_seed,
-               dropout_offset=dropout_offset)
+               dropout_offset=dropout_offset, checked_sequences=checked_sequences)
 
 
 attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args=())(
@@ -279,7 +282,8 @@ attention_fwd = torch.library.custom_op("flashattn::attention_fwd", mutates_args
 def _attention_fwd_fake(q, k, v, causal, causal_alignment, scale, backend, window_left=-1,
                         window_right=-1, softcap=0.0, alibi_slopes=None, cu_seqlens_q=None,
                         cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                        attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
+                        attn_mask=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0,
+                        checked_sequences=True):
     check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     if attn_mask is not None:
         check_mask(attn_mask, q, k)
@@ -310,7 +314,7 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
                  deterministic, window_left=-1, window_right=-1, softcap=0.0,
                  alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, attn_mask=None, dropout_p=0.0, dropout_seed=0,
-                 dropout_offset=0, lib=None):
+                 dropout_offset=0, lib=None, checked_sequences=True):
     """(dq, dk, dv), contiguous in q's dtype with the shapes of q, k and v: the gradients
     for dout (out's shape: q's with v's head_dim), the gradient with respect to the
     forward's out, given that forward's out and lse, and the forward's variants and layout.
@@ -333,7 +337,7 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
             f"lse: device is {lse.device}, must be q's device ({q.device})")
     lse = lse.contiguous()
     sequences, prefix_sums = sequence_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                             max_seqlen_k, lib)
+                                             max_seqlen_k, lib, checked_sequences)
     # The inputs, the slopes, the prefix sums and the mask stay referenced until the call
     # returns (see run()).
     views = [kernel_tensor(t) for t in (q, k, v, out, dout)]
@@ -356,13 +360,15 @@ def backward_eager(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                    cu_seqlens_k: Optional[torch.Tensor] = None,
                    max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
                    attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                   dropout_seed: int = 0, dropout_offset: int = 0
+                   dropout_seed: int = 0, dropout_offset: int = 0,
+                   checked_sequences: bool = True
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the backward op's body."""
     return run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backend,
                         deterministic, window_left, window_right, softcap, alibi_slopes,
                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask,
-                        dropout_p, dropout_seed, dropout_offset)
+                        dropout_p, dropout_seed, dropout_offset,
+                        checked_sequences=checked_sequences)
 
 
 attention_bwd = torch.library.custom_op("flashattn::attention_bwd", mutates_args=())(
@@ -374,7 +380,7 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale
                         deterministic, window_left=-1, window_right=-1, softcap=0.0,
                         alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None,
                         max_seqlen_q=None, max_seqlen_k=None, attn_mask=None, dropout_p=0.0,
-                        dropout_seed=0, dropout_offset=0):
+                        dropout_seed=0, dropout_offset=0, checked_sequences=True):
     check(q, k, v, causal, causal_alignment, backend, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
     if attn_mask is not None:
         check_mask(attn_mask, q, k)
@@ -383,17 +389,21 @@ def _attention_bwd_fake(dout, q, k, v, out, lse, causal, causal_alignment, scale
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, causal_alignment, scale, backend, window_left, window_right, softcap,
-     alibi_slopes, cu_seqlens_q, cu_seqlens_k, _, _, attn_mask, *dropout) = inputs
+     alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask,
+     dropout_p, dropout_seed, dropout_offset, checked_sequences) = inputs
     _bias.require_no_gradient(attn_mask is not None and attn_mask.requires_grad)
     out, lse = output
     ctx.mark_non_differentiable(lse)  # as the lse of torch's own fused attention
-    # The forward checked the max_seqlen values: the backward need not again.
     ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                           attn_mask)
     ctx.options = (causal, causal_alignment, scale,
                    backward_backend(backend, q.shape[-1], v.shape[-1]))
     ctx.variants = (window_left, window_right, softcap)
-    ctx.dropout = tuple(dropout)  # (dropout_p, dropout_seed, dropout_offset): regenerated
+    # Checked, the forward checked the max_seqlen values and the backward need not again;
+    # unchecked, the backward's grids are sized by them too.
+    ctx.max_seqlen = (None, None) if checked_sequences else (max_seqlen_q, max_seqlen_k)
+    ctx.checked_sequences = checked_sequences
+    ctx.dropout = (dropout_p, dropout_seed, dropout_offset)  # regenerated by the backward
 
 
 def _backward(ctx, grad_out, grad_lse):
@@ -404,12 +414,12 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, attn_mask = ctx.saved_tensors
     args = (grad_out, q, k, v, out, lse, *ctx.options,
             torch.are_deterministic_algorithms_enabled(), *ctx.variants, alibi_slopes,
-            cu_seqlens_q, cu_seqlens_k, None, None, attn_mask, *ctx.dropout)
+            cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlen, attn_mask, *ctx.dropout)
     if direct_call_is_safe(grad_out, q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                            attn_mask):
-        dq, dk, dv = run_backward(*args)
+        dq, dk, dv = run_backward(*args, checked_sequences=ctx.checked_sequences)
     else:
-        dq, dk, dv = attention_bwd(*args)
+        dq, dk, dv = attention_bwd(*args, checked_sequences=ctx.checked_sequences)
     needs = ctx.needs_input_grad
     return (dq if needs[0] else None, dk if needs[1] else None, dv if needs[2] else None,
             *[None] * (len(needs) - 3))
@@ -423,15 +433,16 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
               dropout=None):
     """(out, lse) for torch q, k, v through the custom op; see flashattn.attention (out: q's
     shape, v's head_dim). Without return_lse, lse may be None. sequences: None (dense) or a
-    variable-length batch's (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), q, k,
-    v then (1, total, heads, head_dim) and lse (1, heads_q, total_q) (see
+    variable-length batch's (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    checked), q, k, v then (1, total, heads, head_dim) and lse (1, heads_q, total_q) (see
     flashattn.varlen_attention). dropout: _dropout.dropout_values()'s (p, seed, offset), or
     None."""
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; q, k "
                             f"and v must all be torch tensors or all NumPy arrays")
-    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = sequences or (None,) * 4
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked = (sequences or
+                                                                      (None,) * 4 + (True,))
     # Before the op, whose schema takes only tensors for these.
     if alibi_slopes is not None:
         check_slopes(alibi_slopes, q)
@@ -445,10 +456,11 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
                    alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                    max_seqlen_k=max_seqlen_k, attn_mask=attn_mask, dropout_p=dropout_p,
-                   dropout_seed=dropout_seed, dropout_offset=dropout_offset)
+                   dropout_seed=dropout_seed, dropout_offset=dropout_offset,
+                   checked_sequences=checked)
     return attention_fwd(q, k, v, causal, causal_alignment, scale, backend, *variants,
                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask,
-                         dropout_p, dropout_seed, dropout_offset)
+                         dropout_p, dropout_seed, dropout_offset, checked)
 
 
 def check_mask_argument(attn_mask, q, k, heads_first=False):
@@ -501,7 +513,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; the "
                             f"inputs must all be torch tensors or all NumPy arrays")
-    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k = sequences or (None,) * 4
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked = (sequences or
+                                                                      (None,) * 4 + (True,))
     # Before the op, whose schema takes only tensors for these.
     if alibi_slopes is not None:
         check_slopes(alibi_slopes, q)
@@ -514,5 +527,5 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
     tensors = tuple(t for t in (q, k, v, out, dout, lse, alibi_slopes, cu_seqlens_q,
                                 cu_seqlens_k, attn_mask) if t is not None)
     if torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors):
-        return attention_bwd(*args)
-    return run_backward(*args)
+        return attention_bwd(*args, checked)
+    return run_backward(*args, checked_sequences=checked)

@@ -6,7 +6,7 @@ as flashattn.attention's as (1, total, heads, head_dim) views, with the prefix s
 """
 import numpy as np
 
-from . import _dropout, _numpy, _options, _sequences
+from . import _dropout, _errors, _numpy, _options, _sequences
 from ._attention import torch_op, variant_options
 
 
@@ -14,7 +14,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
                      *, causal=False, causal_alignment="top_left", scale=None,
                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
                      dropout_seed=None, dropout_offset=0, generator=None, return_lse=False,
-                     backend=None):
+                     backend=None, checked=True):
     """Exact attention over a batch of sequences of different lengths, packed without padding.
 
     q: (total_q, heads_q, head_dim); k: (total_k, heads_kv, head_dim); v: (total_k,
@@ -29,7 +29,12 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     of that sequence). max_seqlen_q, max_seqlen_k: FlashAttention's arguments, optional here
     (the library finds the longest sequences itself); given, each must be at least its
     longest sequence, which the library checks on the host copy of the prefix sums it makes
-    anyway (on CUDA that copy waits for the current stream, given or not).
+    anyway (on CUDA that copy waits for the current stream, given or not). checked=False
+    (CUDA tensors) makes no host copy, so nothing waits and the call can be captured in a
+    CUDA graph: max_seqlen_q and max_seqlen_k are then required (the kernels' grids are
+    sized by them, as FlashAttention's are), and the library checks the prefix sums on the
+    device; where they break a rule (0 first, nondecreasing, the totals last, no sequence
+    longer than its max_seqlen), every element of out and lse is NaN instead of an error.
 
     Every keyword is flashattn.attention's, with its meaning per sequence (FlashAttention's
     softmax_scale is scale, its return_attn_probs has no counterpart: return_lse gives the
@@ -45,7 +50,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
                    **variant_options(window_size, softcap, alibi_slopes),
                    dropout=_dropout.dropout_values(dropout_p, dropout_seed, dropout_offset,
                                                    generator))
-    sequences = sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sequences = sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                   checked)
     path, array_type, _ = array_path(q)
     q, k, v = (batch_of_one(name, x, array_type) for name, x in (("q", q), ("k", k), ("v", v)))
     out, lse = path.attention(q, k, v, **options, sequences=sequences)
@@ -56,11 +62,13 @@ def varlen_attention_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                               max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
                               causal_alignment="top_left", scale=None, window_size=(-1, -1),
                               softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0,
-                              dropout_offset=0, backend=None, deterministic=False):
+                              dropout_offset=0, backend=None, deterministic=False,
+                              checked=True):
     """The gradients (dq, dk, dv) of varlen_attention, given dout, the gradient of a loss
     with respect to its output.
 
-    q, k, v, the prefix sums and every option are the forward's; out and lse are what
+    q, k, v, the prefix sums and every option are the forward's (checked=False: as there,
+    dq, dk and dv all NaN where the prefix sums break a rule); out and lse are what
     varlen_attention(..., return_lse=True) returned for them: out (total_q, heads_q,
     head_dim_v), lse float32 (heads_q, total_q); dout has out's shape. Returns dq, dk, dv,
     contiguous in q's dtype with the shapes of q, k, v; the rules are
@@ -72,7 +80,8 @@ def varlen_attention_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                    deterministic=deterministic,
                    **variant_options(window_size, softcap, alibi_slopes),
                    dropout=_dropout.dropout_values(dropout_p, dropout_seed, dropout_offset))
-    sequences = sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sequences = sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                   checked)
     path, array_type, float32 = array_path(q)
     q, k, v, out, dout = (batch_of_one(name, x, array_type)
                           for name, x in (("q", q), ("k", k), ("v", v), ("out", out),
@@ -86,12 +95,20 @@ def varlen_attention_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     return tuple(grad[0] for grad in grads)
 
 
-def sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) as the paths take them: the
-    max_seqlen values checked as ints; each path checks the prefix sums for its array
-    type."""
-    return (cu_seqlens_q, cu_seqlens_k, _sequences.max_seqlen_value("max_seqlen_q", max_seqlen_q),
-            _sequences.max_seqlen_value("max_seqlen_k", max_seqlen_k))
+def sequence_arguments(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked):
+    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked) as the paths take
+    them: the max_seqlen values checked as ints, checked as a bool, and unchecked calls given
+    both maxima; each path checks the prefix sums for its array type."""
+    _options.require_bool("checked", checked)
+    values = (_sequences.max_seqlen_value("max_seqlen_q", max_seqlen_q),
+              _sequences.max_seqlen_value("max_seqlen_k", max_seqlen_k))
+    if not checked:
+        for name, value in zip(("max_seqlen_q", "max_seqlen_k"), values):
+            if value is None:
+                raise _errors.InvalidArgumentError(
+                    f"{name}: is None; checked=False needs it (the grids are sized by it, as "
+                    f"the prefix sums are not read on the host)")
+    return (cu_seqlens_q, cu_seqlens_k, *values, checked)
 
 
 def array_path(q):

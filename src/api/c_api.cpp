@@ -85,7 +85,7 @@ flashattn::Sequences to_sequences(const flashattn_sequences* caller) {
           ", must be at least ", kSequencesV1, " (start from flashattn_sequences_defaults())");
   flashattn_sequences c = flashattn_sequences_defaults();
   std::memcpy(&c, caller, std::min<size_t>(caller->struct_size, sizeof c));
-  return {c.cu_seqlens_q, c.cu_seqlens_k, c.batch, c.max_seqlen_q, c.max_seqlen_k};
+  return {c.cu_seqlens_q, c.cu_seqlens_k, c.batch, c.max_seqlen_q, c.max_seqlen_k, c.checked != 0};
 }
 
 // The first generation of flashattn_kv_cache ends at key_splits.

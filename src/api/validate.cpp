@@ -389,6 +389,22 @@ void read_kv_cache(AttnParams& a, DeviceKind device) {
 
 void read_sequences(AttnParams& a, const Sequences& s, DeviceKind device) {
   if (!a.seqs.packed()) return;
+  a.seqs.checked = s.checked || device != DeviceKind::cuda;
+  if (!a.seqs.checked) {
+    // No host copy: the grids are sized by the caller's maxima, which the
+    // device checks with the rest (cuda/common/packed_check.h). No sequence is
+    // longer than its tensor, so a larger maximum only widens the grid.
+    for (const auto& [name, given] : {std::pair{"sequences.max_seqlen_q", s.max_seqlen_q},
+                                      std::pair{"sequences.max_seqlen_k", s.max_seqlen_k}})
+      require(given >= 0, name, ": is not given (-1); unchecked prefix sums (sequences.checked ",
+              "false) need it, since the grids are sized by it");
+    const SequenceLengths longest{int(std::min(s.max_seqlen_q, a.seqs.total_q)),
+                                  int(std::min(s.max_seqlen_k, a.seqs.total_k))};
+    a.sizes.seqlen_q = longest.seqlen_q;
+    a.sizes.seqlen_k = longest.seqlen_k;
+    a.mask = resolve(a.rule, longest);
+    return;
+  }
   std::vector<int32_t> cu_q(size_t(s.batch) + 1), cu_k(size_t(s.batch) + 1);
   const unsigned long bytes = cu_q.size() * sizeof(int32_t);
   if (device == DeviceKind::cuda) {

@@ -14,7 +14,10 @@ BwdParams make_bwd_params(const BackwardParams& params);
 // A variable-length batch (a.seqs.packed()): reads the prefix sums (from the
 // device for CUDA tensors, waiting on a's stream), checks them against the
 // tensors, and sets a's longest lengths and the mask resolved for them. Called
-// after the device checks; nothing for a dense batch.
+// after the device checks; nothing for a dense batch. Unchecked CUDA prefix
+// sums (sequences.checked false) are not read: the longest lengths are the
+// caller's maxima, which must be given, and run_forward and run_backward check
+// the prefix sums on the device.
 void read_sequences(AttnParams& a, const Sequences& sequences, DeviceKind device);
 
 // A KV cache checked on the host (a.seqs.cache, checked): reads seqlens and

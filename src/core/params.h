@@ -139,7 +139,8 @@ inline AttnParams problem_params(const TensorView& q, const TensorView& k, const
 // lengths (sizes.seqlen_q/k) and the mask resolved for them need the prefix
 // sums' values: validate.cpp's read_sequences sets them.
 inline void pack(AttnParams& p, const Sequences& seqs, std::initializer_list<TensorRef*> tensors) {
-  p.seqs = {seqs.cu_seqlens_q, seqs.cu_seqlens_k, p.sizes.seqlen_q, p.sizes.seqlen_k, {}};
+  p.seqs = {seqs.cu_seqlens_q, seqs.cu_seqlens_k, p.sizes.seqlen_q, p.sizes.seqlen_k,
+            seqs.checked, {}};
   p.sizes.batch = seqs.batch;
   for (TensorRef* t : tensors) t->batch_stride = 0;
 }

@@ -58,6 +58,10 @@ struct SequenceLayout {
   const int32_t* cu_seqlens_k = nullptr;
   int64_t total_q = 0;  // packed: the tensors' seqlen (every sequence's rows), and keys
   int64_t total_k = 0;
+  // packed: whether the prefix sums were checked on the host; unchecked ones are
+  // checked on the device before any kernel reads them (cuda/common/packed_check.h),
+  // and the kernels read the checked copy.
+  bool checked = true;
   KeyCache cache;
   FLASHATTN_HOST_DEVICE bool packed() const { return cu_seqlens_q != nullptr; }
   // Whether sequences differ in length (packed, or a cache): the mask is then

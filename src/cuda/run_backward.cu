@@ -6,12 +6,14 @@
 // has gradients of 0 (no row sees a key), written here without the backend's
 // kernels. Unlike the forward, no scale needs a changed q: the backward takes P
 // from the forward's lse (P = e^(scale·s − lse)) and keeps no running max.
+// Prefix sums the host did not check are checked first (common/packed_check.h).
 #include <algorithm>
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
 #include "cuda/common/lanes.cuh"
+#include "cuda/common/packed_check.h"
 #include "cuda/common/scratch.h"
 
 namespace flashattn::cuda {
@@ -70,10 +72,8 @@ void zero(const TensorRef& t, int batch, int rows, int heads, int head_dim, cuda
   check_launch("zero_kernel");
 }
 
-}  // namespace
-
-void run_backward(void (*backward)(const BwdParams&), const BwdParams& p) {
-  DeviceGuard device(p.device_index);
+// run_backward once the prefix sums (if any) are checked.
+void differentiate(void (*backward)(const BwdParams&), const BwdParams& p) {
   const Sizes s = storage_sizes(p);  // a packed batch's tensors: batch 1 of every sequence
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   if (p.sizes.seqlen_q == 0 || p.sizes.seqlen_k == 0) {
@@ -96,6 +96,23 @@ void run_backward(void (*backward)(const BwdParams&), const BwdParams& p) {
   BwdParams with_dots = p;
   with_dots.grad.row_dot = static_cast<float*>(row_dot.data());
   backward(with_dots);
+}
+
+}  // namespace
+
+void run_backward(void (*backward)(const BwdParams&), const BwdParams& p) {
+  DeviceGuard device(p.device_index);
+  if (!p.seqs.packed() || p.seqs.checked) {
+    differentiate(backward, p);
+    return;
+  }
+  const DeviceCheckedSequences sequences(p);
+  differentiate(backward, sequences.applied_to(p));
+  const Sizes s = storage_sizes(p);
+  sequences.poison({{p.grad.dq, s.seqlen_q, s.heads_q, s.head_dim},
+                    {p.grad.dk, s.seqlen_k, s.heads_kv, s.head_dim},
+                    {p.grad.dv, s.seqlen_k, s.heads_kv, s.head_dim_v}},
+                   nullptr, 0);
 }
 
 }  // namespace flashattn::cuda

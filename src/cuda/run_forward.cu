@@ -5,13 +5,15 @@
 // scores and compute 2^(s·c − m·c): for c < 0 the raw max is the scaled minimum,
 // and for c = 0 a masked score gives −inf·0 = NaN. So scale < 0 runs as −q with
 // −scale, and scale = 0 as q·0 with scale 1: the same scores, NaN included
-// (q·0 is NaN where q is not finite, and 0·k is NaN where k is not).
+// (q·0 is NaN where q is not finite, and 0·k is NaN where k is not). Prefix
+// sums the host did not check are checked first (common/packed_check.h).
 #include <algorithm>
 #include <cmath>
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/packed_check.h"
 #include "cuda/common/scratch.h"
 
 namespace flashattn::cuda {
@@ -59,10 +61,8 @@ __global__ void __launch_bounds__(kThreads) scale_q_kernel(const AttnParams p, T
   }
 }
 
-}  // namespace
-
-void run_forward(void (*forward)(const AttnParams&), const AttnParams& p) {
-  DeviceGuard device(p.device_index);
+// run_forward once the prefix sums (if any) are checked.
+void attend(void (*forward)(const AttnParams&), const AttnParams& p) {
   const Sizes s = storage_sizes(p);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   if (p.sizes.seqlen_k == 0) {
@@ -93,6 +93,21 @@ void run_forward(void (*forward)(const AttnParams&), const AttnParams& p) {
   });
   check_launch("scale_q_kernel");
   forward(changed);
+}
+
+}  // namespace
+
+void run_forward(void (*forward)(const AttnParams&), const AttnParams& p) {
+  DeviceGuard device(p.device_index);
+  if (!p.seqs.packed() || p.seqs.checked) {
+    attend(forward, p);
+    return;
+  }
+  const DeviceCheckedSequences sequences(p);
+  attend(forward, sequences.applied_to(p));
+  const Sizes s = storage_sizes(p);
+  sequences.poison({{p.o, s.seqlen_q, s.heads_q, s.head_dim_v}}, p.softmax.lse,
+                   int64_t(s.heads_q) * s.seqlen_q);
 }
 
 }  // namespace flashattn::cuda

@@ -127,6 +127,7 @@ std::string case_name(const harness::Case& c) {
   if (harness::is_packed(c)) {
     out << "_packed";
     for (const SequenceLengths& s : c.sequences) out << "_" << s.seqlen_q << "x" << s.seqlen_k;
+    if (!c.checked_sequences) out << "_unchecked";
   }
   if (harness::is_cache(c)) {
     const harness::Case::Cache& kv = *c.cache;

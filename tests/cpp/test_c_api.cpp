@@ -478,6 +478,20 @@ TEST(CApiVariants, SecondGenerationMeansNoDropout) {
   EXPECT_NE(std::memcmp(third.out.data(), old.out.data(), third.out.size() * sizeof(float)), 0);
 }
 
+// flashattn_forward_with on a packed batch in Tensors' buffers: q and out
+// (1, 10, 4, 8), k and v (1, 14, 2, 8), the sequences as s says.
+flashattn_status forward_packed(Tensors& t, const flashattn_sequences& s) {
+  flashattn_params p = flashattn_default_params(
+      flashattn_contiguous(t.q.data(), FLASHATTN_F32, 1, 10, 4, 8, FLASHATTN_CPU, 0),
+      flashattn_contiguous(t.k.data(), FLASHATTN_F32, 1, 14, 2, 8, FLASHATTN_CPU, 0),
+      flashattn_contiguous(t.v.data(), FLASHATTN_F32, 1, 14, 2, 8, FLASHATTN_CPU, 0),
+      flashattn_contiguous(t.out.data(), FLASHATTN_F32, 1, 10, 4, 8, FLASHATTN_CPU, 0));
+  p.lse = t.lse.data();
+  flashattn_forward_options options = flashattn_forward_options_defaults();
+  options.sequences = &s;
+  return flashattn_forward_with(&p, &options);
+}
+
 // flashattn_sequences: a caller built against the first-generation header passes
 // a struct that ends at batch, so it gives no max_seqlen values, whatever lies
 // past its struct_size; from the second, one at or above the longest sequence
@@ -489,21 +503,13 @@ TEST(CApiSequences, MaxSeqlenFromTheSecondGeneration) {
   const int32_t cu_q[] = {0, 3, 10}, cu_k[] = {0, 9, 14};
   constexpr uint32_t kFirstGeneration = offsetof(flashattn_sequences, batch) + sizeof(int32_t);
   const auto run = [&](Tensors& t, int64_t max_seqlen_q, uint32_t struct_size) {
-    flashattn_params p = flashattn_default_params(
-        flashattn_contiguous(t.q.data(), FLASHATTN_F32, 1, 10, 4, 8, FLASHATTN_CPU, 0),
-        flashattn_contiguous(t.k.data(), FLASHATTN_F32, 1, 14, 2, 8, FLASHATTN_CPU, 0),
-        flashattn_contiguous(t.v.data(), FLASHATTN_F32, 1, 14, 2, 8, FLASHATTN_CPU, 0),
-        flashattn_contiguous(t.out.data(), FLASHATTN_F32, 1, 10, 4, 8, FLASHATTN_CPU, 0));
-    p.lse = t.lse.data();
     flashattn_sequences s = flashattn_sequences_defaults();
     s.cu_seqlens_q = cu_q;
     s.cu_seqlens_k = cu_k;
     s.batch = 2;
     s.max_seqlen_q = max_seqlen_q;
     s.struct_size = struct_size;
-    flashattn_forward_options options = flashattn_forward_options_defaults();
-    options.sequences = &s;
-    return flashattn_forward_with(&p, &options);
+    return forward_packed(t, s);
   };
   EXPECT_EQ(flashattn_sequences_defaults().max_seqlen_q, -1);
   EXPECT_EQ(flashattn_sequences_defaults().max_seqlen_k, -1);
@@ -521,6 +527,33 @@ TEST(CApiSequences, MaxSeqlenFromTheSecondGeneration) {
               HasSubstr("sequences.max_seqlen_q: is 6, less than the longest sequence in "
                         "cu_seqlens_q (sequence 1: 7 = cu_seqlens_q[2] - cu_seqlens_q[1])"));
   short_of.expect_untouched();
+}
+
+// flashattn_sequences' third generation: checked, 1 by default. Host prefix sums
+// are checked whatever it says (reading them waits for nothing): checked = 0 on
+// the CPU gives the checked call's output, and broken sums are still rejected.
+TEST(CApiSequences, CheckedFromTheThirdGeneration) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(replay_hint(seed));
+  const int32_t cu_q[] = {0, 3, 10}, cu_k[] = {0, 9, 14}, broken_k[] = {0, 15, 14};
+  const auto run = [&](Tensors& t, const int32_t* cu_seqlens_k, int32_t checked) {
+    flashattn_sequences s = flashattn_sequences_defaults();
+    s.cu_seqlens_q = cu_q;
+    s.cu_seqlens_k = cu_seqlens_k;
+    s.batch = 2;
+    s.checked = checked;
+    return forward_packed(t, s);
+  };
+  EXPECT_EQ(flashattn_sequences_defaults().checked, 1);
+  Tensors checked(DType::f32, seed), unchecked(DType::f32, seed), broken(DType::f32, seed);
+  ASSERT_EQ(run(checked, cu_k, 1), FLASHATTN_OK) << flashattn_last_error();
+  ASSERT_EQ(run(unchecked, cu_k, 0), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(std::memcmp(unchecked.out.data(), checked.out.data(),
+                        checked.out.size() * sizeof(float)), 0);
+  EXPECT_EQ(run(broken, broken_k, 0), FLASHATTN_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(flashattn_last_error(), HasSubstr("sequences.cu_seqlens_k: entry 2 (14) is less "
+                                                "than entry 1 (15)"));
+  broken.expect_untouched();
 }
 
 TEST(CApi, NullParamsIsAnInvalidArgument) {

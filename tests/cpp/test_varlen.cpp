@@ -6,7 +6,8 @@
 // on either side, seqlen_q ≠ seqlen_k within a sequence, rows without keys
 // (bottom-right), every mask, windows and score variants. Backends that do not
 // take packed batches must refuse them with an error naming `sequences`; the
-// checks on the prefix sums must name the entry and write nothing.
+// checks on the prefix sums must name the entry and write nothing, or, unchecked
+// on the GPU, leave every output NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,9 @@
 #include <vector>
 
 #include "cases.h"
+#include "core/half.h"
 #include "dense.h"
+#include "device_memory.h"
 #include "grad_problem.h"
 #include "seed.h"
 
@@ -56,6 +59,10 @@ std::vector<harness::Case> varlen_cases() {
     varied.input_std = 3.0f;
     varied.alibi = true;
     cases.push_back(varied);
+    // Unchecked prefix sums (the device checks them; the host always does).
+    harness::Case unchecked = packed({0, 0, 0, 4, 2, 64}, dtype, Mask::causal_bottom_right, kAwkward);
+    unchecked.checked_sequences = false;
+    cases.push_back(unchecked);
   }
   return cases;
 }
@@ -90,6 +97,11 @@ std::vector<harness::Case> gpu_varlen_cases() {
     cases.push_back(windowed);
     cases.push_back(packed({0, 0, 0, 8, 2, 128}, dtype, Mask::causal_bottom_right,
                            {{2, 3000}, {1, 2000}, {4, 100}}));
+    std::vector<SequenceLengths> many(24, SequenceLengths{37, 37});
+    many.push_back({1500, 1500});
+    harness::Case unchecked = packed({0, 0, 0, 2, 2, 128}, dtype, Mask::causal_top_left, many);
+    unchecked.checked_sequences = false;
+    cases.push_back(unchecked);
   }
   return cases;
 }
@@ -288,6 +300,125 @@ std::vector<Backend> refusing_backends() {
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenRefused, testing::ValuesIn(refusing_backends()),
                          [](const auto& info) { return std::string(to_string(info.param)); });
+
+// Unchecked prefix sums (Sequences::checked false) on the GPU: the call waits
+// for nothing, so broken sums get no error; the device check gives every
+// element of out and lse (a backward: dq, dk, dv) NaN instead, reads and
+// writes nothing outside the tensors (the sanitizer runs this suite), and the
+// same arguments with valid sums give finite outputs. Without max_seqlen the
+// call is refused, naming it.
+struct BrokenSums {
+  std::string name;
+  std::vector<int32_t> cu_q, cu_k;
+  int64_t max_seqlen_q = 64, max_seqlen_k = 64;
+};
+
+const BrokenSums kBrokenSums[] = {
+    {"first_not_zero", {1, 10, 15}, {0, 20, 25}},
+    {"negative", {0, -5, 15}, {0, 20, 25}},
+    {"decreasing", {0, 10, 15}, {0, 26, 25}},
+    {"short_of_total", {0, 10, 14}, {0, 20, 25}},
+    {"far_past_total", {0, 10, 15}, {0, 20, 1 << 30}, 64, int64_t(1) << 31},
+    {"longer_than_max_seqlen_q", {0, 10, 15}, {0, 20, 25}, 9, 64},
+    {"longer_than_max_seqlen_k", {0, 10, 15}, {0, 20, 25}, 64, 19},
+};
+
+class VarlenUnchecked : public testing::TestWithParam<Backend> {};
+
+// Whether every element of a downloaded tensor is NaN, or none is.
+enum class Expect { all_nan, all_finite };
+
+void expect_elements(const std::vector<uint8_t>& bytes, DType dtype, Expect expect,
+                     const std::string& what) {
+  const int64_t n = int64_t(bytes.size() / dtype_size(dtype));
+  int64_t wrong = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    const float x = load_float(bytes.data(), dtype, e);
+    wrong += expect == Expect::all_nan ? !std::isnan(x) : !std::isfinite(x);
+  }
+  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << n << " elements are "
+                      << (expect == Expect::all_nan ? "not NaN" : "not finite");
+}
+
+TEST_P(VarlenUnchecked, BrokenSumsGiveNaN) {
+  const Backend backend = GetParam();
+  const std::string why = skip_reason(backend);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const DType dtype = backend_supports(backend, DType::bf16, 64) ? DType::bf16 : DType::f32;
+  harness::GradProblem problem(packed({0, 0, 0, 2, 1, 64}, dtype, Mask::causal_bottom_right,
+                                      {{10, 20}, {5, 5}}),
+                               {DeviceKind::cuda, 0}, fresh_seed());
+  const bool has_backward = takes_backward_sequences(backend);
+  if (has_backward) problem.run(backend);  // the lse the backward reads
+  const Params base = problem.forward_params(backend);
+  const int64_t total_q = base.q.shape[1], total_k = base.k.shape[1];
+  const size_t elem = dtype_size(dtype);
+  const auto zeros = [](size_t bytes) {
+    harness::DeviceBuffer buffer(bytes, 0);
+    const std::vector<uint8_t> host(bytes, 0);
+    buffer.upload(host.data());
+    return buffer;
+  };
+  const auto download = [](const harness::DeviceBuffer& buffer) {
+    std::vector<uint8_t> host(buffer.size());
+    buffer.download(host.data());
+    return host;
+  };
+  std::vector<BrokenSums> runs(std::begin(kBrokenSums), std::end(kBrokenSums));
+  runs.push_back({"valid", {0, 10, 15}, {0, 20, 25}});
+  for (const BrokenSums& run : runs) {
+    SCOPED_TRACE(run.name);
+    const Expect expect = run.name == "valid" ? Expect::all_finite : Expect::all_nan;
+    harness::DeviceBuffer cu_q(3 * sizeof(int32_t), 0), cu_k(3 * sizeof(int32_t), 0);
+    cu_q.upload(run.cu_q.data());
+    cu_k.upload(run.cu_k.data());
+    const Sequences sequences{static_cast<const int32_t*>(cu_q.data()),
+                              static_cast<const int32_t*>(cu_k.data()), 2, run.max_seqlen_q,
+                              run.max_seqlen_k, false};
+    harness::DeviceBuffer out = zeros(size_t(total_q) * 2 * 64 * elem);
+    harness::DeviceBuffer lse = zeros(size_t(total_q) * 2 * sizeof(float));
+    Params p = base;
+    p.out = contiguous_view(out.data(), dtype, 1, total_q, 2, 64, {DeviceKind::cuda, 0});
+    p.lse = static_cast<float*>(lse.data());
+    p.sequences = sequences;
+    forward(p);
+    harness::device_synchronize(0);
+    expect_elements(download(out), dtype, expect, "out");
+    expect_elements(download(lse), DType::f32,
+                    expect == Expect::all_nan ? Expect::all_nan : Expect::all_finite, "lse");
+    if (!has_backward) continue;
+    BackwardParams g = problem.backward_params(backend);
+    harness::DeviceBuffer dq = zeros(size_t(total_q) * 2 * 64 * elem);
+    harness::DeviceBuffer dk = zeros(size_t(total_k) * 64 * elem);
+    harness::DeviceBuffer dv = zeros(size_t(total_k) * 64 * elem);
+    g.dq = contiguous_view(dq.data(), dtype, 1, total_q, 2, 64, {DeviceKind::cuda, 0});
+    g.dk = contiguous_view(dk.data(), dtype, 1, total_k, 1, 64, {DeviceKind::cuda, 0});
+    g.dv = contiguous_view(dv.data(), dtype, 1, total_k, 1, 64, {DeviceKind::cuda, 0});
+    g.sequences = sequences;
+    backward(g);
+    harness::device_synchronize(0);
+    expect_elements(download(dq), dtype, expect, "dq");
+    expect_elements(download(dk), dtype, expect, "dk");
+    expect_elements(download(dv), dtype, expect, "dv");
+  }
+  Params p = base;
+  p.sequences.checked = false;
+  p.sequences.max_seqlen_q = -1;
+  p.sequences.max_seqlen_k = 64;
+  expect_forward_rejected(p, "sequences.max_seqlen_q: is not given (-1); unchecked prefix sums");
+}
+
+std::vector<Backend> gpu_sequence_backends() {
+  std::vector<Backend> out;
+  for (const BackendInfo& info : backends())
+    if (info.takes_sequences && device_of(info.backend) == DeviceKind::cuda)
+      out.push_back(info.backend);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenUnchecked, testing::ValuesIn(gpu_sequence_backends()),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VarlenUnchecked);
 
 // Bad prefix sums or max_seqlen values, on the CPU: each error names the
 // argument and the rule, and neither out nor lse is written.

@@ -141,6 +141,20 @@ def test_max_seqlen_is_checked_by_the_library_or_else_by_the_package(monkeypatch
         flashattn.varlen_attention(q, k, v, cu_q, cu_k, max_seqlen_q=11)
 
 
+def test_host_prefix_sums_are_checked_even_when_unchecked_is_asked():
+    """checked=False is for CUDA tensors (no host wait); host arrays are read anyway, so the
+    call is checked and errors as before."""
+    q, k, v, _, cu_q, cu_k, _ = numpy_case(CASES[1])
+    expected = flashattn.varlen_attention(q, k, v, cu_q, cu_k, causal=True)
+    np.testing.assert_array_equal(
+        flashattn.varlen_attention(q, k, v, cu_q, cu_k, 12, 15, causal=True, checked=False),
+        expected)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: entry 0 is 1, must be 0"):
+        flashattn.varlen_attention(q, k, v, changed(cu_q, 0, 1), cu_k, 12, 15, checked=False)
+    with pytest.raises(ValueError, match=r"max_seqlen_q: is None; checked=False needs it"):
+        flashattn.varlen_attention(q, k, v, cu_q, cu_k, checked=False)
+
+
 def changed(cu_seqlens, index, delta):
     cu_seqlens = cu_seqlens.copy()
     cu_seqlens[index] += delta

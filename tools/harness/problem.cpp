@@ -116,6 +116,13 @@ SequenceBuffer::SequenceBuffer(const Case& c, Device where) {
   if (!is_packed(c)) return;
   cu_q = prefix_sums(c, true);
   cu_k = prefix_sums(c, false);
+  if (!c.checked_sequences) {
+    // Above the longest, as a caller's bound may be: the grids grow past the batch.
+    constexpr int kSlack = 37;
+    checked = false;
+    max_seqlen_q = c.shape.seqlen_q + kSlack;
+    max_seqlen_k = c.shape.seqlen_k + kSlack;
+  }
   if (where.kind != DeviceKind::cuda) return;
   for (auto [host, device] : {std::pair{&cu_q, &cu_q_device}, std::pair{&cu_k, &cu_k_device}}) {
     *device = DeviceBuffer(host->size() * sizeof(int32_t), where.index);
@@ -128,7 +135,7 @@ Sequences SequenceBuffer::on(DeviceKind kind) const {
   const bool gpu = kind == DeviceKind::cuda;
   return {gpu ? static_cast<const int32_t*>(cu_q_device.data()) : cu_q.data(),
           gpu ? static_cast<const int32_t*>(cu_k_device.data()) : cu_k.data(),
-          int(cu_q.size()) - 1};
+          int(cu_q.size()) - 1, max_seqlen_q, max_seqlen_k, checked};
 }
 
 std::string describe(const Case& c) {
@@ -146,7 +153,7 @@ std::string describe(const Case& c) {
     out << " packed(";
     for (size_t b = 0; b < c.sequences.size(); ++b)
       out << (b ? " " : "") << c.sequences[b].seqlen_q << "x" << c.sequences[b].seqlen_k;
-    out << ")";
+    out << (c.checked_sequences ? "" : ", unchecked") << ")";
   }
   if (is_cache(c)) {
     out << " cache(" << (c.cache->page_size ? "paged " + std::to_string(c.cache->page_size) + ", "

@@ -58,6 +58,10 @@ struct Case {
   // along seqlen in tensors of batch 1; shape.batch is their number and
   // shape.seqlen_q/k the longest (packed_case() sets both). Empty: dense.
   std::vector<SequenceLengths> sequences;
+  // Packed: false passes the prefix sums unchecked (Sequences::checked), with
+  // maxima above the longest sequences, so that the GPU checks them and the
+  // grids are wider than the batch needs.
+  bool checked_sequences = true;
   // A KV-cache call (flashattn::KVCache), or none.
   struct Cache {
     std::vector<int> cached;  // keys per sequence in the cache before the call
@@ -115,6 +119,8 @@ struct SlopeBuffer {
 struct SequenceBuffer {
   std::vector<int32_t> cu_q, cu_k;
   DeviceBuffer cu_q_device, cu_k_device;
+  bool checked = true;
+  int64_t max_seqlen_q = -1, max_seqlen_k = -1;  // given where unchecked
 
   SequenceBuffer() = default;
   SequenceBuffer(const Case& c, Device where);

@@ -21,7 +21,8 @@
 // Persistent d-128 tiles may run in pairs, two blocks of a cluster sharing
 // each K and V load (Traits::kCluster).
 // kPacked: a packed batch (core/seqlen.h), each tile in its sequence's rows
-// and keys (scheduler.cuh's tile_at); the producer's warp then also zeroes
+// and keys, taken from a list of the tiles with rows, heaviest first
+// (scheduler.cuh's tile_at, order_packed_tiles_kernel); the producer's warp then also zeroes
 // the keys past a sequence's end in its last V block (producer.cuh), and the
 // epilogue stores the rows up to the sequence's end.
 #pragma once
@@ -40,11 +41,10 @@ template <typename T, class Tr, class Variant, bool kPacked>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     forward_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  // Packed, a block per tile: most of the grid's tiles may lie past their
-  // sequences' rows (it is sized by the longest); such a block leaves before
-  // it sets anything up.
+  // Packed, a block per tile: the grid is sized by the longest sequence, and
+  // the blocks past the list of tiles with rows leave before they set anything up.
   if constexpr (kPacked && !Tr::kPersistent) {
-    if (!tile_at<Tr, Variant::kLowerEnds, true>(p, int(blockIdx.x)).has_rows()) return;
+    if (int(blockIdx.x) >= tile_count<true>(p)) return;
   }
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes; tiles start on that boundary.

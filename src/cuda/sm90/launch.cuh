@@ -7,11 +7,13 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "core/mask.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
+#include "cuda/common/scratch.h"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm90/forward.h"
 #include "cuda/sm90/kernel.cuh"
@@ -125,6 +127,11 @@ int resident_blocks(const AttnParams& p, Kernel kernel) {
 template <class Tr>
 int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fastest,
                       int resident) {
+  // Packed, the tiles come from a list heaviest first, not in per-head runs.
+  if (p.seqs.packed()) {
+    const int blocks = int(std::min<int64_t>(resident, grid.dims.x));
+    return blocks - blocks % Tr::kCluster;
+  }
   int blocks = resident;
   if (p.mask.bounded_above && !heads_fastest && 8 * (resident % grid.m_blocks) <= resident)
     blocks = resident - resident % grid.m_blocks;
@@ -136,10 +143,30 @@ int persistent_blocks(const AttnParams& p, const TileGrid& grid, bool heads_fast
   return blocks - blocks % Tr::kCluster;
 }
 
+// The packed tiles with rows, heaviest first (KernelParams::packed_tiles), into
+// `list`: at most one entry per kBlockM rows of the batch and one partial
+// tile per sequence, after their number.
+template <class Tr, bool kLowerEnds>
+void order_packed_tiles(const AttnParams& p, KernelParams& kp, const Scratch& list) {
+  order_packed_tiles_kernel<Tr, kLowerEnds><<<1, kOrderThreads, 0,
+                                              static_cast<cudaStream_t>(p.stream)>>>(
+      kp, static_cast<int32_t*>(list.data()));
+  check_launch("cuda_wgmma order_packed_tiles_kernel");
+  kp.packed_tiles = static_cast<const int32_t*>(list.data());
+}
+
+template <class Tr>
+size_t packed_list_bytes(const AttnParams& p, const TileGrid& grid) {
+  const int64_t entries = std::min<int64_t>(int64_t(p.sizes.batch) * grid.m_blocks,
+                                            p.seqs.total_q / Tr::kBlockM + p.sizes.batch);
+  return size_t(entries + 1) * sizeof(int32_t);
+}
+
 // kPacked: p is a packed batch (core/seqlen.h). The maps then cover the
-// tensors' own rows (one batch index of the total lengths), and the grid the
-// longest sequence's query tiles for every sequence and head; the tiles past a
-// shorter sequence's rows end at once (Tile::has_rows).
+// tensors' own rows (one batch index of the total lengths), the grid the
+// longest sequence's query tiles for every sequence and head, and the blocks
+// take the tiles with rows from a list made on the stream first, heaviest
+// first (order_packed_tiles).
 template <typename T, class Tr, class Variant, bool kPacked = false>
 void launch(const AttnParams& p) {
   const Sizes& s = p.sizes;
@@ -177,6 +204,12 @@ void launch(const AttnParams& p) {
     kp.rule = p.rule;
     kp.out = p.o;
     kp.total_q = p.seqs.total_q;
+  }
+  // Packed, lives until the kernel has run (its release is queued after it).
+  std::optional<Scratch> list;
+  if constexpr (kPacked) {
+    list.emplace(packed_list_bytes<Tr>(p, grid), p.device_index, p.stream);
+    order_packed_tiles<Tr, Variant::kLowerEnds>(p, kp, *list);
   }
   const auto kernel = forward_kernel<T, Tr, Variant, kPacked>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -152,7 +152,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   RingPosition<Tr::kStages> ring{0};
   RingPosition<Tr::kQStages> q{0};
   turns.start();
-  for_each_tile(p, [&](int index) {
+  for_each_tile<kPacked>(p, [&](int index) {
     const Tile t = tile_at<Tr, kLowerEnds, kPacked>(p, index);
     if (kPacked && !t.has_rows()) return;  // past its sequence: nothing loaded, nothing stored
     RowMask own_mask;

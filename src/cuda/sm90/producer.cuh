@@ -82,7 +82,7 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
   RingPosition<Tr::kStages> ring{0};
   SequenceEnd pending;
   uint32_t landed_phases = 0;
-  for_each_tile(p, [&](int index) {
+  for_each_tile<kPacked>(p, [&](int index) {
     const Tile t = tile_at<Tr, kLowerEnds, kPacked>(p, index);
     if (t.n_end <= t.n_first) return;  // no Q, no keys: the consumers write 0 and -inf
     const int batch = kPacked ? 0 : t.batch;  // packed, the maps hold one batch index

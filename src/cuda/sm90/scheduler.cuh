@@ -5,6 +5,8 @@
 
 #include <cuda.h>
 
+#include <cub/block/block_scan.cuh>
+
 #include "core/host_device.h"
 #include "core/mask.h"
 #include "core/params.h"
@@ -40,6 +42,12 @@ struct KernelParams {
   MaskRule rule;
   TensorRef out;
   int64_t total_q;
+  // Packed: the query tiles that have rows, heaviest first, as
+  // batch · m_blocks + m_block after their number (order_packed_tiles_kernel);
+  // tile index i is entry i / heads_q for q head i % heads_q. The grid holds every sequence's tiles up to the longest one's, and
+  // handed out in turn they loaded the blocks unevenly: a list with the empty
+  // tiles out and the heavy ones first loads them as the dense causal order does.
+  const int32_t* packed_tiles;
 };
 
 // A query tile and the key blocks it visits.
@@ -94,17 +102,39 @@ __device__ __forceinline__ BlockSpan visible_key_blocks(const RowMask& mask, int
   return {first, end};
 }
 
+// Query tile m_block of packed sequence `batch`, for q head head_q; it has no
+// rows (Tile::has_rows) where the sequence is shorter.
+template <class Tr, bool kLowerEnds>
+__device__ __forceinline__ Tile packed_tile(const KernelParams& p, int batch, int m_block,
+                                            int head_q, int head_kv) {
+  const int q_row0 = p.cu_seqlens_q[batch], k_row0 = p.cu_seqlens_k[batch];
+  Tile t{m_block, batch, head_q, head_kv, 0, 0, 0,
+         q_row0, k_row0, p.cu_seqlens_q[batch + 1] - q_row0, p.cu_seqlens_k[batch + 1] - k_row0};
+  const RowMask mask = resolve(p.rule, {t.seqlen_q, t.seqlen_k});
+  t.row0 = m_block * Tr::kBlockM - tile_row_shift<Tr::kBlockM>(mask.bounded_above, t.seqlen_q);
+  const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(mask, t.row0, Tr::kBlockM);
+  t.n_first = blocks.first;
+  t.n_end = blocks.end;
+  return t;
+}
+
 // The index-th query tile. Causal tiles near the end of the sequence see the
 // most keys, so they start first. With heads_fastest (causal, few heads, few
 // waves; see launch.cuh), consecutive tiles are the same query tile of
 // neighbouring heads: every head's heaviest tile, then every head's next, so
 // the last wave holds only light tiles. Otherwise consecutive tiles are
 // neighbouring query tiles of one head (heaviest first if causal), and the
-// blocks running at once share its K and V in L2. Packed, tile m of a
-// sequence shorter than the longest may have no rows (Tile::has_rows).
+// blocks running at once share its K and V in L2. Packed, the list's tiles
+// (KernelParams::packed_tiles), heaviest first, the q heads of each fastest.
 template <class Tr, bool kLowerEnds, bool kPacked>
 __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const Sizes& s = p.sizes;
+  if constexpr (kPacked) {
+    int head_q, m_block;
+    const int entry = p.packed_tiles[1 + p.by_heads_q.divmod(index, head_q)];
+    const int batch = p.by_m_blocks.divmod(entry, m_block);
+    return packed_tile<Tr, kLowerEnds>(p, batch, m_block, head_q, p.by_group.div(head_q));
+  }
   int bh, m_block;
   if (p.heads_fastest) {
     m_block = p.m_blocks - 1 - p.by_heads.divmod(index, bh);
@@ -114,22 +144,10 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   }
   int head_q;
   const int batch = p.by_heads_q.divmod(bh, head_q), head_kv = p.by_group.div(head_q);
-  if constexpr (kPacked) {
-    const int q_row0 = p.cu_seqlens_q[batch], k_row0 = p.cu_seqlens_k[batch];
-    Tile t{m_block, batch, head_q, head_kv, 0, 0, 0,
-           q_row0, k_row0, p.cu_seqlens_q[batch + 1] - q_row0, p.cu_seqlens_k[batch + 1] - k_row0};
-    const RowMask mask = resolve(p.rule, {t.seqlen_q, t.seqlen_k});
-    t.row0 = m_block * Tr::kBlockM - tile_row_shift<Tr::kBlockM>(mask.bounded_above, t.seqlen_q);
-    const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(mask, t.row0, Tr::kBlockM);
-    t.n_first = blocks.first;
-    t.n_end = blocks.end;
-    return t;
-  } else {
-    const int row0 = m_block * Tr::kBlockM - p.row_shift;
-    const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p.mask, row0, Tr::kBlockM);
-    return {m_block, batch, head_q, head_kv, row0, blocks.first, blocks.end,
-            0, 0, s.seqlen_q, s.seqlen_k};
-  }
+  const int row0 = m_block * Tr::kBlockM - p.row_shift;
+  const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p.mask, row0, Tr::kBlockM);
+  return {m_block, batch, head_q, head_kv, row0, blocks.first, blocks.end,
+          0, 0, s.seqlen_q, s.seqlen_k};
 }
 
 // A block's tiles: one per block (gridDim.x = tiles), or, persistent, round r
@@ -137,15 +155,68 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
 // alternating directions. Tiles come heaviest first (causal), so a block that
 // takes a run's heaviest tile takes the next run's lightest; the launch makes
 // gridDim.x a multiple of the per-head tile count where tiles repeat per head.
-template <class F>
+// The tiles to run: the grid's, or the packed list's.
+template <bool kPacked>
+__device__ __forceinline__ int tile_count(const KernelParams& p) {
+  if constexpr (kPacked) return p.packed_tiles[0] * p.sizes.heads_q;
+  return p.tiles;
+}
+
+template <bool kPacked, class F>
 __device__ __forceinline__ void for_each_tile(const KernelParams& p, F&& f) {
   const int blocks = int(gridDim.x);
+  const int tiles = tile_count<kPacked>(p);
   for (int round = 0;; ++round) {
     const int index =
         round * blocks + ((round & 1) ? blocks - 1 - int(blockIdx.x) : int(blockIdx.x));
-    if (index >= p.tiles) return;
+    if (index >= tiles) return;
     f(index);
   }
+}
+
+// The packed query tiles that have rows (KernelParams::packed_tiles), heaviest
+// (most key blocks) first: a counting sort in one block. Tiles of equal weight
+// come in any order; each tile's result is the same whichever block runs it.
+constexpr int kOrderThreads = 1024;
+constexpr int kWeightBins = 1024;  // weights from 0 key blocks; the last bin holds all above
+
+// Tile m_block of sequence batch, with rows: its bin; -1 past its sequence's rows.
+template <class Tr, bool kLowerEnds>
+__device__ __forceinline__ int weight_bin(const KernelParams& p, int batch, int m_block) {
+  const Tile t = packed_tile<Tr, kLowerEnds>(p, batch, m_block, 0, 0);
+  return t.has_rows() ? min(t.n_end - t.n_first, kWeightBins - 1) : -1;
+}
+
+template <class Tr, bool kLowerEnds>
+__global__ void __launch_bounds__(kOrderThreads) order_packed_tiles_kernel(const KernelParams p,
+                                                                          int32_t* list) {
+  __shared__ int bins[kWeightBins];  // tiles per weight, then each bin's next place
+  using Scan = cub::BlockScan<int, kOrderThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  static_assert(kWeightBins == kOrderThreads, "one bin per thread in the scan");
+  bins[threadIdx.x] = 0;
+  __syncthreads();
+  // A warp per sequence, its lanes over the sequence's tiles; twice: count, then place.
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const auto each_tile = [&](auto&& take) {
+    for (int b = warp; b < p.sizes.batch; b += kOrderThreads / 32)
+      for (int m = lane; m < p.m_blocks; m += 32) {
+        const int bin = weight_bin<Tr, kLowerEnds>(p, b, m);
+        if (bin < 0) break;  // the later tiles lie past the sequence's rows too
+        take(b * p.m_blocks + m, bin);
+      }
+  };
+  each_tile([&](int, int bin) { atomicAdd(&bins[bin], 1); });
+  __syncthreads();
+  // Heaviest first: thread i scans bin kWeightBins - 1 - i.
+  const int bin = kWeightBins - 1 - int(threadIdx.x);
+  int count = bins[bin], start, total;
+  Scan(scan).ExclusiveSum(count, start, total);
+  __syncthreads();
+  bins[bin] = start;
+  if (threadIdx.x == 0) list[0] = total;
+  __syncthreads();
+  each_tile([&](int entry, int bin) { list[1 + atomicAdd(&bins[bin], 1)] = entry; });
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -9,8 +9,9 @@ outputs (plus one contiguous copy of an input whose strides the kernels cannot r
 forward saves q, k, v, out and lse; the backward recomputes the probabilities from them
 (flashattn_backward), so no score matrix is ever stored. The variants (window, softcap, ALiBi),
 then a variable-length batch's prefix sums and max_seqlen values, then attn_mask (a bias or
-boolean mask), then dropout's rate, seed and offset are trailing arguments of both ops, with
-defaults that turn them off (a dense batch); ALiBi's slopes, the prefix sums and attn_mask
+boolean mask), then dropout's rate, seed and offset, then whether the prefix sums are checked
+on the host (checked_sequences; False: on the device, without waiting) are trailing
+arguments of both ops, with defaults that turn them off (a dense batch); ALiBi's slopes, the prefix sums and attn_mask
 get no gradient. The seed travels as an int64 (a uint64 seed of 2**63 or more as its
 two's-complement value) and the backward regenerates the forward's dropout from it.
 """

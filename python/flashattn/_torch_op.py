@@ -6,14 +6,15 @@ Being torch.library custom ops with fake (meta) implementations lets torch.compi
 autograd graph run the ops' bodies directly, without the dispatcher's per-call cost. They
 run on the caller's current CUDA stream, never synchronise the host (but for the library's
 read of a checked packed batch's prefix sums), and allocate only their outputs (plus one
-contiguous copy of an input whose strides the kernels cannot read). The forward saves q, k, v, out and lse; the backward recomputes the probabilities from them
-(flashattn_backward), so no score matrix is ever stored. The variants (window, softcap, ALiBi),
-then a variable-length batch's prefix sums and max_seqlen values, then attn_mask (a bias or
-boolean mask), then dropout's rate, seed and offset, then whether the prefix sums are checked
-on the host (checked_sequences; False: on the device, without waiting) are trailing
-arguments of both ops, with defaults that turn them off (a dense batch); ALiBi's slopes,
-the prefix sums and attn_mask get no gradient. The seed travels as an int64 (a uint64 seed of 2**63 or more as its
-two's-complement value) and the backward regenerates the forward's dropout from it.
+contiguous copy of an input whose strides the kernels cannot read). The forward saves q, k,
+v, out and lse; the backward recomputes the probabilities from them (flashattn_backward), so
+no score matrix is ever stored. The variants (window, softcap, ALiBi), then a
+variable-length batch's prefix sums and max_seqlen values, then attn_mask (a bias or boolean
+mask), then dropout's rate, seed and offset, then whether the prefix sums are checked on the
+host (checked_sequences; False: on the device, without waiting) are trailing arguments of
+both ops, with defaults that turn them off (a dense batch); ALiBi's slopes, the prefix sums
+and attn_mask get no gradient. The seed travels as an int64 (a uint64 seed of 2**63 or more
+as its two's-complement value) and the backward regenerates the forward's dropout from it.
 """
 from typing import Optional
 

@@ -33,8 +33,9 @@ class PackedCacheDecoder:
     page_size (layers, pages, page_size, heads, head_dim) and a block table giving each
     sequence's pages, in a shuffled order so that the indirection is real. cache_seqlens
     (int32, on the device) is the keys cached per sequence; this class advances it after
-    each step, as attention_with_kvcache leaves that to its caller. checked=False: the calls
-    never wait for the host (on CUDA; the CPU backends take checked calls only).
+    each step, as attention_with_kvcache leaves that to its caller. checked=False: the calls,
+    the packed prefill's too (given the longest prompt, as FlashAttention's callers give
+    it), never wait for the host (on CUDA; the CPU backends check host arrays anyway).
     """
 
     def __init__(self, model, prompts, new_tokens, page_size=None, checked=True, seed=0):
@@ -43,7 +44,8 @@ class PackedCacheDecoder:
         lengths = torch.tensor([len(p) for p in prompts])
         batch = len(prompts)
         # The last new token is never fed back, so the cache never holds it.
-        capacity = int(lengths.max()) + new_tokens - 1
+        self.longest = int(lengths.max())
+        capacity = self.longest + new_tokens - 1
         sequence = torch.repeat_interleave(torch.arange(batch), lengths)
         position = torch.cat([torch.arange(n) for n in lengths.tolist()])
         if page_size is None:
@@ -83,7 +85,8 @@ class PackedCacheDecoder:
         self.k_cache[layer][self.slots] = k
         self.v_cache[layer][self.slots] = v
         return flashattn.varlen_attention(q, k, v, self.cu_seqlens, self.cu_seqlens,
-                                          causal=True)
+                                          self.longest, self.longest, causal=True,
+                                          checked=self.checked)
 
     def step(self):
         positions = self.cache_seqlens[:, None].long()

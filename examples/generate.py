@@ -6,8 +6,9 @@ continued greedily, from the same weights, two ways (examples/decoders.py):
 - flashattn: the prompts packed without padding and prefilled with flashattn.varlen_attention
   (causal), each layer's keys and values copied into a KV cache (contiguous, or paged with
   --paged), then one token per sequence per step with flashattn.attention_with_kvcache, which
-  appends the step's keys and values (on CUDA unchecked, checked=False: no host wait; the
-  lengths are checked on the device); --cuda-graph also replays the step from a CUDA graph;
+  appends the step's keys and values (on CUDA both unchecked, checked=False: no host wait;
+  the prefix sums and lengths are checked on the device); --cuda-graph also replays the step
+  from a CUDA graph;
 - PyTorch: the prompts left-padded into one batch with an attention mask, then a dense padded
   cache with the padding masked out.
 It prints each one's prefill time and decode tokens per second (median and range over

@@ -394,10 +394,20 @@ void read_sequences(AttnParams& a, const Sequences& s, DeviceKind device) {
     // No host copy: the grids are sized by the caller's maxima, which the
     // device checks with the rest (cuda/common/packed_check.h). No sequence is
     // longer than its tensor, so a larger maximum only widens the grid.
-    for (const auto& [name, given] : {std::pair{"sequences.max_seqlen_q", s.max_seqlen_q},
-                                      std::pair{"sequences.max_seqlen_k", s.max_seqlen_k}})
-      require(given >= 0, name, ": is not given (-1); unchecked prefix sums (sequences.checked ",
-              "false) need it, since the grids are sized by it");
+    struct Bound {
+      const char* name;
+      int64_t given, total;
+      const char* tensor;
+    };
+    for (const Bound& b : {Bound{"sequences.max_seqlen_q", s.max_seqlen_q, a.seqs.total_q, "q"},
+                           Bound{"sequences.max_seqlen_k", s.max_seqlen_k, a.seqs.total_k, "k"}}) {
+      require(b.given >= 0, b.name, ": is not given (-1); unchecked prefix sums ",
+              "(sequences.checked false) need it, since the grids are sized by it");
+      // The one rule the host can see without the sums: rows in the tensor are
+      // rows of some sequence.
+      require(b.given > 0 || b.total == 0, b.name, ": is 0, but ", b.tensor, " holds ", b.total,
+              " rows, so some sequence is longer");
+    }
     const SequenceLengths longest{int(std::min(s.max_seqlen_q, a.seqs.total_q)),
                                   int(std::min(s.max_seqlen_k, a.seqs.total_k))};
     a.sizes.seqlen_q = longest.seqlen_q;

@@ -305,8 +305,8 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenRefused, testing::ValuesIn(refusing_
 // for nothing, so broken sums get no error; the device check gives every
 // element of out and lse (a backward: dq, dk, dv) NaN instead, reads and
 // writes nothing outside the tensors (the sanitizer runs this suite), and the
-// same arguments with valid sums give finite outputs. Without max_seqlen the
-// call is refused, naming it.
+// same arguments with valid sums give finite outputs. Without max_seqlen, or
+// with 0 where the tensor has rows, the call is refused, naming it.
 struct BrokenSums {
   std::string name;
   std::vector<int32_t> cu_q, cu_k;
@@ -406,6 +406,8 @@ TEST_P(VarlenUnchecked, BrokenSumsGiveNaN) {
   p.sequences.max_seqlen_q = -1;
   p.sequences.max_seqlen_k = 64;
   expect_forward_rejected(p, "sequences.max_seqlen_q: is not given (-1); unchecked prefix sums");
+  p.sequences.max_seqlen_q = 0;  // q has rows: a maximum of 0 is wrong without the sums
+  expect_forward_rejected(p, "sequences.max_seqlen_q: is 0, but q holds 15 rows");
 }
 
 std::vector<Backend> gpu_sequence_backends() {

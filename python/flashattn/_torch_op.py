@@ -223,8 +223,9 @@ def run(q, k, v, causal, causal_alignment, scale, backend, with_lse, heads_first
     _options does (window_sides, softcap_value). cu_seqlens_q, cu_seqlens_k (None: dense):
     a variable-length batch packed in q, k, v of batch 1 (flashattn.varlen_attention);
     lse is then (1, heads_q, total_q); checked_sequences False checks them on the device,
-    without waiting (max_seqlen_q and max_seqlen_k then needed). attn_mask: None or a bias or mask (check_mask), in
-    the scores' (batch, heads, seqlen_q, seqlen_k) order whatever heads_first says.
+    without waiting (max_seqlen_q and max_seqlen_k then needed). attn_mask: None or a bias
+    or mask (check_mask), in the scores' (batch, heads, seqlen_q, seqlen_k) order whatever
+    heads_first says.
     dropout_p, dropout_seed, dropout_offset: the ops' (op_dropout).
     """
     mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,

@@ -42,7 +42,7 @@ const std::vector<BackendEntry>& table() {
        cuda::mma_forward, cuda::mma_backward},
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
-        "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim, true, false, false, false,
+        "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim, true, false, false, true,
         true},
        cuda::wgmma_forward, cuda::wgmma_backward},
       {{Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, kF32, cuda::kF16x3MaxHeadDim, 0,
@@ -88,16 +88,17 @@ std::string head_dims_unsupported(const BackendInfo& info, const Sizes& s, bool 
 
 std::string_view device_name(DeviceKind d) { return d == DeviceKind::cpu ? "cpu" : "cuda"; }
 
-// A variable-length batch on the GPU: the backends that take one (their
-// table rows say). 16-bit: forward on wgmma where its rules hold (Hopper,
-// head_dim and strides, no bias or dropout), else, and backward, on mma.sync
-// up to its head_dim limit; cuda_tiled otherwise.
-Backend packed_backend(const AttnParams& p, bool backward) {
+// A variable-length batch's forward on the GPU: the backends that take one
+// (their table rows say). 16-bit: on wgmma where its rules hold (Hopper,
+// head_dim and strides, no bias or dropout), else on mma.sync up to its
+// head_dim limit; cuda_tiled otherwise. (The backward's policy is the dense
+// one: every backend it picks takes packed batches.)
+Backend packed_backend(const AttnParams& p) {
   if (p.dtype == DType::f32) return Backend::cuda_tiled;
-  if (!backward && takes_head_dims(find_backend(Backend::cuda_wgmma)->info, p.sizes) &&
+  if (takes_head_dims(find_backend(Backend::cuda_wgmma)->info, p.sizes) &&
       cuda::wgmma_unsupported(p).empty())
     return Backend::cuda_wgmma;
-  const bool fits = takes_head_dims(find_backend(Backend::cuda_mma)->info, p.sizes, backward);
+  const bool fits = takes_head_dims(find_backend(Backend::cuda_mma)->info, p.sizes);
   return fits ? Backend::cuda_mma : Backend::cuda_tiled;
 }
 
@@ -151,7 +152,7 @@ std::string dtype_list(const BackendInfo& info) {
 Backend automatic_backend(const AttnParams& p, DeviceKind device) {
   if (p.seqs.cache.present()) return cache_backend(p, device);
   if (device == DeviceKind::cpu) return Backend::cpu;
-  if (p.seqs.packed()) return packed_backend(p, false);
+  if (p.seqs.packed()) return packed_backend(p);
   if (p.dtype == DType::f32)
     return cuda::tiny_fits(p) || p.sizes.head_dim_v != p.sizes.head_dim ? Backend::cuda_tiled
            : f16x3_preferred(p.sizes)                                 ? Backend::cuda_f16x3
@@ -168,7 +169,6 @@ Backend automatic_backend(const AttnParams& p, DeviceKind device) {
 // hold, else the mma.sync backward up to its head_dim limit, cuda_tiled beyond it.
 Backend automatic_backward_backend(const BwdParams& p, DeviceKind device) {
   if (device == DeviceKind::cpu) return Backend::cpu;
-  if (p.seqs.packed()) return packed_backend(p, true);
   if (p.dtype == DType::f32) return Backend::cuda_tiled;
   if (takes_head_dims(find_backend(Backend::cuda_wgmma)->info, p.sizes, true) &&
       cuda::wgmma_backward_unsupported(p).empty())

@@ -102,17 +102,13 @@ void differentiate(void (*backward)(const BwdParams&), const BwdParams& p) {
 
 void run_backward(void (*backward)(const BwdParams&), const BwdParams& p) {
   DeviceGuard device(p.device_index);
-  if (!p.seqs.packed() || p.seqs.checked) {
-    differentiate(backward, p);
-    return;
-  }
-  const DeviceCheckedSequences sequences(p);
-  differentiate(backward, sequences.applied_to(p));
   const Sizes s = storage_sizes(p);
-  sequences.poison({{p.grad.dq, s.seqlen_q, s.heads_q, s.head_dim},
-                    {p.grad.dk, s.seqlen_k, s.heads_kv, s.head_dim},
-                    {p.grad.dv, s.seqlen_k, s.heads_kv, s.head_dim_v}},
-                   nullptr, 0);
+  on_checked_sequences(
+      p, [&](const BwdParams& checked) { differentiate(backward, checked); },
+      {{p.grad.dq, s.seqlen_q, s.heads_q, s.head_dim},
+       {p.grad.dk, s.seqlen_k, s.heads_kv, s.head_dim},
+       {p.grad.dv, s.seqlen_k, s.heads_kv, s.head_dim_v}},
+      nullptr, 0);
 }
 
 }  // namespace flashattn::cuda

@@ -99,15 +99,10 @@ void attend(void (*forward)(const AttnParams&), const AttnParams& p) {
 
 void run_forward(void (*forward)(const AttnParams&), const AttnParams& p) {
   DeviceGuard device(p.device_index);
-  if (!p.seqs.packed() || p.seqs.checked) {
-    attend(forward, p);
-    return;
-  }
-  const DeviceCheckedSequences sequences(p);
-  attend(forward, sequences.applied_to(p));
   const Sizes s = storage_sizes(p);
-  sequences.poison({{p.o, s.seqlen_q, s.heads_q, s.head_dim_v}}, p.softmax.lse,
-                   int64_t(s.heads_q) * s.seqlen_q);
+  on_checked_sequences(
+      p, [&](const AttnParams& checked) { attend(forward, checked); },
+      {{p.o, s.seqlen_q, s.heads_q, s.head_dim_v}}, p.softmax.lse, int64_t(s.heads_q) * s.seqlen_q);
 }
 
 }  // namespace flashattn::cuda

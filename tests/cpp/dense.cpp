@@ -165,10 +165,11 @@ DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float
                        o = encode(out, dtype), d_o = encode(dout, dtype), dq = encode(g.dq, dtype),
                        dk = encode(g.dk, dtype), dv = encode(g.dv, dtype);
   std::vector<uint8_t> lse(size_t(p.q.batch) * p.q.heads * p.q.seqlen * sizeof(float));
-  std::vector<uint8_t> slopes = bytes_of(p.alibi_slopes);
+  std::vector<uint8_t> slopes = bytes_of(p.alibi_slopes), cu_q = bytes_of(p.cu_seqlens_q),
+                       cu_k = bytes_of(p.cu_seqlens_k);
   Placed q_at(q, device), k_at(k, device), v_at(v, device), o_at(o, device), do_at(d_o, device),
       dq_at(dq, device), dk_at(dk, device), dv_at(dv, device), lse_at(lse, device),
-      slopes_at(slopes, device);
+      slopes_at(slopes, device), cu_q_at(cu_q, device), cu_k_at(cu_k, device);
   auto view = [&](Placed& placed, const Dense& t) {
     return contiguous_view(placed.data(), dtype, t.batch, t.seqlen, t.heads, t.head_dim, device);
   };
@@ -181,6 +182,10 @@ DenseGradients run_dense_backward(const DenseProblem& p, const std::vector<float
   fwd.scale = p.scale;
   fwd.mask = p.mask;
   fwd.variants = variants(p, slopes_at);
+  if (!p.cu_seqlens_q.empty())
+    fwd.sequences = {static_cast<const int32_t*>(cu_q_at.data()),
+                     static_cast<const int32_t*>(cu_k_at.data()),
+                     int(p.cu_seqlens_q.size()) - 1};
   fwd.backend = backend;
   forward(fwd);
   BackwardParams bwd = harness::backward_of(fwd);

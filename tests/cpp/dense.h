@@ -88,8 +88,9 @@ struct DenseGradients {
   Dense dq, dk, dv;
 };
 
-// Runs `backend`'s forward on the problem, then its backward with dout (out's
-// shape: q's with v's head_dim, contiguous), dq, dk and dv poisoned with NaN beforehand.
+// Runs `backend`'s forward on the problem (packed where it has prefix sums),
+// then its backward with dout (out's shape: q's with v's head_dim, contiguous),
+// dq, dk and dv poisoned with NaN beforehand.
 DenseGradients run_dense_backward(const DenseProblem& problem, const std::vector<float>& dout,
                                   Backend backend);
 

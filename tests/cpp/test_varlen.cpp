@@ -10,6 +10,7 @@
 // on the GPU, leave every output NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -174,12 +175,34 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, VarlenBackward, testing::ValuesIn(backward
                          [](const auto& info) { return backend_case_name(info.param); });
 
 // A sequence sees only its own rows, keys and values: NaN in every query,
-// key and value of its neighbour reaches none of its rows, though the tiles
-// of the tensor-core kernels read across the ends of the sequences (a short
-// sequence's one key block holds the next one's keys; a tile's last rows, the
-// next one's rows). Checked element by element against the float64 reference
-// on the same packed batch, which computes each sequence alone.
+// key and value of its neighbour (and, backward, in its output gradient)
+// reaches none of its rows, though the tiles of the tensor-core kernels read
+// across the ends of the sequences (a short sequence's one key block holds the
+// next one's keys; a tile's last rows, the next one's rows). Checked element by
+// element against the float64 reference on the same packed batch, which
+// computes each sequence alone: out, and where the backend's backward takes
+// packed batches, dq, dk and dv.
 class VarlenIsolation : public BackendDtypeTest {};
+
+// Counts the elements of `got` that differ from `want`: NaN where the reference
+// has NaN, else within tolerance · (scale + |want|); reports the first few.
+// Rows [skip_begin, skip_end) are not compared.
+int isolation_mismatches(const std::vector<float>& want, const std::vector<float>& got,
+                         double tolerance, double scale, const std::string& what,
+                         int row_elements, int skip_begin = 0, int skip_end = 0) {
+  int mismatches = 0;
+  for (size_t e = 0; e < want.size(); ++e) {
+    const int row = int(e / row_elements);
+    if (row >= skip_begin && row < skip_end) continue;
+    const float w = want[e], g = got[e];
+    const bool ok = std::isnan(w) ? std::isnan(g)
+                                  : std::fabs(double(g) - w) <= tolerance * (scale + std::fabs(w));
+    if (!ok && ++mismatches <= 5)
+      ADD_FAILURE() << what << ": element " << e << " (row " << e / row_elements << ") is " << g
+                    << ", the reference gives " << w;
+  }
+  return mismatches;
+}
 
 TEST_P(VarlenIsolation, NonFiniteNeighboursStayOut) {
   if (!takes_sequences(backend()) || backend() == Backend::reference)
@@ -217,17 +240,43 @@ TEST_P(VarlenIsolation, NonFiniteNeighboursStayOut) {
       const DenseResult want = run_dense(problem, Backend::reference);
       const DenseResult got = run_dense(problem, backend());
       const double tolerance = dtype() == DType::f32 ? 1e-4 : dtype() == DType::f16 ? 1e-2 : 4e-2;
-      int mismatches = 0;
-      for (size_t e = 0; e < want.out.values.size(); ++e) {
-        const float w = want.out.values[e], g = got.out.values[e];
-        const bool ok = std::isnan(w) ? std::isnan(g)
-                                      : std::fabs(double(g) - w) <= tolerance * (1.0 + std::fabs(w));
-        if (!ok && ++mismatches <= 5)
-          ADD_FAILURE() << "head_dim " << head_dim << ", mask " << int(mask) << ": out element "
-                        << e << " (row " << e / (2 * head_dim) << ") is " << g
-                        << ", the reference gives " << w;
+      const std::string where = "head_dim " + std::to_string(head_dim) + ", mask " +
+                                std::to_string(int(mask));
+      EXPECT_EQ(isolation_mismatches(want.out.values, got.out.values, tolerance, 1.0,
+                                     where + ", out", 2 * head_dim),
+                0)
+          << where;
+      if (!takes_backward_sequences(backend())) continue;
+      // Backward: dout NaN on the neighbour's rows too. The other sequences'
+      // gradients are compared (within the neighbour, a key no row sees may
+      // take 0·NaN from its own rows, as standard attention's backward does);
+      // gradients grow with the sequence, so the tolerance scales with each
+      // tensor's largest value.
+      std::vector<float> dout(problem.q.values.size());
+      for (size_t e = 0; e < dout.size(); ++e)
+        dout[e] = round_to(dtype(), float(std::cos(0.7 * double(e))));
+      for (int r = cu_q[1]; r < cu_q[2]; ++r)
+        for (int e = 0; e < 2 * head_dim; ++e) dout[size_t(r) * 2 * head_dim + e] = std::nanf("");
+      const DenseGradients want_grad = run_dense_backward(problem, dout, Backend::reference);
+      const DenseGradients got_grad = run_dense_backward(problem, dout, backend());
+      const struct {
+        const char* name;
+        const Dense& want;
+        const Dense& got;
+        const std::vector<int32_t>& cu;
+      } grads[] = {{"dq", want_grad.dq, got_grad.dq, cu_q},
+                   {"dk", want_grad.dk, got_grad.dk, cu_k},
+                   {"dv", want_grad.dv, got_grad.dv, cu_k}};
+      for (const auto& grad : grads) {
+        double largest = 0.0;
+        for (float w : grad.want.values)
+          if (std::isfinite(w)) largest = std::max(largest, double(std::fabs(w)));
+        EXPECT_EQ(isolation_mismatches(grad.want.values, grad.got.values, tolerance,
+                                       std::max(1.0, largest), where + ", " + grad.name,
+                                       grad.want.heads * head_dim, grad.cu[1], grad.cu[2]),
+                  0)
+            << where << ", " << grad.name;
       }
-      EXPECT_EQ(mismatches, 0) << "head_dim " << head_dim << ", mask " << int(mask);
     }
   }
 }
@@ -252,7 +301,8 @@ void expect_sequences_refused(Backend backend, DType dtype, const char* what, Ru
 }
 
 // A backend whose backward does not take packed batches refuses them, naming
-// the argument (cuda_wgmma's forward takes them, its backward not yet).
+// the argument (none in the table now: every backend whose forward takes them
+// has a backward that does too, or none).
 class VarlenBackwardRefused : public testing::TestWithParam<Backend> {};
 
 TEST_P(VarlenBackwardRefused, NamesSequences) {

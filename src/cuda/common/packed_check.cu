@@ -75,8 +75,10 @@ __global__ void __launch_bounds__(kThreads) poison_kernel(const int32_t* verdict
 }  // namespace
 
 DeviceCheckedSequences::DeviceCheckedSequences(const AttnParams& p)
-    : batch_(p.sizes.batch), dtype_(p.dtype), stream_(p.stream), copy_((2 * (size_t(p.sizes.batch) + 1) + 1) * sizeof(int32_t), p.device_index,
-                   p.stream) {
+    : batch_(p.sizes.batch),
+      dtype_(p.dtype),
+      stream_(p.stream),
+      copy_((2 * (size_t(p.sizes.batch) + 1) + 1) * sizeof(int32_t), p.device_index, p.stream) {
   const int32_t* copy = static_cast<const int32_t*>(copy_.data());
   check_prefix_sums_kernel<<<1, kThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
       {p.seqs.cu_seqlens_q, p.seqs.total_q, p.sizes.seqlen_q},

@@ -54,4 +54,19 @@ class DeviceCheckedSequences {
   Scratch copy_;  // cu_seqlens_q's copy, cu_seqlens_k's copy (batch + 1 each), the verdict
 };
 
+// run(p) for p as the kernels must read it (P: AttnParams or BwdParams): where
+// p's prefix sums are unchecked, run reads the device-checked copy, and the
+// outputs (and stats, n floats) are poisoned after it if the sums broke a rule.
+template <typename P, typename Run>
+void on_checked_sequences(const P& p, Run&& run, std::initializer_list<PoisonTarget> outputs,
+                          float* stats, int64_t stats_n) {
+  if (!p.seqs.packed() || p.seqs.checked) {
+    run(p);
+    return;
+  }
+  const DeviceCheckedSequences sequences(p);
+  run(sequences.applied_to(p));
+  sequences.poison(outputs, stats, stats_n);
+}
+
 }  // namespace flashattn::cuda

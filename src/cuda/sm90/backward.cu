@@ -12,12 +12,18 @@
 namespace flashattn::cuda {
 namespace {
 
+template <typename T, int kHeadDim>
+void run_layout(const BwdParams& p) {
+  if (p.seqs.packed()) sm90::run_packed_backward<T, kHeadDim>(p);
+  else sm90::run_backward<T, kHeadDim>(p);
+}
+
 template <typename T>
 void run_bucket(const BwdParams& p) {
   switch (head_dim_bucket(sm90::kBackwardHeadDimBuckets, p.sizes.head_dim)) {
-    case 64: sm90::run_backward<T, 64>(p); return;
-    case 128: sm90::run_backward<T, 128>(p); return;
-    case 256: sm90::run_backward<T, 256>(p); return;
+    case 64: run_layout<T, 64>(p); return;
+    case 128: run_layout<T, 128>(p); return;
+    case 256: run_layout<T, 256>(p); return;
   }
   fail(Status::internal, "head_dim: ", p.sizes.head_dim,
        " reached cuda_wgmma's backward above its limit");
@@ -27,13 +33,13 @@ void run_bucket(const BwdParams& p) {
 
 // The forward's rules (device, head_dim a multiple of 8, TMA-describable q, k,
 // v and out, as the forward checks them) and TMA's for the tensors only the
-// backward touches: dout read, dk and dv written. dq is written by write_dq,
-// which takes any strides.
+// backward touches: dout read, dk and dv written (packed: over the tensors'
+// own rows). dq is written by write_dq, which takes any strides.
 std::string wgmma_backward_unsupported(const BwdParams& p) {
   std::string why = wgmma_unsupported(p);
   if (!why.empty()) return why;
 #ifdef FLASHATTN_HAS_SM90A
-  const Sizes& s = p.sizes;
+  const Sizes s = storage_sizes(p);
   const struct {
     const TensorRef* tensor;
     const char* name;

@@ -1,6 +1,7 @@
-// The Hopper backward's instantiations: run_backward<T, kHeadDim> for T in
-// {__half, __nv_bfloat16} and kHeadDim one of kBackwardHeadDimBuckets, each
-// defined in its own file under inst/.
+// The Hopper backward's instantiations: run_backward<T, kHeadDim> (dense
+// batches) and run_packed_backward<T, kHeadDim> (packed ones, core/seqlen.h)
+// for T in {__half, __nv_bfloat16} and kHeadDim one of
+// kBackwardHeadDimBuckets, each defined in its own file under inst/.
 #pragma once
 
 #include "core/params.h"
@@ -13,5 +14,8 @@ static_assert(kBackwardHeadDimBuckets[2] == kWgmmaBackwardMaxHeadDim);
 
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p);
+
+template <typename T, int kHeadDim>
+void run_packed_backward(const BwdParams& p);
 
 }  // namespace flashattn::cuda::sm90

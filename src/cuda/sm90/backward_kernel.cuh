@@ -36,6 +36,18 @@
 // product, and dV takes the keep scale at the end. Deterministic mode: dQ adds
 // in key-tile order, as cuda_mma's (turn counters per query tile), counted by
 // the dQ warp.
+//
+// kPacked: a packed batch (core/seqlen.h). The maps cover the tensors' own rows
+// (one batch index of the total lengths) and a block's tiles start at its
+// sequence's first row and key; the grid holds the longest sequence's key
+// tiles for every sequence, and a block past its sequence's keys leaves at
+// once. A tile that runs past its sequence's end holds the next sequence's rows
+// (or keys): their P and dS are zeroed by the select, but 0·inf and 0·NaN are
+// NaN, so the producer's warp zeroes those rows of Q and dO, and the dQ warp
+// those of K and V, once they land and before the consumers may read them
+// (BackwardBarriers' landed barriers). Where a sequence's keys end inside a
+// warpgroup's 64, its dK and dV go out row by row from its threads, since a
+// TMA box would write into the next sequence's rows.
 #pragma once
 
 #include <cuda.h>
@@ -64,6 +76,16 @@ struct BackwardKernelParams {
   int query_tiles;        // per (batch, q head)
   float* dq_accum;        // zeroed fp32 sums, common/dq_accum.cuh's layout
   int* turns;             // deterministic mode's counters, zeroed; else null
+  DqLayout dq_layout;     // where a (sequence, q head)'s sums start in dq_accum (packed)
+};
+
+// The block's sequence of a packed batch, kept in shared memory by the first
+// thread: where its rows and keys start in the tensors, its lengths, and the
+// mask resolved for them. Dense batches read the sizes and the batch's mask
+// from the parameters instead.
+struct BlockSequence {
+  Sequence seq;
+  RowMask mask;
 };
 
 template <class Tr>
@@ -72,7 +94,24 @@ struct BackwardBarriers {
   uint64_t q_full[Tr::kQStages];     // Q (by TMA), lse2 and D (by the producer's lanes)
   uint64_t dout_full[Tr::kQStages];  // dO of the stage
   uint64_t q_empty[Tr::kQStages];    // every consumer thread is done with the stage
+  // Packed: tiles that run past their sequence's end land here, and kv_full,
+  // q_full and dout_full complete once the rows past the end are zeroed (the
+  // other steps arrive on q_landed without bytes, so its phases are the steps').
+  uint64_t kv_landed;
+  uint64_t q_landed[Tr::kQStages];   // Q and dO of the stage
 };
+
+// Rows [from, kRows) of a tile of kPanels 64-column panels of kRows rows,
+// zeroed by a warp's lanes: a row is 128 bytes of each panel, whatever the
+// swizzle did within it.
+template <int kPanels, int kRows>
+__device__ __forceinline__ void zero_rows(uint8_t* tile, int from) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+#pragma unroll
+  for (int panel = 0; panel < kPanels; ++panel)
+    for (int chunk = 8 * from + int(threadIdx.x) % 32; chunk < 8 * kRows; chunk += 32)
+      store_zero_16(at + panel * kRows * 128 + chunk * 16);
+}
 
 // Hardware barriers (0 is __syncthreads). Among the 256 consumer threads:
 // kDSReady + b, both halves of dSᵀ buffer b are written; kKVDone, both
@@ -90,21 +129,29 @@ enum BackwardBarrier : int {
   kStored = 8
 };
 
-template <class Tr>
+template <class Tr, bool kPacked>
 __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp,
-                                                  const BackwardWalk& w, uint8_t* smem,
-                                                  BackwardBarriers<Tr>& bar) {
+                                                  const BackwardWalk& w, const BlockSequence* block,
+                                                  uint8_t* smem, BackwardBarriers<Tr>& bar) {
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
   const int lane = threadIdx.x % 32;
+  // Packed, the maps hold one batch index and the tiles start at the
+  // sequence's first row and key.
+  const int batch = kPacked ? 0 : w.b;
+  const int key_row = kPacked ? int(block->seq.k_row0) + w.key0 : w.key0;
+  const int seqlen_q = kPacked ? block->seq.seqlen_q : s.seqlen_q;
   if (lane == 0) {
-    expect_bytes(&bar.kv_full, 2 * Tr::kKVBytes);
+    // Packed, a key tile past its sequence's keys lands on kv_landed, and the
+    // dQ warp zeroes those keys (backward_dq_writer).
+    uint64_t* kv_at = kPacked && w.keys < Tr::kBlockN ? &bar.kv_landed : &bar.kv_full;
+    expect_bytes(kv_at, 2 * Tr::kKVBytes);
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel) {
-      tma_load(smem + Tr::kKOffset + panel * Tr::kBlockN * 128, &kp.k, 64 * panel, w.key0, w.hk,
-               w.b, &bar.kv_full);
-      tma_load(smem + Tr::kVOffset + panel * Tr::kBlockN * 128, &kp.v, 64 * panel, w.key0, w.hk,
-               w.b, &bar.kv_full);
+      tma_load(smem + Tr::kKOffset + panel * Tr::kBlockN * 128, &kp.k, 64 * panel, key_row, w.hk,
+               batch, kv_at);
+      tma_load(smem + Tr::kVOffset + panel * Tr::kBlockN * 128, &kp.v, 64 * panel, key_row, w.hk,
+               batch, kv_at);
     }
   }
   // Each step's lse2 and D are loaded into registers a step ahead, so that
@@ -113,11 +160,12 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
   float lse2_next[kRowsPerLane], dot_next[kRowsPerLane];
   const auto load_stats = [&](QueryTile next) {
     const int row0 = next.m * Tr::kBlockM;
-    const int64_t stats0 = (int64_t(w.b) * s.heads_q + next.hq) * s.seqlen_q + row0;
+    const int64_t stats0 = kPacked ? next.hq * p.seqs.total_q + block->seq.q_row0 + row0
+                                   : (int64_t(w.b) * s.heads_q + next.hq) * s.seqlen_q + row0;
 #pragma unroll
     for (int r = 0; r < kRowsPerLane; ++r) {
       const int i = lane + 32 * r;
-      const bool exists = row0 + i < s.seqlen_q;
+      const bool exists = row0 + i < seqlen_q;
       lse2_next[r] = exists ? backward_lse2(p.grad.lse[stats0 + i]) : 0.0f;
       dot_next[r] = exists ? p.grad.row_dot[stats0 + i] : 0.0f;
     }
@@ -128,6 +176,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
     const int stage = step % Tr::kQStages;
     wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
     const int row0 = tile.m * Tr::kBlockM;
+    const int q_row = kPacked ? int(block->seq.q_row0) + row0 : row0;
     uint8_t* q_at = smem + Tr::q_offset(stage);
     uint8_t* dout_at = smem + Tr::dout_offset(stage);
     float* lse2 = reinterpret_cast<float*>(smem + Tr::kLseOffset) + stage * Tr::kBlockM;
@@ -137,19 +186,42 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
       lse2[lane + 32 * r] = lse2_next[r];
       dot[lane + 32 * r] = dot_next[r];
     }
-    // Each lane's stores, then its arrival (q_full counts the 32 lanes): the
-    // consumers' wait on q_full acquires what every arrival releases.
-    if (lane != 0) {
-      arrive(&bar.q_full[stage]);
-    } else {
-      expect_bytes(&bar.q_full[stage], Tr::kQBytes);
-      expect_bytes(&bar.dout_full[stage], Tr::kQBytes);
+    const auto load_q_dout = [&](uint64_t* q_full, uint64_t* dout_full) {
 #pragma unroll
       for (int panel = 0; panel < Tr::kPanels; ++panel) {
         const uint32_t at = panel * Tr::kBlockM * 128;
-        tma_load(q_at + at, &kp.q, 64 * panel, row0, tile.hq, w.b, &bar.q_full[stage]);
-        tma_load(dout_at + at, &kp.dout, 64 * panel, row0, tile.hq, w.b,
-                 &bar.dout_full[stage]);
+        tma_load(q_at + at, &kp.q, 64 * panel, q_row, tile.hq, batch, q_full);
+        tma_load(dout_at + at, &kp.dout, 64 * panel, q_row, tile.hq, batch, dout_full);
+      }
+    };
+    // Packed, a tile that runs past the sequence's rows.
+    const bool rows_past_end = kPacked && row0 + Tr::kBlockM > seqlen_q;
+    if (rows_past_end) {
+      if (lane == 0) {
+        expect_bytes(&bar.q_landed[stage], 2 * Tr::kQBytes);
+        load_q_dout(&bar.q_landed[stage], &bar.q_landed[stage]);
+      }
+      // Its rows past the end zeroed once landed; then each lane's arrival
+      // (q_full counts the 32 lanes) releases them and its lse2 and D.
+      wait_barrier(&bar.q_landed[stage], (step / Tr::kQStages) & 1);
+      zero_rows<Tr::kPanels, Tr::kBlockM>(q_at, seqlen_q - row0);
+      zero_rows<Tr::kPanels, Tr::kBlockM>(dout_at, seqlen_q - row0);
+      fence_shared_to_async();
+      __syncwarp();
+      arrive(&bar.q_full[stage]);
+      if (lane == 0) arrive(&bar.dout_full[stage]);
+    } else {
+      // Each lane's stores, then its arrival (q_full counts the 32 lanes): the
+      // consumers' wait on q_full acquires what every arrival releases.
+      if (lane != 0) {
+        arrive(&bar.q_full[stage]);
+      } else {
+        expect_bytes(&bar.q_full[stage], Tr::kQBytes);
+        expect_bytes(&bar.dout_full[stage], Tr::kQBytes);
+        load_q_dout(&bar.q_full[stage], &bar.dout_full[stage]);
+        // Packed, q_landed completes a phase every step, so that its parity
+        // is the step's.
+        if constexpr (kPacked) arrive(&bar.q_landed[stage]);
       }
     }
     if (step + 1 < w.steps) load_stats(tile.next(w));
@@ -164,14 +236,24 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
 // are performed. Off the consumers' path, so neither the reduction nor the wait
 // for a turn holds their products. Where dQ goes into the stage, the read-out
 // frees the stage for the producer.
-template <class Tr, class Variant>
+template <class Tr, class Variant, bool kPacked>
 __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& kp,
-                                                   const BackwardWalk& w, uint8_t* smem,
-                                                   BackwardBarriers<Tr>& bar) {
+                                                   const BackwardWalk& w, const BlockSequence* block,
+                                                   uint8_t* smem, BackwardBarriers<Tr>& bar) {
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
-  const RowMask& mask = dense_mask(p);
+  const RowMask& mask = kPacked ? block->mask : dense_mask(p);
   const bool issues = threadIdx.x % 32 == 0;
+  if (kPacked && w.keys < Tr::kBlockN) {
+    // The key tile's rows past its sequence's keys, zeroed once landed: the
+    // warp is idle until the first step's dQ.
+    wait_barrier(&bar.kv_landed, 0);
+    zero_rows<Tr::kPanels, Tr::kBlockN>(smem + Tr::kKOffset, w.keys);
+    zero_rows<Tr::kPanels, Tr::kBlockN>(smem + Tr::kVOffset, w.keys);
+    fence_shared_to_async();
+    __syncwarp();
+    if (issues) arrive(&bar.kv_full);
+  }
   QueryTile tile{w.hk * s.group(), w.m_first};
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
@@ -190,7 +272,9 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
         }
       }
       float* dq_head =
-          kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles * Tr::kBlockM * Tr::kHeadDim;
+          kPacked ? kp.dq_accum + kp.dq_layout.base(w.b, tile.hq, block->seq.q_row0)
+                  : kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles *
+                                      Tr::kBlockM * Tr::kHeadDim;
       bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kHeadDim), smem + Tr::dq_offset(step),
                       Tr::kDQBytes);
       tma_store_commit();
@@ -223,17 +307,18 @@ __device__ __forceinline__ void issue_kmajor(float (&acc)[N / 2], uint64_t a, in
   }
 }
 
-template <typename T, class Tr, class Variant>
+template <typename T, class Tr, class Variant, bool kPacked>
 __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp,
-                                                  const BackwardWalk& w, uint8_t* smem,
-                                                  BackwardBarriers<Tr>& bar, int warpgroup) {
+                                                  const BackwardWalk& w, const BlockSequence* block,
+                                                  uint8_t* smem, BackwardBarriers<Tr>& bar,
+                                                  int warpgroup) {
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
   constexpr int kRows = Tr::kScoreRows, kCols = Tr::kKVCols;
   constexpr bool kLowerEnds = Variant::kLowerEnds;
   using Score = typename Variant::Score;
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
-  const RowMask& mask = dense_mask(p);
+  const RowMask& mask = kPacked ? block->mask : dense_mask(p);
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const float c = p.softmax.scale_log2;
@@ -297,11 +382,12 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     const float* dot =
         reinterpret_cast<const float*>(smem + Tr::kRowDotOffset) + stage * kBlockM + score_row0;
     const int key_first = w.key0 + wg_key0;
-    const bool cut = row0 + kBlockM > s.seqlen_q || mask.beyond_end(row0, key_first + 63) ||
+    const int seqlen_q = kPacked ? mask.seqlen_q : s.seqlen_q;
+    const bool cut = row0 + kBlockM > seqlen_q || mask.beyond_end(row0, key_first + 63) ||
                      (kLowerEnds && mask.key_begin(row0 + kBlockM - 1) > key_first);
     // Whether (row, key) of the tile takes no part: the row or the key does not exist, or the mask hides it.
     const auto hidden = [&](int row, int key) {
-      return row >= s.seqlen_q || (kLowerEnds ? mask.hidden(row, key) : mask.beyond_end(row, key));
+      return row >= seqlen_q || (kLowerEnds ? mask.hidden(row, key) : mask.beyond_end(row, key));
     };
     // Dropout: dPᵀ takes Z (keep scale or 0) before dSᵀ is made; Pᵀ keeps the
     // kept elements alone for dV's product.
@@ -503,20 +589,47 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     }
   fence_shared_to_async();
   named_barrier_sync(kStored + warpgroup, 128);
-  if (threadIdx.x % 128 == 0 && w.key0 + wg_key0 < s.seqlen_k) {
+  // This warpgroup's tiles out by TMA, at key row `row` of batch index `batch`.
+  const auto store_boxes = [&](int row, int batch) {
 #pragma unroll
     for (int panel = kv_col0 / 64; panel < (kv_col0 + kCols) / 64; ++panel) {
       if (64 * panel >= s.head_dim) break;
       const uint32_t at = panel * kBlockN * 128 + wg_key0 * 128;
-      tma_store(&kp.dk, 64 * panel, w.key0 + wg_key0, w.hk, w.b, smem + Tr::kKOffset + at);
-      tma_store(&kp.dv, 64 * panel, w.key0 + wg_key0, w.hk, w.b, smem + Tr::kVOffset + at);
+      tma_store(&kp.dk, 64 * panel, row, w.hk, batch, smem + Tr::kKOffset + at);
+      tma_store(&kp.dv, 64 * panel, row, w.hk, batch, smem + Tr::kVOffset + at);
     }
     tma_store_commit();
     tma_store_wait_read();
+  };
+  if constexpr (kPacked) {
+    // The keys of the block's sequence; its last ones row by row, 16 bytes a
+    // thread, so that nothing is written into the next sequence's rows.
+    const int keys = w.keys - wg_key0;
+    const int key_row0 = int(block->seq.k_row0) + w.key0 + wg_key0;
+    if (keys >= 64) {
+      if (threadIdx.x % 128 == 0) store_boxes(key_row0, 0);
+      return;
+    }
+    constexpr int kChunks = kCols / 8;
+    for (int i = threadIdx.x % 128; i < keys * kChunks; i += 128) {
+      const int row = i / kChunks, col = kv_col0 + 8 * (i % kChunks);
+      if (col >= s.head_dim) continue;
+      const uint32_t at = swizzled_offset(wg_key0 + row, col, kBlockN);
+      const int64_t dk_at = int64_t(key_row0 + row) * p.grad.dk.row_stride +
+                            int64_t(w.hk) * p.grad.dk.head_stride + col;
+      const int64_t dv_at = int64_t(key_row0 + row) * p.grad.dv.row_stride +
+                            int64_t(w.hk) * p.grad.dv.head_stride + col;
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.grad.dk.data) + dk_at) =
+          *reinterpret_cast<const uint4*>(smem + Tr::kKOffset + at);
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.grad.dv.data) + dv_at) =
+          *reinterpret_cast<const uint4*>(smem + Tr::kVOffset + at);
+    }
+  } else if (threadIdx.x % 128 == 0 && w.key0 + wg_key0 < s.seqlen_k) {
+    store_boxes(w.key0 + wg_key0, w.b);
   }
 }
 
-template <typename T, class Tr, class Variant>
+template <typename T, class Tr, class Variant, bool kPacked>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardKernelParams kp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -539,18 +652,35 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       ::cuda::ptx::mbarrier_init(&bar.dout_full[stage], 1);
       ::cuda::ptx::mbarrier_init(&bar.q_empty[stage], Tr::kStageReleases);
     }
+    if constexpr (kPacked) {
+      ::cuda::ptx::mbarrier_init(&bar.kv_landed, 1);
+      for (int stage = 0; stage < Tr::kQStages; ++stage)
+        ::cuda::ptx::mbarrier_init(&bar.q_landed[stage], 1);
+    }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
   __syncthreads();
   const BackwardWalk w =
       backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turns != nullptr);
+  // Packed, the block's sequence in shared memory; dense batches have none.
+  const BlockSequence* block = nullptr;
+  if constexpr (kPacked) {
+    if (w.keys <= 0) return;  // past the sequence's keys: nothing to load or store
+    __shared__ BlockSequence packed_block;
+    if (threadIdx.x == 0) {
+      packed_block.seq = sequence(kp.p, w.b);
+      packed_block.mask = row_mask(kp.p, packed_block.seq);
+    }
+    __syncthreads();
+    block = &packed_block;
+  }
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
-    if (threadIdx.x < 32) backward_producer<Tr>(kp, w, smem, bar);
-    else if (threadIdx.x < 64) backward_dq_writer<Tr, Variant>(kp, w, smem, bar);
+    if (threadIdx.x < 32) backward_producer<Tr, kPacked>(kp, w, block, smem, bar);
+    else if (threadIdx.x < 64) backward_dq_writer<Tr, Variant, kPacked>(kp, w, block, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
-    backward_consumer<T, Tr, Variant>(kp, w, smem, bar, warpgroup - 1);
+    backward_consumer<T, Tr, Variant, kPacked>(kp, w, block, smem, bar, warpgroup - 1);
   }
 #endif
 }

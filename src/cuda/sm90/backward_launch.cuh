@@ -17,10 +17,14 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <typename T, int kHeadDim, class Variant>
+// kPacked: p is a packed batch (core/seqlen.h). The maps then cover the
+// tensors' own rows (one batch index of the total lengths), and the grid the
+// longest sequence's key tiles for every sequence.
+template <typename T, int kHeadDim, class Variant, bool kPacked = false>
 void launch_backward(const BwdParams& p) {
   using Tr = typename BackwardTraitsFor<kHeadDim>::type;
   const Sizes& s = p.sizes;
+  const Sizes stored = storage_sizes(p);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const int query_tiles = (s.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
   const int key_tiles = (s.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
@@ -30,20 +34,23 @@ void launch_backward(const BwdParams& p) {
   const DqSums sums(p, query_tiles, Tr::kBlockM, kHeadDim);
 
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  const auto map = [&](const TensorRef& t, int seqlen, int heads, int box_rows) {
+    return make_tensor_map(t, bf16, s.head_dim, seqlen, heads, stored.batch, box_rows);
+  };
   BackwardKernelParams kp;
-  kp.q = make_tensor_map(p.q, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch, Tr::kBlockM);
-  kp.dout = make_tensor_map(p.grad.dout, bf16, s.head_dim, s.seqlen_q, s.heads_q, s.batch,
-                            Tr::kBlockM);
-  kp.k = make_tensor_map(p.k, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBlockN);
-  kp.v = make_tensor_map(p.v, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, Tr::kBlockN);
-  kp.dk = make_tensor_map(p.grad.dk, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, 64);
-  kp.dv = make_tensor_map(p.grad.dv, bf16, s.head_dim, s.seqlen_k, s.heads_kv, s.batch, 64);
+  kp.q = map(p.q, stored.seqlen_q, s.heads_q, Tr::kBlockM);
+  kp.dout = map(p.grad.dout, stored.seqlen_q, s.heads_q, Tr::kBlockM);
+  kp.k = map(p.k, stored.seqlen_k, s.heads_kv, Tr::kBlockN);
+  kp.v = map(p.v, stored.seqlen_k, s.heads_kv, Tr::kBlockN);
+  kp.dk = map(p.grad.dk, stored.seqlen_k, s.heads_kv, 64);
+  kp.dv = map(p.grad.dv, stored.seqlen_k, s.heads_kv, 64);
   kp.p = p;
   kp.query_tiles = query_tiles;
   kp.dq_accum = sums.accum();
+  kp.dq_layout = sums.layout();
   kp.turns = sums.turns();
 
-  const auto kernel = backward_kernel<T, Tr, Variant>;
+  const auto kernel = backward_kernel<T, Tr, Variant, kPacked>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
   kernel<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
@@ -56,6 +63,17 @@ template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p) {
   with_variant<AnyVariant16, BiasVariant16, DropoutVariant16>(
       p, [&](auto variant) { launch_backward<T, kHeadDim, decltype(variant)>(p); });
+}
+
+// A packed batch: the plain kernel, or the one that takes the score variants
+// and windows (wgmma_unsupported refuses a bias and dropout with packed
+// batches, as the forward does).
+template <typename T, int kHeadDim>
+void run_packed_backward(const BwdParams& p) {
+  if (p.scores.bias.data != nullptr || p.dropout.on())
+    fail(Status::internal, "variants: cuda_wgmma's packed backward takes no bias or dropout");
+  if (needs_any_variant(p)) launch_backward<T, kHeadDim, AnyVariant16, true>(p);
+  else launch_backward<T, kHeadDim, NoVariant, true>(p);
 }
 
 }  // namespace flashattn::cuda::sm90

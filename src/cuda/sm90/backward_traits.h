@@ -82,7 +82,7 @@ struct BackwardTraits {
   static constexpr uint32_t dq_offset(int step) {
     return kDQInStage ? q_offset(step % kQStages) : kDQOffset + dq_buffer(step) * kDQBytes;
   }
-  static constexpr uint32_t kBarrierBytes = 8 * (1 + 3 * kQStages);
+  static constexpr uint32_t kBarrierBytes = 8 * (2 + 4 * kQStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "64-column panels; wgmma N at most 256");

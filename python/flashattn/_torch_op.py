@@ -444,12 +444,8 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; q, k "
                             f"and v must all be torch tensors or all NumPy arrays")
-    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked = (sequences or
-                                                                      (None,) * 4 + (True,))
-    # Before the op, whose schema takes only tensors for these.
-    if alibi_slopes is not None:
-        check_slopes(alibi_slopes, q)
-    check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked = checked_extras(
+        q, alibi_slopes, sequences)
     check_mask_argument(attn_mask, q, k)
     variants = (window_left, window_right, softcap, alibi_slopes)
     dropout_p, dropout_seed, dropout_offset = op_dropout(dropout)
@@ -464,6 +460,17 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
     return attention_fwd(q, k, v, causal, causal_alignment, scale, backend, *variants,
                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask,
                          dropout_p, dropout_seed, dropout_offset, checked)
+
+
+def checked_extras(q, alibi_slopes, sequences):
+    """The slopes and a variable-length batch's prefix sums checked before the op, whose
+    schema takes only tensors for them; returns sequences as (cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_q, max_seqlen_k, checked), a dense batch's where it is None."""
+    if alibi_slopes is not None:
+        check_slopes(alibi_slopes, q)
+    values = sequences or (None,) * 4 + (True,)
+    check_prefix_sums(values[0], values[1], q)
+    return values
 
 
 def check_mask_argument(attn_mask, q, k, heads_first=False):
@@ -516,12 +523,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal, causal_alignment, sca
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: is a {type(t).__module__}.{type(t).__qualname__}; the "
                             f"inputs must all be torch tensors or all NumPy arrays")
-    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked = (sequences or
-                                                                      (None,) * 4 + (True,))
-    # Before the op, whose schema takes only tensors for these.
-    if alibi_slopes is not None:
-        check_slopes(alibi_slopes, q)
-    check_prefix_sums(cu_seqlens_q, cu_seqlens_k, q)
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, checked = checked_extras(
+        q, alibi_slopes, sequences)
     if attn_mask is not None:
         check_mask(attn_mask, q, k)
     args = (dout, q, k, v, out, lse, causal, causal_alignment, scale, backend, deterministic,

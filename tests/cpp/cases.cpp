@@ -149,6 +149,24 @@ std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
   return out;
 }
 
+std::vector<harness::Case> tma_cases(const std::vector<harness::Case>& cases) {
+  std::vector<harness::Case> out;
+  for (harness::Case c : cases) {
+    if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
+    c.strided_pad = 8;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<harness::Case> cases_taken_by(Backend backend,
+                                          const std::vector<harness::Case>& cases) {
+  std::vector<harness::Case> out;
+  for (const harness::Case& c : backend == Backend::cuda_wgmma ? tma_cases(cases) : cases)
+    if (backend_supports(backend, c.dtype, c.shape.head_dim)) out.push_back(c);
+  return out;
+}
+
 bool tiles_values(Backend b) {
   return b == Backend::cuda_tiled || b == Backend::cuda_tf32x3 || b == Backend::cuda_f16x3 ||
          b == Backend::cuda_mma || b == Backend::cuda_wgmma;

@@ -35,6 +35,12 @@ struct BackendCase {
 };
 std::vector<BackendCase> with_backends(const std::vector<Backend>& backends,
                                        const std::vector<harness::Case>& cases);
+// The cases whose tensors cuda_wgmma's TMA can describe: 16-bit, head_dim a
+// multiple of 8, strided views padded to keep rows 16-byte aligned.
+std::vector<harness::Case> tma_cases(const std::vector<harness::Case>& cases);
+// The cases `backend`'s table takes (dtype, head_dims); cuda_wgmma's as
+// tma_cases gives them.
+std::vector<harness::Case> cases_taken_by(Backend backend, const std::vector<harness::Case>& cases);
 // The backends whose products are tiles: a non-finite value of v reaches, as
 // 0·v, rows that share its key tile without seeing it (docs/guide.md).
 bool tiles_values(Backend b);

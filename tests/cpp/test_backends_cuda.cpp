@@ -116,12 +116,7 @@ std::vector<harness::Case> cuda_cases() {
 // phase wraps, with both causal alignments and GQA; the kernels whose Q·Kᵀ
 // stops short of the bucket.
 std::vector<harness::Case> wgmma_cases() {
-  std::vector<harness::Case> cases;
-  for (harness::Case c : cuda_cases()) {
-    if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
-    c.strided_pad = 8;
-    cases.push_back(c);
-  }
+  std::vector<harness::Case> cases = tma_cases(cuda_cases());
   auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
     cases.push_back(make_case(shape, dtype, mask, strided, 8));
   };

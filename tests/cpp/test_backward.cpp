@@ -59,12 +59,7 @@ std::vector<harness::Case> backward_cases(bool gpu) {
 // and 160 and 192 in the 256 bucket, whose last panel holds no column); a
 // single query row; and small ones for the sanitizer (Nq70).
 std::vector<harness::Case> wgmma_backward_cases() {
-  std::vector<harness::Case> cases;
-  for (harness::Case c : backward_cases(true)) {
-    if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
-    c.strided_pad = 8;
-    cases.push_back(c);
-  }
+  std::vector<harness::Case> cases = tma_cases(backward_cases(true));
   auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
     harness::Case c = make_case(shape, dtype, mask, strided);
     c.strided_pad = 8;

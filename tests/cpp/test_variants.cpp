@@ -257,19 +257,10 @@ std::vector<harness::Case> gpu_variant_cases() {
   return cases;
 }
 
-// The cases a backend's table takes; cuda_wgmma's as its other suites have
-// them (16-bit, head_dim a multiple of 8, strided rows kept 16-byte aligned).
+// The cases a backend's table takes (cases_taken_by).
 std::vector<harness::Case> cases_for(Backend backend) {
-  std::vector<harness::Case> out;
   const bool gpu = device_of(backend) == DeviceKind::cuda;
-  for (harness::Case c : gpu ? gpu_variant_cases() : variant_cases()) {
-    if (backend == Backend::cuda_wgmma) {
-      if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
-      c.strided_pad = 8;
-    }
-    if (backend_supports(backend, c.dtype, c.shape.head_dim)) out.push_back(c);
-  }
-  return out;
+  return cases_taken_by(backend, gpu ? gpu_variant_cases() : variant_cases());
 }
 
 std::vector<BackendCase> forward_cases() {

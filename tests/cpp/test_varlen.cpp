@@ -113,19 +113,10 @@ bool takes_sequences(Backend backend) {
   return false;
 }
 
-// The cases a backend's table takes (dtype, head_dim); cuda_wgmma's with its
-// strides kept on 16 bytes, as its other suites have them.
+// The cases a backend's table takes (cases_taken_by).
 std::vector<harness::Case> cases_for(Backend backend) {
-  std::vector<harness::Case> out;
   const bool gpu = device_of(backend) == DeviceKind::cuda;
-  for (harness::Case c : gpu ? gpu_varlen_cases() : varlen_cases()) {
-    if (backend == Backend::cuda_wgmma) {
-      if (c.dtype == DType::f32 || c.shape.head_dim % 8 != 0) continue;
-      c.strided_pad = 8;
-    }
-    if (backend_supports(backend, c.dtype, c.shape.head_dim)) out.push_back(c);
-  }
-  return out;
+  return cases_taken_by(backend, gpu ? gpu_varlen_cases() : varlen_cases());
 }
 
 std::vector<BackendCase> forward_cases() {

@@ -109,15 +109,18 @@ def measure(lengths, backward):
 
     longest = max(lengths)
 
-    def ours(checked):  # called as FlashAttention's varlen function is, max_seqlen given
+    def ours(checked, backend=None):  # called as FlashAttention's is, max_seqlen given
         return lambda: flashattn.varlen_attention(q, k, v, cu, cu, longest, longest, causal=True,
-                                                  checked=checked)
+                                                  checked=checked, backend=backend)
     def dense(backend):
         return lambda: flashattn.attention(dq, dk, dv, causal=True, backend=backend)
     # The first packed call is the one the ratios take: unchecked, as FlashAttention's (no
     # host wait); the checked one beside it shows what the host's check costs.
+    # cuda_mma's packed call beside it: the mma.sync kernels, forward and backward, in the
+    # same run.
     calls = {"flashattn varlen unchecked (auto)": (ours(False), work, (q, k, v)),
-             "flashattn varlen checked (auto)": (ours(True), work, (q, k, v))}
+             "flashattn varlen checked (auto)": (ours(True), work, (q, k, v)),
+             "flashattn varlen unchecked (cuda_mma)": (ours(False, "cuda_mma"), work, (q, k, v))}
     for backend in ("cuda_mma", "cuda_wgmma"):
         calls[f"flashattn dense {backend} at mean length"] = (dense(backend), dense_work, (dq, dk, dv))
     sdpa = torch.nn.attention.SDPBackend

@@ -14,9 +14,9 @@ WIDTHS = (32, 64, 80, 96, 112, 128, 176, 192, 256)
 # both MN-major (sm90/backward_traits.h).
 MN_MAJOR_WIDTHS = (64, 128)
 # Widths of the backward's dV += Pᵀ·dO and dK += dSᵀ·Q where Pᵀ and dSᵀ come
-# from shared memory (the other consumer's query rows at head dim 256), A
-# K-major and B MN-major.
-MN_B_WIDTHS = (128,)
+# from shared memory (the other consumer's query rows at head dim 256; 64: dV
+# where v's head_dim is at most 128), A K-major and B MN-major.
+MN_B_WIDTHS = (64, 128)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/cuda/sm90/wgmma_ops.cuh"
 

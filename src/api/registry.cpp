@@ -43,7 +43,7 @@ const std::vector<BackendEntry>& table() {
       {{Backend::cuda_wgmma, "cuda_wgmma", DeviceKind::cuda, kHalf, cuda::kWgmmaMaxHeadDim, 90,
         "Hopper: TMA into an mbarrier ring, wgmma, warp specialisation; head_dim a multiple "
         "of 8 and 16-byte strides", cuda::kWgmmaBackwardMaxHeadDim, true, false, false, true,
-        true},
+        true, true},
        cuda::wgmma_forward, cuda::wgmma_backward},
       {{Backend::cuda_f16x3, "cuda_f16x3", DeviceKind::cuda, kF32, cuda::kF16x3MaxHeadDim, 0,
         "fp32 accuracy from three fp16 mma.sync per product on a scaled hi/lo split"},

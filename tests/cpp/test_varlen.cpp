@@ -50,6 +50,9 @@ std::vector<harness::Case> varlen_cases() {
   for (DType dtype : kDtypes) {
     cases.push_back(packed({0, 0, 0, 1, 1, 1}, dtype, Mask::causal_bottom_right, {{1, 7}, {9, 2}}));
     cases.push_back(packed({0, 0, 0, 3, 3, 200}, dtype, Mask::none, {{20, 31}, {1, 64}}));
+    // 192: the Hopper backward's kernel of Sᵀ and dPᵀ 192 deep in the 256 bucket.
+    cases.push_back(packed({0, 0, 0, 2, 1, 192}, dtype, Mask::causal_bottom_right,
+                           {{100, 70}, {0, 3}, {65, 130}}, true));
     harness::Case windowed = packed({0, 0, 0, 4, 1, 32}, dtype, Mask::causal_top_left, kAwkward);
     windowed.window_left = 7;
     cases.push_back(windowed);

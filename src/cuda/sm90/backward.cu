@@ -20,12 +20,22 @@ void run_layout(const BwdParams& p) {
 
 template <typename T>
 void run_bucket(const BwdParams& p) {
-  switch (head_dim_bucket(sm90::kBackwardHeadDimBuckets, p.sizes.head_dim)) {
+  // Two head dims run at the wider one's bucket: the narrower one's columns
+  // past its width are TMA's zeros. For plain attention in the 256 bucket with
+  // q's and k's head_dim at most 192, kernels that skip products on the zeros:
+  // Sᵀ 192 deep, and dPᵀ 128 deep (multi-head latent attention's v) or 192.
+  const Sizes& s = p.sizes;
+  const int bucket = head_dim_bucket(sm90::kBackwardHeadDimBuckets, s.widest_head_dim());
+  if (bucket == 256 && !needs_any_variant(p) && s.head_dim <= 192) {
+    if (s.head_dim_v <= 128) return sm90::run_narrow_backward<T, 256, 128, 192>(p);
+    if (s.head_dim_v <= 192) return sm90::run_narrow_backward<T, 256, 192, 192>(p);
+  }
+  switch (bucket) {
     case 64: run_layout<T, 64>(p); return;
     case 128: run_layout<T, 128>(p); return;
     case 256: run_layout<T, 256>(p); return;
   }
-  fail(Status::internal, "head_dim: ", p.sizes.head_dim,
+  fail(Status::internal, "head_dim: ", p.sizes.widest_head_dim(),
        " reached cuda_wgmma's backward above its limit");
 }
 

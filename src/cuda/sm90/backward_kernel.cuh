@@ -101,18 +101,6 @@ struct BackwardBarriers {
   uint64_t q_landed[Tr::kQStages];   // Q and dO of the stage
 };
 
-// Rows [from, kRows) of a tile of kPanels 64-column panels of kRows rows,
-// zeroed by a warp's lanes: a row is 128 bytes of each panel, whatever the
-// swizzle did within it.
-template <int kPanels, int kRows>
-__device__ __forceinline__ void zero_rows(uint8_t* tile, int from) {
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
-#pragma unroll
-  for (int panel = 0; panel < kPanels; ++panel)
-    for (int chunk = 8 * from + int(threadIdx.x) % 32; chunk < 8 * kRows; chunk += 32)
-      store_zero_16(at + panel * kRows * 128 + chunk * 16);
-}
-
 // Hardware barriers (0 is __syncthreads). Among the 256 consumer threads:
 // kDSReady + b, both halves of dSᵀ buffer b are written; kKVDone, both
 // warpgroups are done with K and V; kStored + w, warpgroup w's dK and dV tiles
@@ -145,13 +133,14 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
     // Packed, a key tile past its sequence's keys lands on kv_landed, and the
     // dQ warp zeroes those keys (backward_dq_writer).
     uint64_t* kv_at = kPacked && w.keys < Tr::kBlockN ? &bar.kv_landed : &bar.kv_full;
-    expect_bytes(kv_at, 2 * Tr::kKVBytes);
+    expect_bytes(kv_at, Tr::kKVBytes + Tr::kVLoadBytes);
 #pragma unroll
     for (int panel = 0; panel < Tr::kPanels; ++panel) {
       tma_load(smem + Tr::kKOffset + panel * Tr::kBlockN * 128, &kp.k, 64 * panel, key_row, w.hk,
                batch, kv_at);
-      tma_load(smem + Tr::kVOffset + panel * Tr::kBlockN * 128, &kp.v, 64 * panel, key_row, w.hk,
-               batch, kv_at);
+      if (panel < Tr::kPanelsV)
+        tma_load(smem + Tr::kVOffset + panel * Tr::kBlockN * 128, &kp.v, 64 * panel, key_row, w.hk,
+                 batch, kv_at);
     }
   }
   // Each step's lse2 and D are loaded into registers a step ahead, so that
@@ -191,21 +180,22 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
       for (int panel = 0; panel < Tr::kPanels; ++panel) {
         const uint32_t at = panel * Tr::kBlockM * 128;
         tma_load(q_at + at, &kp.q, 64 * panel, q_row, tile.hq, batch, q_full);
-        tma_load(dout_at + at, &kp.dout, 64 * panel, q_row, tile.hq, batch, dout_full);
+        if (panel < Tr::kPanelsV)
+          tma_load(dout_at + at, &kp.dout, 64 * panel, q_row, tile.hq, batch, dout_full);
       }
     };
     // Packed, a tile that runs past the sequence's rows.
     const bool rows_past_end = kPacked && row0 + Tr::kBlockM > seqlen_q;
     if (rows_past_end) {
       if (lane == 0) {
-        expect_bytes(&bar.q_landed[stage], 2 * Tr::kQBytes);
+        expect_bytes(&bar.q_landed[stage], Tr::kQBytes + Tr::kDOutLoadBytes);
         load_q_dout(&bar.q_landed[stage], &bar.q_landed[stage]);
       }
       // Its rows past the end zeroed once landed; then each lane's arrival
       // (q_full counts the 32 lanes) releases them and its lse2 and D.
       wait_barrier(&bar.q_landed[stage], (step / Tr::kQStages) & 1);
       zero_rows<Tr::kPanels, Tr::kBlockM>(q_at, seqlen_q - row0);
-      zero_rows<Tr::kPanels, Tr::kBlockM>(dout_at, seqlen_q - row0);
+      zero_rows<Tr::kPanelsV, Tr::kBlockM>(dout_at, seqlen_q - row0);
       fence_shared_to_async();
       __syncwarp();
       arrive(&bar.q_full[stage]);
@@ -217,7 +207,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
         arrive(&bar.q_full[stage]);
       } else {
         expect_bytes(&bar.q_full[stage], Tr::kQBytes);
-        expect_bytes(&bar.dout_full[stage], Tr::kQBytes);
+        expect_bytes(&bar.dout_full[stage], Tr::kDOutLoadBytes);
         load_q_dout(&bar.q_full[stage], &bar.dout_full[stage]);
         // Packed, q_landed completes a phase every step, so that its parity
         // is the step's.
@@ -249,7 +239,7 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
     // warp is idle until the first step's dQ.
     wait_barrier(&bar.kv_landed, 0);
     zero_rows<Tr::kPanels, Tr::kBlockN>(smem + Tr::kKOffset, w.keys);
-    zero_rows<Tr::kPanels, Tr::kBlockN>(smem + Tr::kVOffset, w.keys);
+    zero_rows<Tr::kPanelsV, Tr::kBlockN>(smem + Tr::kVOffset, w.keys);
     fence_shared_to_async();
     __syncwarp();
     if (issues) arrive(&bar.kv_full);
@@ -294,13 +284,13 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
   if (issues) tma_store_wait_all();
 }
 
-// acc (+)= A·Bᵀ over kHeadDim, A and B K-major (head_dim contiguous): Sᵀ = K·Qᵀ
-// and dPᵀ = V·dOᵀ. A holds a_rows rows per panel, B b_rows.
-template <typename T, class Tr, int N>
+// acc (+)= A·Bᵀ over the first kDepth columns, A and B K-major (head_dim
+// contiguous): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ. A holds a_rows rows per panel, B b_rows.
+template <typename T, int kDepth, int N>
 __device__ __forceinline__ void issue_kmajor(float (&acc)[N / 2], uint64_t a, int a_rows,
                                              uint64_t b, int b_rows) {
 #pragma unroll
-  for (int kk = 0; kk < Tr::kHeadDim / 16; ++kk) {
+  for (int kk = 0; kk < kDepth / 16; ++kk) {
     const uint32_t step = (kk % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
     Wgmma<T, N>::ss(acc, advance(a, (kk / 4) * a_rows * 128 + step),
                     advance(b, (kk / 4) * b_rows * 128 + step), kk > 0);
@@ -313,7 +303,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
                                                   uint8_t* smem, BackwardBarriers<Tr>& bar,
                                                   int warpgroup) {
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
-  constexpr int kRows = Tr::kScoreRows, kCols = Tr::kKVCols;
+  constexpr int kRows = Tr::kScoreRows, kCols = Tr::kKVCols, kVCols = Tr::kVCols;
   constexpr bool kLowerEnds = Variant::kLowerEnds;
   using Score = typename Variant::Score;
   const BwdParams& p = kp.p;
@@ -326,12 +316,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   // This warpgroup's keys (rows of K and V, K-major A operands), and its
   // thread's two key rows within the tile; its query rows of Sᵀ and dPᵀ, tile
   // rows score_row0 + [0, kRows) (split by columns, the other consumer's start
-  // at other_row0); its columns of dK and dV, kv_col0 + [0, kCols).
+  // at other_row0); its columns of dK, kv_col0 + [0, kCols), and of dV,
+  // v_col0 + [0, kVCols).
   const int wg_key0 = Tr::kSplitsColumns ? 0 : 64 * warpgroup;
   const int key_row = wg_key0 + 16 * warp + g;
   const int score_row0 = Tr::kSplitsColumns ? kRows * warpgroup : 0;
   const int other_row0 = kRows - score_row0;
   const int kv_col0 = Tr::kSplitsColumns ? kCols * warpgroup : 0;
+  const int v_col0 = Tr::kSplitsColumns ? kVCols * warpgroup : 0;
   const uint64_t k_rows = smem_descriptor(base + Tr::kKOffset + wg_key0 * 128, 16, 1024);
   const uint64_t v_rows = smem_descriptor(base + Tr::kVOffset + wg_key0 * 128, 16, 1024);
   // This warpgroup's share of dQ: rows dq_row0 + [0, 64), columns dq_col0 +
@@ -342,9 +334,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   const uint64_t k_mn =
       smem_descriptor(base + Tr::kKOffset + dq_col0 / 64 * kBlockN * 128, kBlockN * 128, 1024);
 
-  float dv[kCols / 2], dk[kCols / 2];
+  float dv[kVCols / 2], dk[kCols / 2];
 #pragma unroll
-  for (int i = 0; i < kCols / 2; ++i) dv[i] = dk[i] = 0.0f;
+  for (int i = 0; i < kVCols / 2; ++i) dv[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kCols / 2; ++i) dk[i] = 0.0f;
 
   wait_barrier(&bar.kv_full, 0);
   QueryTile tile{w.hk * s.group(), w.m_first};
@@ -359,11 +353,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     float st[kRows / 2], dpt[kRows / 2];
     wait_barrier(&bar.q_full[stage], filled);
     wgmma_fence();
-    issue_kmajor<T, Tr, kRows>(st, k_rows, kBlockN,
+    issue_kmajor<T, Tr::kHeadDimQK, kRows>(st, k_rows, kBlockN,
                                smem_descriptor(q_at + score_row0 * 128, 16, 1024), kBlockM);
     wgmma_commit();
     wait_barrier(&bar.dout_full[stage], filled);
-    issue_kmajor<T, Tr, kRows>(dpt, v_rows, kBlockN,
+    issue_kmajor<T, Tr::kHeadDimV, kRows>(dpt, v_rows, kBlockN,
                                smem_descriptor(dout_at + score_row0 * 128, 16, 1024), kBlockM);
     wgmma_commit();
     // Dropout: bit i set where element i is kept, made while the products run; all
@@ -488,11 +482,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     // being the K dimension.
     wgmma_fence();
     const uint64_t dout_mn =
-        smem_descriptor(dout_at + kv_col0 / 64 * kBlockM * 128, kBlockM * 128, 1024);
+        smem_descriptor(dout_at + v_col0 / 64 * kBlockM * 128, kBlockM * 128, 1024);
     const uint64_t q_mn = smem_descriptor(q_at + kv_col0 / 64 * kBlockM * 128, kBlockM * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < kRows / 16; ++kk)
-      Wgmma<T, kCols>::rs(dv, pt[kk], advance(dout_mn, (score_row0 + 16 * kk) * 128), 1);
+      Wgmma<T, kVCols>::rs(dv, pt[kk], advance(dout_mn, (score_row0 + 16 * kk) * 128), 1);
 #pragma unroll
     for (int kk = 0; kk < kRows / 16; ++kk)
       Wgmma<T, kCols>::rs(dk, dst[kk], advance(q_mn, (score_row0 + 16 * kk) * 128), 1);
@@ -527,7 +521,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
 #pragma unroll
       for (int kk = 0; kk < kRows / 16; ++kk) {
         const int row = other_row0 + 16 * kk;
-        Wgmma<T, kCols>::ss_mn_b(dv, advance(pt_rows, row * 2), advance(dout_mn, row * 128), 1);
+        Wgmma<T, kVCols>::ss_mn_b(dv, advance(pt_rows, row * 2), advance(dout_mn, row * 128), 1);
       }
 #pragma unroll
       for (int kk = 0; kk < kRows / 16; ++kk) {
@@ -574,16 +568,22 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
 
   // dV and scale·dK into V's and K's tiles (this warpgroup's keys and
   // columns), once the other warpgroup's products are done with K; then out by
-  // TMA, the panels that hold columns below head_dim.
+  // TMA, the panels that hold columns below head_dim (dK) and head_dim_v (dV).
   named_barrier_sync(kKVDone, 256);
   const float dv_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;  // dropout's
+#pragma unroll
+  for (int j = 0; j < kVCols / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t at = swizzled_offset(key_row + 8 * h, v_col0 + 8 * j + 2 * t, kBlockN);
+      *reinterpret_cast<uint32_t*>(smem + Tr::kVOffset + at) =
+          pack_pair<T>(dv[4 * j + 2 * h] * dv_scale, dv[4 * j + 2 * h + 1] * dv_scale);
+    }
 #pragma unroll
   for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t at = swizzled_offset(key_row + 8 * h, kv_col0 + 8 * j + 2 * t, kBlockN);
-      *reinterpret_cast<uint32_t*>(smem + Tr::kVOffset + at) =
-          pack_pair<T>(dv[4 * j + 2 * h] * dv_scale, dv[4 * j + 2 * h + 1] * dv_scale);
       *reinterpret_cast<uint32_t*>(smem + Tr::kKOffset + at) = pack_pair<T>(
           dk[4 * j + 2 * h] * p.softmax.scale, dk[4 * j + 2 * h + 1] * p.softmax.scale);
     }
@@ -592,12 +592,13 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   // This warpgroup's tiles out by TMA, at key row `row` of batch index `batch`.
   const auto store_boxes = [&](int row, int batch) {
 #pragma unroll
-    for (int panel = kv_col0 / 64; panel < (kv_col0 + kCols) / 64; ++panel) {
-      if (64 * panel >= s.head_dim) break;
-      const uint32_t at = panel * kBlockN * 128 + wg_key0 * 128;
-      tma_store(&kp.dk, 64 * panel, row, w.hk, batch, smem + Tr::kKOffset + at);
-      tma_store(&kp.dv, 64 * panel, row, w.hk, batch, smem + Tr::kVOffset + at);
-    }
+    for (int panel = kv_col0 / 64; panel < (kv_col0 + kCols) / 64 && 64 * panel < s.head_dim; ++panel)
+      tma_store(&kp.dk, 64 * panel, row, w.hk, batch,
+                smem + Tr::kKOffset + panel * kBlockN * 128 + wg_key0 * 128);
+#pragma unroll
+    for (int panel = v_col0 / 64; panel < (v_col0 + kVCols) / 64 && 64 * panel < s.head_dim_v; ++panel)
+      tma_store(&kp.dv, 64 * panel, row, w.hk, batch,
+                smem + Tr::kVOffset + panel * kBlockN * 128 + wg_key0 * 128);
     tma_store_commit();
     tma_store_wait_read();
   };
@@ -610,20 +611,20 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       if (threadIdx.x % 128 == 0) store_boxes(key_row0, 0);
       return;
     }
-    constexpr int kChunks = kCols / 8;
-    for (int i = threadIdx.x % 128; i < keys * kChunks; i += 128) {
-      const int row = i / kChunks, col = kv_col0 + 8 * (i % kChunks);
-      if (col >= s.head_dim) continue;
-      const uint32_t at = swizzled_offset(wg_key0 + row, col, kBlockN);
-      const int64_t dk_at = int64_t(key_row0 + row) * p.grad.dk.row_stride +
-                            int64_t(w.hk) * p.grad.dk.head_stride + col;
-      const int64_t dv_at = int64_t(key_row0 + row) * p.grad.dv.row_stride +
-                            int64_t(w.hk) * p.grad.dv.head_stride + col;
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.grad.dk.data) + dk_at) =
-          *reinterpret_cast<const uint4*>(smem + Tr::kKOffset + at);
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.grad.dv.data) + dv_at) =
-          *reinterpret_cast<const uint4*>(smem + Tr::kVOffset + at);
-    }
+    // Rows [0, keys) of the tile at `tile`, columns [col0, col0 + cols) below `width`.
+    const auto store_rows = [&](const TensorRef& grad, uint32_t tile, int col0, int cols, int width) {
+      const int chunks = cols / 8;
+      for (int i = threadIdx.x % 128; i < keys * chunks; i += 128) {
+        const int row = i / chunks, col = col0 + 8 * (i % chunks);
+        if (col >= width) continue;
+        const int64_t at =
+            int64_t(key_row0 + row) * grad.row_stride + int64_t(w.hk) * grad.head_stride + col;
+        *reinterpret_cast<uint4*>(static_cast<T*>(grad.data) + at) = *reinterpret_cast<const uint4*>(
+            smem + tile + swizzled_offset(wg_key0 + row, col, kBlockN));
+      }
+    };
+    store_rows(p.grad.dk, Tr::kKOffset, kv_col0, kCols, s.head_dim);
+    store_rows(p.grad.dv, Tr::kVOffset, v_col0, kVCols, s.head_dim_v);
   } else if (threadIdx.x % 128 == 0 && w.key0 + wg_key0 < s.seqlen_k) {
     store_boxes(w.key0 + wg_key0, w.b);
   }

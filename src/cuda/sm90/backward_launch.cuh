@@ -20,9 +20,9 @@ namespace flashattn::cuda::sm90 {
 // kPacked: p is a packed batch (core/seqlen.h). The maps then cover the
 // tensors' own rows (one batch index of the total lengths), and the grid the
 // longest sequence's key tiles for every sequence.
-template <typename T, int kHeadDim, class Variant, bool kPacked = false>
+template <typename T, class Tr, class Variant, bool kPacked = false>
 void launch_backward(const BwdParams& p) {
-  using Tr = typename BackwardTraitsFor<kHeadDim>::type;
+  constexpr int kHeadDim = Tr::kHeadDim;
   const Sizes& s = p.sizes;
   const Sizes stored = storage_sizes(p);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
@@ -34,16 +34,19 @@ void launch_backward(const BwdParams& p) {
   const DqSums sums(p, query_tiles, Tr::kBlockM, kHeadDim);
 
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  const auto map = [&](const TensorRef& t, int seqlen, int heads, int box_rows) {
-    return make_tensor_map(t, bf16, s.head_dim, seqlen, heads, stored.batch, box_rows);
+  // q, k and dk of head_dim columns, v, dout and dv of head_dim_v: TMA fills
+  // the bucket's columns past each tensor's width with zeros, which add
+  // nothing to Sᵀ and dPᵀ, and clips the stores of dk and dv at it.
+  const auto map = [&](const TensorRef& t, int cols, int seqlen, int heads, int box_rows) {
+    return make_tensor_map(t, bf16, cols, seqlen, heads, stored.batch, box_rows);
   };
   BackwardKernelParams kp;
-  kp.q = map(p.q, stored.seqlen_q, s.heads_q, Tr::kBlockM);
-  kp.dout = map(p.grad.dout, stored.seqlen_q, s.heads_q, Tr::kBlockM);
-  kp.k = map(p.k, stored.seqlen_k, s.heads_kv, Tr::kBlockN);
-  kp.v = map(p.v, stored.seqlen_k, s.heads_kv, Tr::kBlockN);
-  kp.dk = map(p.grad.dk, stored.seqlen_k, s.heads_kv, 64);
-  kp.dv = map(p.grad.dv, stored.seqlen_k, s.heads_kv, 64);
+  kp.q = map(p.q, s.head_dim, stored.seqlen_q, s.heads_q, Tr::kBlockM);
+  kp.dout = map(p.grad.dout, s.head_dim_v, stored.seqlen_q, s.heads_q, Tr::kBlockM);
+  kp.k = map(p.k, s.head_dim, stored.seqlen_k, s.heads_kv, Tr::kBlockN);
+  kp.v = map(p.v, s.head_dim_v, stored.seqlen_k, s.heads_kv, Tr::kBlockN);
+  kp.dk = map(p.grad.dk, s.head_dim, stored.seqlen_k, s.heads_kv, 64);
+  kp.dv = map(p.grad.dv, s.head_dim_v, stored.seqlen_k, s.heads_kv, 64);
   kp.p = p;
   kp.query_tiles = query_tiles;
   kp.dq_accum = sums.accum();
@@ -61,8 +64,9 @@ void launch_backward(const BwdParams& p) {
 // The plain kernel, or the one that takes every variant where p asks for one.
 template <typename T, int kHeadDim>
 void run_backward(const BwdParams& p) {
+  using Tr = typename BackwardTraitsFor<kHeadDim>::type;
   with_variant<AnyVariant16, BiasVariant16, DropoutVariant16>(
-      p, [&](auto variant) { launch_backward<T, kHeadDim, decltype(variant)>(p); });
+      p, [&](auto variant) { launch_backward<T, Tr, decltype(variant)>(p); });
 }
 
 // A packed batch: the plain kernel, or the one that takes the score variants
@@ -70,10 +74,23 @@ void run_backward(const BwdParams& p) {
 // batches, as the forward does).
 template <typename T, int kHeadDim>
 void run_packed_backward(const BwdParams& p) {
+  using Tr = typename BackwardTraitsFor<kHeadDim>::type;
   if (p.scores.bias.data != nullptr || p.dropout.on())
     fail(Status::internal, "variants: cuda_wgmma's packed backward takes no bias or dropout");
-  if (needs_any_variant(p)) launch_backward<T, kHeadDim, AnyVariant16, true>(p);
-  else launch_backward<T, kHeadDim, NoVariant, true>(p);
+  if (needs_any_variant(p)) launch_backward<T, Tr, AnyVariant16, true>(p);
+  else launch_backward<T, Tr, NoVariant, true>(p);
+}
+
+// Plain attention, dense or packed, in the kHeadDim bucket with Sᵀ kHeadDimQK
+// deep and dPᵀ kHeadDimV deep (NarrowBackwardTraits).
+template <typename T, int kHeadDim, int kHeadDimV, int kHeadDimQK>
+void run_narrow_backward(const BwdParams& p) {
+  using Tr = typename NarrowBackwardTraits<kHeadDim, kHeadDimV, kHeadDimQK>::type;
+  if (needs_any_variant(p))
+    fail(Status::internal, "variants: cuda_wgmma's backward kernels of head dims ", kHeadDimQK, "/",
+         kHeadDimV, " take plain attention only");
+  if (p.seqs.packed()) launch_backward<T, Tr, NoVariant, true>(p);
+  else launch_backward<T, Tr, NoVariant>(p);
 }
 
 }  // namespace flashattn::cuda::sm90

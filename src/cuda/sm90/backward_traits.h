@@ -22,9 +22,18 @@ namespace flashattn::cuda::sm90 {
 // none (head dim 256), and a step's dQ goes into its own Q/dO stage once both
 // consumers are done reading it (64 rows of fp32 dQ are the bytes of 64 rows of
 // 16-bit Q and dO).
-template <int kHeadDim_, int kBlockM_, int kQStages_, int kDQStages_>
+//
+// kHeadDimQK and kHeadDimV (multiples of 16, at most the bucket) let a kernel
+// skip products on the bucket's zero columns where q's and k's head_dim, or
+// v's, is narrower: Sᵀ is kHeadDimQK deep and dPᵀ kHeadDimV deep, and dV's
+// product and V's and dO's loads cover v's columns rounded up to whole panels
+// a consumer. The tiles keep the bucket's layout.
+template <int kHeadDim_, int kBlockM_, int kQStages_, int kDQStages_, int kHeadDimV_ = kHeadDim_,
+          int kHeadDimQK_ = kHeadDim_>
 struct BackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to the bucket
+  static constexpr int kHeadDimQK = kHeadDimQK_;  // Sᵀ's depth
+  static constexpr int kHeadDimV = kHeadDimV_;    // dPᵀ's depth
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr bool kSplitsColumns = kHeadDim > 128;
   static constexpr int kBlockN = kSplitsColumns ? 64 : 128;
@@ -38,6 +47,11 @@ struct BackwardTraits {
   // dK and dV.
   static constexpr int kScoreRows = kSplitsColumns ? kBlockM / 2 : kBlockM;
   static constexpr int kKVCols = kSplitsColumns ? kHeadDim / 2 : kHeadDim;
+  // A consumer's columns of dV, and the 64-column panels of V and dO loaded
+  // (those dV's product reads; the rest of their tiles is never read).
+  static constexpr int kVCols =
+      kSplitsColumns ? (kHeadDimV + 127) / 128 * 64 : (kHeadDimV + 63) / 64 * 64;
+  static constexpr int kPanelsV = (kSplitsColumns ? 2 * kVCols : kVCols) / 64;
   // A consumer's share of a step's dQ (kBlockM × kHeadDim): a 64-row block of
   // all columns where the step has two (kBlockM 128), else half the columns. So
   // both consumers do the same products a step, and dQ's wgmma is 64 × kDQCols.
@@ -57,6 +71,9 @@ struct BackwardTraits {
 
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * 2;
+  // The bytes of V's and dO's loaded panels.
+  static constexpr uint32_t kVLoadBytes = kBlockN * kPanelsV * 64 * 2;
+  static constexpr uint32_t kDOutLoadBytes = kBlockM * kPanelsV * 64 * 2;
   static constexpr uint32_t kStageBytes = 2 * kQBytes;  // Q, then dO
   static constexpr uint32_t kDSBytes = kBlockN * kBlockM * 2;  // dSᵀ: keys × query rows
   static constexpr uint32_t kDQBytes = kBlockM * kHeadDim * 4;  // a step's fp32 dQ
@@ -86,8 +103,11 @@ struct BackwardTraits {
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "64-column panels; wgmma N at most 256");
+  static_assert(kHeadDimQK % 16 == 0 && kHeadDimQK <= kHeadDim && kHeadDimV % 16 == 0 &&
+                    kHeadDimV <= kHeadDim,
+                "whole wgmma K steps within the bucket");
   static_assert(kBlockM == 64 || kBlockM == 128, "dQ in one or two 64-row products");
-  static_assert(kDQCols % 64 == 0 && kKVCols % 64 == 0,
+  static_assert(kDQCols % 64 == 0 && kKVCols % 64 == 0 && kVCols % 64 == 0,
                 "a consumer's dQ, dK and dV columns are whole 64-column panels");
   static_assert(!kSplitsColumns || kBlockM == 64, "split by columns: Pᵀ and dSᵀ one panel wide");
   static_assert(!kDQInStage || kDQBytes == kStageBytes, "dQ fills its stage");
@@ -105,5 +125,13 @@ struct BackwardTraitsFor;
 template <> struct BackwardTraitsFor<64> { using type = BackwardTraits<64, 128, 2, 1>; };
 template <> struct BackwardTraitsFor<128> { using type = BackwardTraits<128, 64, 2, 2>; };
 template <> struct BackwardTraitsFor<256> { using type = BackwardTraits<256, 64, 2, 0>; };
+
+// The bucket's traits with Sᵀ kHeadDimQK deep and dPᵀ kHeadDimV deep.
+template <int kHeadDim, int kHeadDimV, int kHeadDimQK>
+struct NarrowBackwardTraits {
+  using Base = typename BackwardTraitsFor<kHeadDim>::type;
+  using type = BackwardTraits<kHeadDim, Base::kBlockM, Base::kQStages, Base::kDQStages, kHeadDimV,
+                              kHeadDimQK>;
+};
 
 }  // namespace flashattn::cuda::sm90

@@ -51,14 +51,7 @@ __device__ __forceinline__ void zero_past_sequence_end(uint8_t* smem, Barriers<T
   const int lane = int(threadIdx.x) % 32;
   wait_barrier(&bar.v_landed[end.stage], (landed_phases >> end.stage) & 1u);
   landed_phases ^= 1u << end.stage;
-  // A key is one 128-byte row of each 64-column panel, so its row is zeroed
-  // whole whatever the swizzle did within it.
-  const uint32_t slot = static_cast<uint32_t>(
-      __cvta_generic_to_shared(smem + Tr::kVOffset + end.stage * Tr::kVBytes));
-#pragma unroll
-  for (int panel = 0; panel < Tr::kPanelsV; ++panel)
-    for (int chunk = 8 * end.keys + lane; chunk < 8 * Tr::kBlockN; chunk += 32)
-      store_zero_16(slot + panel * Tr::kBlockN * 128 + chunk * 16);
+  zero_rows<Tr::kPanelsV, Tr::kBlockN>(smem + Tr::kVOffset + end.stage * Tr::kVBytes, end.keys);
   fence_shared_to_async();
   __syncwarp();
   if (lane == 0) arrive(&bar.v_full[end.stage]);

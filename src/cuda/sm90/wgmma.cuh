@@ -70,4 +70,16 @@ __device__ __forceinline__ void store_zero_16(uint32_t smem_addr) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0) : "memory");
 }
 
+// Rows [from, kRows) of a tile of kPanels 64-column panels of kRows rows,
+// zeroed by a warp's lanes: a row is 128 bytes of each panel, whatever the
+// swizzle did within it.
+template <int kPanels, int kRows>
+__device__ __forceinline__ void zero_rows(uint8_t* tile, int from) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+#pragma unroll
+  for (int panel = 0; panel < kPanels; ++panel)
+    for (int chunk = 8 * from + int(threadIdx.x) % 32; chunk < 8 * kRows; chunk += 32)
+      store_zero_16(at + panel * kRows * 128 + chunk * 16);
+}
+
 }  // namespace flashattn::cuda::sm90

@@ -4,7 +4,7 @@
 // forward and backward, against the float64 oracles, on shapes where either
 // head dim is the wider, 1-wide ones, both beyond a kernel's bucket, masks that
 // leave rows without keys, GQA, strided views, a packed batch and KV caches
-// (contiguous and paged).
+// (contiguous and paged), and MLA's pair with softcap.
 // Backends that do not take them refuse with an error naming v's head_dim; out,
 // dout and the gradients of the wrong width are refused by validation.
 #include <gtest/gtest.h>
@@ -50,6 +50,10 @@ std::vector<harness::Case> pair_cases() {
     windowed.window_left = 20;
     windowed.softcap = 30.0f;
     out.push_back(windowed);
+    // MLA's pair with a score variant: on Hopper the 256 bucket's variant kernel, v padded.
+    harness::Case capped = make_case({1, 100, 100, 2, 1, 192, 128}, dtype, Mask::causal_bottom_right);
+    capped.softcap = 30.0f;
+    out.push_back(capped);
     out.push_back(harness::packed_case(make_case({1, 1, 1, 2, 1, 192, 128}, dtype, Mask::causal_bottom_right),
                                        {{70, 70}, {0, 5}, {1, 1}, {40, 130}}));
     harness::Case::Cache cache;

@@ -264,8 +264,8 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
       float* dq_head =
           kPacked ? kp.dq_accum + kp.dq_layout.base(w.b, tile.hq, block->seq.q_row0)
                   : kp.dq_accum + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles *
-                                      Tr::kBlockM * Tr::kHeadDim;
-      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kHeadDim), smem + Tr::dq_offset(step),
+                                      Tr::kBlockM * Tr::kDQWidth;
+      bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kDQWidth), smem + Tr::dq_offset(step),
                       Tr::kDQBytes);
       tma_store_commit();
       if (turn) {  // the sums performed, then the count, its fence cumulative over them
@@ -557,10 +557,16 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     else if (step >= Tr::kDQStages) named_barrier_sync(kDQFree + dq_buffer, Tr::kDQMeeting);
     float* dq_tile = reinterpret_cast<float*>(smem + Tr::dq_offset(step));
 #pragma unroll
-    for (int j = 0; j < Tr::kDQCols / 8; ++j)
-      *reinterpret_cast<float4*>(dq_tile + dq_tile_offset(dq_row0 + 16 * warp, dq_col0 + 8 * j, kD) +
+    for (int j = 0; j < Tr::kDQCols / 8; ++j) {
+      // Where the sums are narrower than the bucket, the columns past them
+      // (products on k's zero columns) are not kept.
+      if constexpr (Tr::kDQWidth < kD)
+        if (dq_col0 + 8 * j >= Tr::kDQWidth) continue;
+      *reinterpret_cast<float4*>(dq_tile +
+                                 dq_tile_offset(dq_row0 + 16 * warp, dq_col0 + 8 * j, Tr::kDQWidth) +
                                  4 * lane) =
           make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    }
     fence_shared_to_async();
     if constexpr (Tr::kDQInStage) arrive(&bar.q_empty[stage]);
     named_barrier_arrive(kDQFull + dq_buffer, Tr::kDQMeeting);

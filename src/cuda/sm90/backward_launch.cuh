@@ -31,7 +31,7 @@ void launch_backward(const BwdParams& p) {
   const int64_t blocks = int64_t(key_tiles) * s.batch * s.heads_kv;
   if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: shape too large for cuda_wgmma's grid");
 
-  const DqSums sums(p, query_tiles, Tr::kBlockM, kHeadDim);
+  const DqSums sums(p, query_tiles, Tr::kBlockM, Tr::kDQWidth);
 
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   // q, k and dk of head_dim columns, v, dout and dv of head_dim_v: TMA fills

@@ -76,7 +76,10 @@ struct BackwardTraits {
   static constexpr uint32_t kDOutLoadBytes = kBlockM * kPanelsV * 64 * 2;
   static constexpr uint32_t kStageBytes = 2 * kQBytes;  // Q, then dO
   static constexpr uint32_t kDSBytes = kBlockN * kBlockM * 2;  // dSᵀ: keys × query rows
-  static constexpr uint32_t kDQBytes = kBlockM * kHeadDim * 4;  // a step's fp32 dQ
+  // dQ's columns in the sums and the dQ buffers: q's and k's, rounded up to a
+  // panel (past them dS·K adds only K's zero columns).
+  static constexpr int kDQWidth = (kHeadDimQK + 63) / 64 * 64;
+  static constexpr uint32_t kDQBytes = kBlockM * kDQWidth * 4;  // a step's fp32 dQ
   // Byte offsets from the 1024-aligned base: K, V, the stages (each Q then dO),
   // two dSᵀ buffers (a step writes one while the other warpgroup may still
   // read the last step's) and, split by columns, two Pᵀ buffers likewise, the
@@ -110,7 +113,7 @@ struct BackwardTraits {
   static_assert(kDQCols % 64 == 0 && kKVCols % 64 == 0 && kVCols % 64 == 0,
                 "a consumer's dQ, dK and dV columns are whole 64-column panels");
   static_assert(!kSplitsColumns || kBlockM == 64, "split by columns: Pᵀ and dSᵀ one panel wide");
-  static_assert(!kDQInStage || kDQBytes == kStageBytes, "dQ fills its stage");
+  static_assert(!kDQInStage || kDQBytes <= kStageBytes, "dQ fits its stage");
   static_assert(kSmemBytes <= 232448, "beyond the 227 KB a Hopper block may opt into");
 };
 

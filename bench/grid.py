@@ -1,6 +1,6 @@
 """The benchmark's points: which shapes, dtypes and masks each part of the suite runs.
 
-Eleven grids:
+Twelve grids:
 - "paper": the FlashAttention papers' forward grid: batch × seqlen = 16384 tokens and
   heads × head_dim = 2048, so every point does the same work per token.
 - "exercise": the multi-head exercise's fp32 shapes (N, d_model, h): Q, K, V are N × d_model
@@ -10,8 +10,9 @@ Eleven grids:
 - "paper_bwd", "exercise_bwd": the backward on the paper grid and on three exercise shapes,
   each shape twice: the backward alone (pass "bwd": dq, dk, dv from the forward's saved
   results) and a forward and backward together (pass "fwd+bwd", a training step's work).
-- "wide_bwd": the backward (both passes) at head dims 320, 384 and 512, bf16, 16384 tokens,
-  8 query heads with 8 kv heads or 4 (grouped-query attention: Gemma 4's 8 query / 4 kv).
+- "wide", "wide_bwd": the forward, and the backward (both passes), at head dims 320, 384 and
+  512, bf16, 16384 tokens, 8 query heads with 8 kv heads or 4 (grouped-query attention:
+  Gemma 4's 8 query / 4 kv).
 - "variants": the attention variants (score_variants.py), bf16, head_dim 128, 16 heads, the
   forward and the backward alone: a causal sliding window (4096, 0) on 16384 tokens beside
   the dense causal problem of the same work (its seqlen chosen so); softcap 30 and ALiBi,
@@ -292,12 +293,16 @@ def exercise_bwd_points(shapes=EXERCISE_BWD_SHAPES, **kwargs):
     return exercise_points(shapes, passes=BACKWARD_PASSES, grid="exercise_bwd", **kwargs)
 
 
-def wide_bwd_points(head_dims=WIDE_HEAD_DIMS, heads=WIDE_HEADS, seqlens=WIDE_SEQLENS,
-                    dtypes=WIDE_DTYPES, masks=MASKS, passes=BACKWARD_PASSES):
-    return [Point("wide_bwd", dtype, PAPER_TOKENS // n, n, heads_q, d, mask, pass_=pass_,
+def wide_points(head_dims=WIDE_HEAD_DIMS, heads=WIDE_HEADS, seqlens=WIDE_SEQLENS,
+                dtypes=WIDE_DTYPES, masks=MASKS, passes=("fwd",), grid="wide"):
+    return [Point(grid, dtype, PAPER_TOKENS // n, n, heads_q, d, mask, pass_=pass_,
                   heads_kv=heads_kv)
             for dtype in dtypes for d in head_dims for heads_q, heads_kv in heads
             for mask in masks for n in seqlens for pass_ in passes]
+
+
+def wide_bwd_points(passes=BACKWARD_PASSES, **kwargs):
+    return wide_points(passes=passes, grid="wide_bwd", **kwargs)
 
 
 def variants_points(seqlens=VARIANT_SEQLENS, masks=MASKS, passes=VARIANT_PASSES, window=True):
@@ -356,7 +361,7 @@ def full_suite(paper_head_dims=PAPER_HEAD_DIMS):
             "memory": memory_points(),
             "paper_bwd": paper_bwd_points(head_dims=paper_head_dims),
             "exercise_bwd": exercise_bwd_points(),
-            "wide_bwd": wide_bwd_points(), "variants": variants_points(),
+            "wide": wide_points(), "wide_bwd": wide_bwd_points(), "variants": variants_points(),
             "models": models_points(), "models_bwd": models_bwd_points(),
             "decode": decode_grid.suite_points(), "varlen": varlen_grid.suite_points()}
 

@@ -252,6 +252,9 @@ def markdown(results, json_name, plot_names=None):
         if "exercise" in plot_names:
             parts += ["", f"![fp32 exercise shapes]({plot_names['exercise']})"]
         parts += ["", t]
+    parts += tflops_section(results, plot_names, "wide", "bf16", "fwd",
+                            ["head dim", "mask", "seqlen", "batch×heads (q/kv)"],
+                            "Forward at wide head dims", [WIDE_NOTE])
     parts += backward_sections(results, plot_names)
     parts += variants_report.sections(results)
     parts += models_report.sections(results)
@@ -299,7 +302,7 @@ WIDE_NOTE = (
 
 
 def tflops_section(results, plot_names, grid, dtype, pass_, columns, title, notes):
-    """One backward TFLOP/s table of `grid` with its heading, notes and figure; [] if the
+    """One TFLOP/s table of `grid` with its heading, notes and figure; [] if the
     results have no rows for it."""
     t = speed_table(results, grid, dtype, paper_shape, columns, lambda r: r["tflops"],
                     "TFLOP/s", pass_)
@@ -533,8 +536,8 @@ def history_line(results, file=None, git=None):
     if line["kind"] == "bench/run":
         settings = results.get("settings", {})
         line["mode"] = results.get("mode", "full")
-        grids = [g for g in ("exercise", "memory", "paper", "exercise_bwd", "paper_bwd",
-                             "wide_bwd", "variants", "models", "models_bwd")
+        grids = [g for g in ("exercise", "memory", "paper", "wide", "exercise_bwd",
+                             "paper_bwd", "wide_bwd", "variants", "models", "models_bwd")
                  if any(r["grid"] == g for r in rows)]
         line["grids"] = {g: len(by_point(rows, g)) for g in grids}
         line["grids"].update({grid: len(results[key]) for grid, key in

@@ -10,7 +10,7 @@ FLASHATTN = "flashattn"
 
 
 # The grids of speed results, forward and backward (memory is a grid of its own kind).
-SPEED_GRIDS = ("paper", "exercise", "paper_bwd", "exercise_bwd", "wide_bwd", "variants",
+SPEED_GRIDS = ("paper", "exercise", "wide", "paper_bwd", "exercise_bwd", "wide_bwd", "variants",
                "models", "models_bwd")
 PASS_NAMES = {"fwd": "forward", "bwd": "backward alone", "fwd+bwd": "forward + backward"}
 

@@ -257,7 +257,7 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert (line["kind"], line["commit"], line["mode"], line["rounds"]) == (
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
-                             "paper_bwd": 144, "wide_bwd": 48, "variants": 44,
+                             "wide": 24, "paper_bwd": 144, "wide_bwd": 48, "variants": 44,
                              "models": 48, "models_bwd": 11}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.

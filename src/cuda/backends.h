@@ -52,7 +52,7 @@ void mma_forward(const AttnParams& p);
 // cuda_wgmma: f16/bf16 on Hopper (TMA, wgmma, warp specialisation), head_dim up
 // to kWgmmaMaxHeadDim. wgmma_unsupported() is empty when it can run p, else it
 // names the argument and the rule (device, head_dim, TMA-describable strides).
-inline constexpr int kWgmmaMaxHeadDim = 256;
+inline constexpr int kWgmmaMaxHeadDim = 512;
 std::string wgmma_unsupported(const AttnParams& p);
 void wgmma_forward(const AttnParams& p);
 

@@ -111,10 +111,10 @@ std::vector<harness::Case> cuda_cases() {
 
 // cuda_wgmma: the cases above whose tensors TMA can describe (head_dim a
 // multiple of 8; strided q and out padded to keep rows 16-byte aligned), plus
-// its own tiles: each head-dim bucket (64, 128, 192, 256) and padded dims
-// (80, 200) over many more key blocks than ring stages, so every mbarrier
-// phase wraps, with both causal alignments and GQA; the kernels whose Q·Kᵀ
-// stops short of the bucket.
+// its own tiles: each head-dim bucket (64, 128, 192, 256, 384, 512) and padded
+// dims (80, 200, 264, 320, 448) over many more key blocks than ring stages, so
+// every mbarrier phase wraps, with both causal alignments and GQA; the kernels
+// whose Q·Kᵀ stops short of the bucket.
 std::vector<harness::Case> wgmma_cases() {
   std::vector<harness::Case> cases = tma_cases(cuda_cases());
   auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
@@ -157,6 +157,15 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 512, 1000, 4, 2, 80}, DType::bf16, Mask::none, false);
   add({2, 256, 256, 4, 4, 160}, DType::f16, Mask::none, false);
   add({1, 300, 700, 2, 1, 152}, DType::bf16, Mask::causal_top_left, true);
+  // The buckets split by columns (384, 512: two consumers on one 64-row tile,
+  // the partial scores added through shared memory): many key blocks, ragged
+  // ends, GQA, strided views, a single row, rows that see no key.
+  add({1, 700, 1300, 2, 1, 512}, DType::bf16, Mask::none, false);
+  add({2, 333, 900, 4, 2, 384}, DType::f16, Mask::causal_bottom_right, true);
+  add({1, 500, 400, 2, 2, 320}, DType::bf16, Mask::causal_top_left, false);
+  add({1, 300, 40, 2, 1, 448}, DType::f16, Mask::causal_bottom_right, false);
+  add({2, 1, 700, 2, 2, 512}, DType::f16, Mask::none, true);
+  add({1, 257, 1000, 8, 4, 264}, DType::bf16, Mask::causal_top_left, false);
   return cases;
 }
 
@@ -324,9 +333,10 @@ TEST_F(DeviceRulesOnGpu, AutomaticPicksTensorCoresFor16BitUpToTheirHeadDimLimit)
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 1).params(Backend::automatic)), Backend::cuda_mma);
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 128).params(Backend::automatic)), hopper_or_mma);
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 256).params(Backend::automatic)), hopper_or_mma);
-    EXPECT_EQ(select_backend(DeviceProblem(dtype, 264).params(Backend::automatic)),
-              Backend::cuda_mma);
-    EXPECT_EQ(select_backend(DeviceProblem(dtype, 512).params(Backend::automatic)),
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 264).params(Backend::automatic)), hopper_or_mma);
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 512).params(Backend::automatic)), hopper_or_mma);
+    // 500 is not a multiple of 8: mma.sync.
+    EXPECT_EQ(select_backend(DeviceProblem(dtype, 500).params(Backend::automatic)),
               Backend::cuda_mma);
     EXPECT_EQ(select_backend(DeviceProblem(dtype, 513).params(Backend::automatic)),
               Backend::cuda_tiled);
@@ -360,8 +370,8 @@ TEST_F(DeviceRulesOnGpu, TensorCoreBackendRejectsF32AndWideHeads) {
 TEST_F(DeviceRulesOnGpu, HopperBackendStatesWhatItNeeds) {
   expect_error(DeviceProblem(DType::f32, 64).params(Backend::cuda_wgmma), Status::unsupported,
                {"backend: cuda_wgmma takes f16 or bf16 tensors only, but q is f32"});
-  expect_error(DeviceProblem(DType::bf16, 264).params(Backend::cuda_wgmma), Status::unsupported,
-               {"q: head_dim 264 exceeds cuda_wgmma's limit of 256", "auto runs it on cuda_mma"});
+  expect_error(DeviceProblem(DType::bf16, 520).params(Backend::cuda_wgmma), Status::unsupported,
+               {"q: head_dim 520 exceeds cuda_wgmma's limit of 512", "auto runs it on cuda_tiled"});
   if (!have_hopper()) {
     expect_error(DeviceProblem(DType::bf16, 64).params(Backend::cuda_wgmma), Status::unsupported,
                  {"cuda_wgmma runs on 9.0 (Hopper) only"});

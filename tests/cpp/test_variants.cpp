@@ -115,6 +115,14 @@ void add_bias_cases(std::vector<harness::Case>& cases) {
   // a ragged last one, and keys past a block's end.
   cases.push_back(biased(make_case({2, 150, 190, 4, 2, 128}, DType::f16, Mask::causal_top_left),
                          BiasType::f16));
+  // Head dims split by columns on Hopper (384 and 512 buckets): every variant
+  // and a bias on one, a window's blocks below some rows.
+  cases.push_back(biased(all_variants(make_case({1, 200, 300, 2, 1, 512}, DType::bf16,
+                                                Mask::causal_bottom_right),
+                                      {64, 0}, 30, 3),
+                         BiasType::bf16, {false, true}));
+  cases.push_back(biased(make_case({1, 70, 150, 2, 2, 320}, DType::f16, Mask::none, true),
+                         BiasType::boolean));
   harness::Case negative = make_case({1, 65, 65, 2, 2, 32}, DType::f32, Mask::causal_top_left);
   negative.scale = -0.5f;
   cases.push_back(biased(negative, BiasType::boolean));
@@ -148,6 +156,7 @@ void add_dropout_cases(std::vector<harness::Case>& cases) {
     cases.push_back(dropped(make_case({1, 2, 3000, 2, 1, 128}, dtype, Mask::none), 0.1f));
   }
   cases.push_back(dropped(make_case({1, 130, 50, 2, 2, 1}, DType::f32, Mask::none), 0.5f));
+  cases.push_back(dropped(make_case({1, 130, 300, 2, 2, 384}, DType::f16, Mask::causal_top_left), 0.1f));
   cases.push_back(dropped(make_case({1, 40, 70, 2, 1, 64}, DType::f16, Mask::none), 1.0f));
 }
 

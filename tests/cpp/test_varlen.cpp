@@ -53,6 +53,11 @@ std::vector<harness::Case> varlen_cases() {
     // 192: the Hopper backward's kernel of Sᵀ and dPᵀ 192 deep in the 256 bucket.
     cases.push_back(packed({0, 0, 0, 2, 1, 192}, dtype, Mask::causal_bottom_right,
                            {{100, 70}, {0, 3}, {65, 130}}, true));
+    // 384 and 512: the Hopper forward split by columns (rows at a sequence's
+    // end stored by hand, each consumer its columns).
+    cases.push_back(packed({0, 0, 0, 2, 1, 512}, dtype, Mask::causal_bottom_right,
+                           {{100, 70}, {0, 3}, {65, 130}}, true));
+    cases.push_back(packed({0, 0, 0, 2, 2, 384}, dtype, Mask::none, kAwkward));
     harness::Case windowed = packed({0, 0, 0, 4, 1, 32}, dtype, Mask::causal_top_left, kAwkward);
     windowed.window_left = 7;
     cases.push_back(windowed);

@@ -14,6 +14,18 @@
 
 namespace flashattn::cuda::sm90 {
 
+// A consumer warpgroup's part of a tile: its 64-row group and its first
+// output column. Split by columns (Traits::kSplitColumns), both consumers hold
+// rows 0–63 and consumer w the columns from w · kAccCols; otherwise consumer w
+// holds rows 64·w to +64, every column.
+template <class Tr>
+struct ConsumerPart {
+  int group, col0;
+  __device__ __forceinline__ explicit ConsumerPart(int warpgroup)
+      : group(Tr::kSplitColumns ? 0 : warpgroup),
+        col0(Tr::kSplitColumns ? warpgroup * Tr::kAccCols : 0) {}
+};
+
 // The first `rows` (< 64) of a warpgroup's staged output rows, written to the
 // output by the warpgroup's threads in 16-byte chunks (v's head_dim is a
 // multiple of 8, strides of 16 bytes: wgmma_unsupported). Packed batches' rows at a
@@ -21,23 +33,26 @@ namespace flashattn::cuda::sm90 {
 // the next sequence's.
 template <typename T, class Tr>
 __device__ __forceinline__ void store_rows(const KernelParams& p, const Tile& t,
-                                           const uint8_t* smem, int warpgroup, int rows) {
-  constexpr int kChunks = Tr::kHeadDimV / 8;  // 16-byte chunks of a staged row
-  const int wg_row0 = t.row0 + 64 * warpgroup;
+                                           const uint8_t* smem, const ConsumerPart<Tr>& part,
+                                           int rows) {
+  constexpr int kChunks = Tr::kAccCols / 8;  // 16-byte chunks of a staged row's part
+  const int wg_row0 = t.row0 + 64 * part.group;
   T* out = static_cast<T*>(p.out.data) + (t.q_row0 + wg_row0) * p.out.row_stride +
            t.head_q * p.out.head_stride;
   for (int i = int(threadIdx.x) % 128; i < rows * kChunks; i += 128) {
-    const int row = i / kChunks, col = 8 * (i % kChunks);
+    const int row = i / kChunks, col = part.col0 + 8 * (i % kChunks);
     if (col >= p.sizes.head_dim_v) continue;
     *reinterpret_cast<uint4*>(out + row * p.out.row_stride + col) = *reinterpret_cast<const uint4*>(
-        smem + Tr::kOOffset + swizzled_offset(64 * warpgroup + row, col, Tr::kBlockM));
+        smem + Tr::kOOffset + swizzled_offset(64 * part.group + row, col, Tr::kBlockM));
   }
 }
 
 // Named barriers: 1 to 3 gather one consumer warpgroup before its output
-// store; 4 to 6 are the consumers' turns on the tensor cores.
+// store; 4 to 6 are the consumers' turns on the tensor cores, and 4 the
+// split kernels' exchange of partial scores (they take no turns).
 constexpr int kEpilogueBarrier = 1;
 constexpr int kTurnBarrier = 4;
+constexpr int kExchangeBarrier = 4;
 
 // out = acc / l through the output staging buffer (this warpgroup's 64 rows of
 // it) and TMA stores, which drop rows past seqlen_q and columns past v's head_dim;
@@ -56,7 +71,7 @@ constexpr int kTurnBarrier = 4;
 template <typename T, class Tr, bool kZeroSumEmpty, bool kPacked>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
                                          const RowMask& mask, uint8_t* smem,
-                                         const float (&acc)[Tr::kHeadDimV / 2],
+                                         const float (&acc)[Tr::kAccCols / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
                                          int warp, int lane, float out_scale) {
@@ -78,18 +93,19 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
     lse[half] = 0.0f;
     if (p.lse != nullptr) lse[half] = finish_row(row_max[half] * p.scale, l, row_empty).lse;
   }
+  const ConsumerPart<Tr> part(warpgroup);
   const bool storer = warp == 0 && lane == 0;
   if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
   const uint32_t so = static_cast<uint32_t>(__cvta_generic_to_shared(smem + Tr::kOOffset));
-  const int stm_row = 64 * warpgroup + 16 * warp + lane % 16;
+  const int stm_row = 64 * part.group + 16 * warp + lane % 16;
   // Lane l's stmatrix address is row l % 16 of the warp's 16, columns
   // 16·jj + 8·(l / 16) to +8: the 16 bytes it zeroes below if that row is empty.
   const auto chunk = [&](int jj) {
-    return so + swizzled_offset(stm_row, 16 * jj + 8 * (lane / 16), Tr::kBlockM);
+    return so + swizzled_offset(stm_row, part.col0 + 16 * jj + 8 * (lane / 16), Tr::kBlockM);
   };
 #pragma unroll
-  for (int jj = 0; jj < Tr::kHeadDimV / 16; ++jj) {
+  for (int jj = 0; jj < Tr::kAccCols / 16; ++jj) {
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -106,31 +122,31 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
   // writes zeros over them; a select per element (FinishedRow::out) cost every
   // tile 64 (d 128) to 128 (d 256) instructions on the path between its last
   // products and the next tile's (docs/perf/cuda_wgmma.md, v4.17).
-  if (!empty && mask.empty(t.row0 + 64 * warpgroup + 16 * warp)) {
+  if (!empty && mask.empty(t.row0 + 64 * part.group + 16 * warp)) {
     __syncwarp();  // the warp's stmatrix writes land before the zeros
     if (mask.empty(t.row0 + stm_row)) {
 #pragma unroll
-      for (int jj = 0; jj < Tr::kHeadDimV / 16; ++jj) store_zero_16(chunk(jj));
+      for (int jj = 0; jj < Tr::kAccCols / 16; ++jj) store_zero_16(chunk(jj));
     }
   }
   fence_shared_to_async();
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
-  const int wg_row0 = t.row0 + 64 * warpgroup;
+  const int wg_row0 = t.row0 + 64 * part.group;
   // A warpgroup before row 0 has no rows; packed, one whose rows run past its
   // sequence's end stores them by hand.
   const bool whole = !kPacked || wg_row0 + 64 <= t.seqlen_q;
   if (storer && wg_row0 >= 0 && whole) {
 #pragma unroll
-    for (int panel = 0; panel < Tr::kPanelsV; ++panel)
+    for (int panel = part.col0 / 64; panel < (part.col0 + Tr::kAccCols) / 64; ++panel)
       tma_store(&p.o, 64 * panel, t.q_row0 + wg_row0, t.head_q, kPacked ? 0 : t.batch,
-                smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * warpgroup * 128);
+                smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * part.group * 128);
     tma_store_commit();
   }
   if constexpr (kPacked) {
-    if (!whole && wg_row0 >= 0)
-      store_rows<T, Tr>(p, t, smem, warpgroup, t.seqlen_q - wg_row0);
+    if (!whole && wg_row0 >= 0) store_rows<T, Tr>(p, t, smem, part, t.seqlen_q - wg_row0);
   }
-  if (p.lse != nullptr && lane % 4 == 0) {
+  // Split by columns, both consumers hold every row's statistics; the first stores them.
+  if (p.lse != nullptr && part.col0 == 0 && lane % 4 == 0) {
     // (batch, heads_q, seqlen_q) dense, (heads_q, total_q) packed (core/seqlen.h).
     const int64_t lse_row0 =
         kPacked ? t.head_q * p.total_q + t.q_row0

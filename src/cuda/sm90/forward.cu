@@ -34,6 +34,8 @@ void run_bucket(const AttnParams& p) {
     case 128: sm90::run_forward<T, 128>(p); return;
     case 192: sm90::run_forward<T, 192>(p); return;
     case 256: sm90::run_forward<T, 256>(p); return;
+    case 384: sm90::run_forward<T, 384>(p); return;
+    case 512: sm90::run_forward<T, 512>(p); return;
   }
   fail(Status::internal, "head_dim: ", p.sizes.widest_head_dim(),
        " reached cuda_wgmma above its limit");

@@ -11,8 +11,8 @@
 
 namespace flashattn::cuda::sm90 {
 
-inline constexpr int kHeadDimBuckets[] = {64, 128, 192, 256};
-static_assert(kHeadDimBuckets[3] == kWgmmaMaxHeadDim);
+inline constexpr int kHeadDimBuckets[] = {64, 128, 192, 256, 384, 512};
+static_assert(kHeadDimBuckets[5] == kWgmmaMaxHeadDim);
 
 template <typename T, int kHeadDim, int kHeadDimV = kHeadDim, int kHeadDimQK = kHeadDim>
 void run_forward(const AttnParams& p);

@@ -20,6 +20,10 @@
 // seqlen_k) come first; blocks above the diagonal are never loaded.
 // Persistent d-128 tiles may run in pairs, two blocks of a cluster sharing
 // each K and V load (Traits::kCluster).
+// Head dims above 256 (Traits::kSplitColumns): the two consumers share one
+// 64-row tile, each multiplying its half of Q's and K's columns and owning
+// its half of V's and the output's; their partial scores are added through
+// shared memory before the softmax, which both compute alike.
 // kPacked: a packed batch (core/seqlen.h), each tile in its sequence's rows
 // and keys, taken from a list of the tiles with rows, heaviest first
 // (scheduler.cuh's tile_at, order_packed_tiles_kernel); the producer's warp then also zeroes

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
@@ -43,27 +44,68 @@ struct TensorCoreTurns {
   }
 };
 
+// Split by columns (Traits::kSplitColumns), the two consumers issue together:
+// each needs the other's partial scores before its softmax, so turns would
+// only delay the second. The softmax runs under both consumers' P·V.
+struct NoTurns {
+  __device__ __forceinline__ explicit NoTurns(int) {}
+  __device__ __forceinline__ void start() const {}
+  __device__ __forceinline__ void wait() const {}
+  __device__ __forceinline__ void hand_over() const {}
+  __device__ __forceinline__ void finish() const {}
+};
+
+// Split by columns: s holds this consumer's half of Q·Kᵀ's depth; the other
+// consumer's half is added through shared memory, so that both hold the whole
+// S (x + y = y + x in floating point: their softmaxes agree to the bit). Each
+// writes its part as float4s, thread-fastest (no bank conflicts), at block
+// parity `parity`: that buffer is written again two blocks later, after the
+// barrier of the block between, which the other consumer reaches only once
+// it has read this one. Otherwise nothing.
+template <class Tr>
+__device__ __forceinline__ void add_partial_scores(float (&s)[Tr::kBlockN / 2], uint8_t* smem,
+                                                   int warpgroup, int parity) {
+  if constexpr (Tr::kSplitColumns) {
+    constexpr int kPartBytes = 64 * Tr::kBlockN * 4;
+    const int thread = int(threadIdx.x) % 128;
+    float4* own = reinterpret_cast<float4*>(smem + Tr::kExchangeOffset +
+                                            (2 * parity + warpgroup) * kPartBytes);
+    const float4* other = reinterpret_cast<const float4*>(
+        smem + Tr::kExchangeOffset + (2 * parity + 1 - warpgroup) * kPartBytes);
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j)
+      own[128 * j + thread] = make_float4(s[4 * j], s[4 * j + 1], s[4 * j + 2], s[4 * j + 3]);
+    named_barrier_sync(kExchangeBarrier, 256);
+#pragma unroll
+    for (int j = 0; j < Tr::kBlockN / 8; ++j) {
+      const float4 o = other[128 * j + thread];
+      s[4 * j] += o.x, s[4 * j + 1] += o.y, s[4 * j + 2] += o.z, s[4 * j + 3] += o.w;
+    }
+  }
+}
+
 // S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ over the first kHeadDimQK
 // columns (the rest of the bucket's are zeros), issued; the caller commits.
+// Split by columns, over the consumer's half from the descriptors on.
 template <typename T, class Tr>
 __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64_t q_desc,
                                              uint64_t k_desc) {
 #pragma unroll
-  for (int kk = 0; kk < Tr::kHeadDimQK / 16; ++kk) {
+  for (int kk = 0; kk < Tr::kConsumerDepth / 16; ++kk) {
     const uint32_t step = (kk % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
     Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (kk / 4) * Tr::kBlockM * 128 + step),
                               advance(k_desc, (kk / 4) * Tr::kBlockN * 128 + step), kk > 0);
   }
 }
 
-// acc[64 × kHeadDimV] += P·V(stage), issued; the caller commits.
+// acc[64 × kAccCols] += P·V(stage), issued; the caller commits.
 template <typename T, class Tr>
-__device__ __forceinline__ void issue_values(float (&acc)[Tr::kHeadDimV / 2],
+__device__ __forceinline__ void issue_values(float (&acc)[Tr::kAccCols / 2],
                                              const uint32_t (&p)[Tr::kBlockN / 16][4],
                                              uint64_t v_desc) {
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-    Wgmma<T, Tr::kHeadDimV>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
+    Wgmma<T, Tr::kAccCols>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
 }
 
 // A consumer warpgroup: its 64 rows of each of the block's tiles. In the turn
@@ -94,16 +136,20 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   using Score = typename Variant::Score;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
-  const FragmentCoord at{64 * warpgroup + 16 * warp + lane / 4, 2 * (lane % 4)};
+  const ConsumerPart<Tr> part(warpgroup);
+  const FragmentCoord at{64 * part.group + 16 * warp + lane / 4, 2 * (lane % 4)};
   const float c = p.scale_log2;
   // Dropout (core/dropout.h): the kept probabilities' scale, applied with 1/l.
   const float out_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // Split by columns, the consumer's columns of K and V start at its first panel.
+  const uint32_t kv_part = (part.col0 / 64) * Tr::kBlockN * 128;
   const auto k_desc = [&](int stage) {
-    return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKBytes, 16, 1024);
+    return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKBytes + kv_part, 16, 1024);
   };
   const auto v_desc = [&](int stage) {
-    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kVBytes, Tr::kBlockN * 128, 1024);
+    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kVBytes + kv_part, Tr::kBlockN * 128,
+                           1024);
   };
   const auto release = [&](uint64_t* barrier) {
     if (lane == 0) arrive(barrier);
@@ -115,11 +161,13 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     else
       for (uint32_t rank = 0; rank < Tr::kCluster; ++rank) arrive_in_cluster(barrier, rank);
   };
-  const TensorCoreTurns<Tr::kConsumers> turns{warpgroup};
+  using Turns = std::conditional_t<Tr::kSplitColumns, NoTurns, TensorCoreTurns<Tr::kConsumers>>;
+  const Turns turns{warpgroup};
+  int exchanges = 0;  // split by columns: the key blocks whose scores were added so far
 
-  float acc[Tr::kHeadDimV / 2];
+  float acc[Tr::kAccCols / 2];
 #pragma unroll
-  for (int i = 0; i < Tr::kHeadDimV / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
   float row_max[2], row_sum[2];
   float s[Tr::kBlockN / 2];
   uint32_t probs[Tr::kBlockN / 16][4];
@@ -145,7 +193,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         p, owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), smem, acc, tile_max, tile_sum,
         false, at, warpgroup, warp, lane, out_scale);
 #pragma unroll
-    for (int i = 0; i < Tr::kHeadDimV / 2; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
     pv_owed = false;
   };
 
@@ -158,7 +206,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     RowMask own_mask;
     const RowMask& mask = tile_mask<kPacked>(p, t, own_mask);
     const int qs = q.stage();
-    const int wg_row0 = t.row0 + 64 * warpgroup;
+    const int wg_row0 = t.row0 + 64 * part.group;
     // Blocks [t.n_first, wg_end) hold every key this warpgroup's rows see.
     const int wg_end = max(t.n_first, visible_key_blocks<Tr, false>(mask, wg_row0, 64).end);
     for (int skipped = 0; skipped < t.n_end - wg_end; ++skipped, ++ring.it) {
@@ -231,8 +279,10 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
           }
         }
       };
-      const uint64_t q_desc = smem_descriptor(
-          base + Tr::kQOffset + qs * Tr::kQBytes + 64 * warpgroup * 128, 16, 1024);
+      const uint64_t q_desc =
+          smem_descriptor(base + Tr::kQOffset + qs * Tr::kQBytes + 64 * part.group * 128 +
+                              (part.col0 / 64) * Tr::kBlockM * 128,
+                          16, 1024);
 
       // The first block, with the previous tile's last P·V if owed (the
       // second commit group, empty if not).
@@ -249,6 +299,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       wgmma_wait<1>();
       fence_registers(s);
       release_slot(&bar.k_empty[ring.stage()]);
+      add_partial_scores<Tr>(s, smem, warpgroup, exchanges++ & 1);
       float done_max[2], done_sum[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -280,6 +331,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         wgmma_wait<1>();
         fence_registers(s);
         release_slot(&bar.k_empty[ring.stage()]);
+        add_partial_scores<Tr>(s, smem, warpgroup, exchanges++ & 1);
         if (needs_mask(n_block))
           score_step<Tr, Variant>(s, mask, wg_keys, at, t.row0, n_block, score);
         softmax_update<Tr>(s, row_max, row_sum, alpha, c);

@@ -60,9 +60,9 @@ __device__ __forceinline__ void pack_probabilities(const float (&s)[Tr::kBlockN 
 }
 
 template <class Tr>
-__device__ __forceinline__ void rescale(float (&acc)[Tr::kHeadDimV / 2], const float (&alpha)[2]) {
+__device__ __forceinline__ void rescale(float (&acc)[Tr::kAccCols / 2], const float (&alpha)[2]) {
 #pragma unroll
-  for (int i = 0; i < Tr::kHeadDimV / 2; ++i) acc[i] *= alpha[(i % 4) / 2];
+  for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] *= alpha[(i % 4) / 2];
 }
 
 }  // namespace flashattn::cuda::sm90

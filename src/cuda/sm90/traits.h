@@ -3,6 +3,10 @@
 // warpgroups of 64 query rows each (wgmma's M), so kBlockM = 64 · kConsumers.
 // Q and K are kHeadDim columns wide and V and the output kHeadDimV (v's own
 // bucket, where it is narrower: multi-head latent attention's 192 and 128).
+// Above 256 columns (kSplitColumns) the two consumers share one 64-row tile
+// and split its columns instead: each multiplies its half of Q and K into a
+// partial S, the halves are added through shared memory (the exchange), and
+// each computes P·V for its half of V and the output; see mainloop.cuh.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +42,15 @@ struct Traits {
   // Arrivals that free a Q buffer (every consumer warp) and a K or V slot.
   static constexpr int kQReleases = 4 * kConsumers;
   static constexpr int kSlotReleases = kCluster * kQReleases;
-  static constexpr int kBlockM = 64 * kConsumers;
+  // Split by columns: wgmma's N (the P·V width) stops at 256, and 64 rows ×
+  // 512 fp32 accumulators would need 256 registers a thread.
+  static constexpr bool kSplitColumns = kHeadDim > 256;
+  static constexpr int kRowGroups = kSplitColumns ? 1 : kConsumers;  // 64-row groups of a tile
+  static constexpr int kBlockM = 64 * kRowGroups;
   static constexpr int kThreads = 128 * (1 + kConsumers);
+  // A consumer's output columns (its accumulators) and Q·Kᵀ depth.
+  static constexpr int kAccCols = kSplitColumns ? kHeadDimV / 2 : kHeadDimV;
+  static constexpr int kConsumerDepth = kSplitColumns ? kHeadDimQK / 2 : kHeadDimQK;
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels of Q and K
   static constexpr int kPanelsV = kHeadDimV / 64;  // of V and the output
 
@@ -59,14 +70,21 @@ struct Traits {
   static constexpr uint32_t kOOffset = kPersistent ? kQStages * kQBytes : kQOffset;
   static constexpr uint32_t kKOffset = kPersistent ? kOOffset + kOBytes : kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKBytes;
-  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kVBytes;
+  // Split, the partial scores: [block parity][consumer] 64 × kBlockN fp32,
+  // two parities so that one barrier per key block orders the exchange.
+  static constexpr uint32_t kExchangeOffset = kVOffset + kStages * kVBytes;
+  static constexpr uint32_t kExchangeBytes = kSplitColumns ? 2 * 2 * 64 * kBlockN * 4 : 0;
+  static constexpr uint32_t kBarrierOffset = kExchangeOffset + kExchangeBytes;
   static constexpr uint32_t kBarrierBytes = 8 * (2 * kQStages + 5 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
   static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(kHeadDimQK % 16 == 0 && kHeadDimQK <= kHeadDim, "whole wgmma K steps");
-  static_assert(kHeadDimV <= 256, "wgmma N (the P·V width) is at most 256");
+  static_assert(kAccCols <= 256, "wgmma N (the P·V width) is at most 256");
+  static_assert(!kSplitColumns || (kConsumers == 2 && !kPersistent && kHeadDimV == kHeadDim &&
+                                   kHeadDimQK == kHeadDim && kAccCols % 64 == 0),
+                "split by columns: two consumers, per tile, whole panels each");
   static_assert(kPersistent || kHeadDimV <= kHeadDim, "the output is staged in Q's buffer");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the Q·Kᵀ wgmma N");
   static_assert(kCluster == 1 || kCluster == 2, "tiles run alone or in pairs");
@@ -94,6 +112,10 @@ template <> struct TraitsFor<64> { using type = Traits<64, 128, 2, 3>; };
 template <> struct TraitsFor<128> { using type = Traits<128, 176, 2, 2>; };
 template <> struct TraitsFor<192> { using type = Traits<192, 112, 2, 2>; };
 template <> struct TraitsFor<256> { using type = Traits<256, 80, 2, 2>; };
+// Split by columns (kSplitColumns): 64 query rows, BN 32, whose 2-stage K and V
+// ring beside Q and the exchange fills 176 KB (384) and 224 KB (512).
+template <> struct TraitsFor<384> { using type = Traits<384, 32, 2, 2>; };
+template <> struct TraitsFor<512> { using type = Traits<512, 32, 2, 2>; };
 
 template <> struct PersistentTraitsFor<64> { using type = Traits<64, 128, 2, 3, true>; };
 template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2, true>; };
@@ -117,6 +139,8 @@ template <> struct VariantTraitsFor<64> { using type = Traits<64, 128, 2, 2>; };
 template <> struct VariantTraitsFor<128> { using type = Traits<128, 128, 2, 2>; };
 template <> struct VariantTraitsFor<192> { using type = Traits<192, 112, 2, 2>; };
 template <> struct VariantTraitsFor<256> { using type = Traits<256, 64, 2, 2>; };
+template <> struct VariantTraitsFor<384> { using type = Traits<384, 32, 2, 2>; };
+template <> struct VariantTraitsFor<512> { using type = Traits<512, 32, 2, 2>; };
 
 // Persistent tiles in pairs (kCluster) where they can: at d 128, +0–5% at
 // 1024 and 2048 keys on the H100. At d 64 they lose (−2 to −4% at 1024 keys),

@@ -53,6 +53,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/mask.h"
 #include "core/params.h"
@@ -383,6 +384,23 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     const auto hidden = [&](int row, int key) {
       return row >= seqlen_q || (kLowerEnds ? mask.hidden(row, key) : mask.beyond_end(row, key));
     };
+    // The same for the elements of this thread's fragment, as ranges: for each
+    // of its two keys (h = 0, 1: key_row + 8h), the query columns that see it,
+    // offsets [lo[h], hi[h]) from its first column row_first + 2t (element
+    // (j, e) lies at 8j + e % 2): none where the key does not exist. So the
+    // select is two comparisons with constants an element.
+    const auto seen_columns = [&](int (&lo)[2], int (&hi)[2]) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t key = w.key0 + key_row + 8 * h, first = row_first + 2 * t;
+        int64_t begin = mask.bounded_above ? key - mask.upper_offset : 0;
+        int64_t end = kLowerEnds && mask.bounded_below ? key - mask.lower_offset + 1 : seqlen_q;
+        if (end > seqlen_q) end = seqlen_q;
+        if (key >= mask.seqlen_k) end = begin;
+        lo[h] = int(begin - first < 0 ? 0 : (begin - first > kRows ? kRows : begin - first));
+        hi[h] = int(end - first < 0 ? 0 : (end - first > kRows ? kRows : end - first));
+      }
+    };
     // Dropout: dPᵀ takes Z (keep scale or 0) before dSᵀ is made; Pᵀ keeps the
     // kept elements alone for dV's product.
     const auto drop_scores = [&] {
@@ -406,18 +424,37 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     if (Score::kIdentity || !p.scores.any()) {
       wgmma_wait<1>();
       fence_registers(st);
+      // Pᵀ. Split by keys, the element loop is instantiated per value of `cut`
+      // (kCut) and called under one branch: tested per element, the select's
+      // branches kept ptxas from overlapping the exponentials, each waited for
+      // in turn (~40 cycles an element, 1.3 thousand of a d128 step's 4.8),
+      // and on cut tiles the select is two comparisons (seen_columns). Split
+      // by columns, the test stays per element: hoisted, the d256 kernel ran
+      // 5–16% slower (docs/perf/cuda_wgmma_backward.md, v10).
+      const auto probabilities = [&](auto kCut) {
+        int lo[2], hi[2];
+        if constexpr (kCut) seen_columns(lo, hi);
 #pragma unroll
-      for (int j = 0; j < kRows / 8; ++j) {
-        const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+        for (int j = 0; j < kRows / 8; ++j) {
+          const float2 l = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 4 * j + e;
-          float prob = fast_exp2(fmaf(st[i], c, -(e % 2 ? l.y : l.x)));
-          if (cut && hidden(row_first + 8 * j + 2 * t + e % 2, w.key0 + key_row + 8 * (e / 2)))
-            prob = 0.0f;
-          st[i] = prob;
+          for (int e = 0; e < 4; ++e) {
+            const int i = 4 * j + e;
+            float prob = fast_exp2(fmaf(st[i], c, -(e % 2 ? l.y : l.x)));
+            if constexpr (Tr::kSplitsColumns) {
+              if (cut && hidden(row_first + 8 * j + 2 * t + e % 2, w.key0 + key_row + 8 * (e / 2)))
+                prob = 0.0f;
+            } else if constexpr (kCut) {
+              const int at = 8 * j + e % 2;
+              if (at < lo[e / 2] || at >= hi[e / 2]) prob = 0.0f;
+            }
+            st[i] = prob;
+          }
         }
-      }
+      };
+      if constexpr (Tr::kSplitsColumns) probabilities(std::false_type{});
+      else if (cut) probabilities(std::true_type{});
+      else probabilities(std::false_type{});
       wgmma_wait<0>();
       fence_registers(dpt);
       drop_scores();

@@ -154,13 +154,14 @@ struct RowMask {
   // The query rows that see some key of [key0, key0 + keys): those whose upper
   // end reaches key0 and whose lower end lies before key0 + keys.
   FLASHATTN_HOST_DEVICE RowRange rows_seeing(int key0, int keys) const {
-    if (keys <= 0 || key0 >= seqlen_k) return {0, 0};
-    int64_t first = bounded_above ? int64_t(key0) - upper_offset : 0;
     const int64_t key_hi = int64_t(key0) + keys < seqlen_k ? int64_t(key0) + keys : seqlen_k;
+    int64_t first = bounded_above ? int64_t(key0) - upper_offset : 0;
     int64_t end = bounded_below ? key_hi - lower_offset : seqlen_q;
     if (first < 0) first = 0;
     if (end > seqlen_q) end = seqlen_q;
-    return first >= end ? RowRange{0, 0} : RowRange{int(first), int(end)};
+    // Selects, not an early return, so that a kernel asking it per tile keeps no branch.
+    const bool none = keys <= 0 || key0 >= seqlen_k || first >= end;
+    return none ? RowRange{0, 0} : RowRange{int(first), int(end)};
   }
 };
 

@@ -92,7 +92,7 @@ struct BlockSequence {
 template <class Tr>
 struct BackwardBarriers {
   uint64_t kv_full;
-  uint64_t q_full[Tr::kQStages];     // Q (by TMA), lse2 and D (by the producer's lanes)
+  uint64_t q_full[Tr::kQStages];     // Q (by TMA), lse2 and D (by the stats warps' lanes)
   uint64_t dout_full[Tr::kQStages];  // dO of the stage
   uint64_t q_empty[Tr::kQStages];    // every consumer thread is done with the stage
   // Packed: tiles that run past their sequence's end land here, and kv_full,
@@ -144,24 +144,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
                  batch, kv_at);
     }
   }
-  // Each step's lse2 and D are loaded into registers a step ahead, so that
-  // their latency passes while the producer waits for the stage to free.
-  constexpr int kRowsPerLane = Tr::kBlockM / 32;
-  float lse2_next[kRowsPerLane], dot_next[kRowsPerLane];
-  const auto load_stats = [&](QueryTile next) {
-    const int row0 = next.m * Tr::kBlockM;
-    const int64_t stats0 = kPacked ? next.hq * p.seqs.total_q + block->seq.q_row0 + row0
-                                   : (int64_t(w.b) * s.heads_q + next.hq) * s.seqlen_q + row0;
-#pragma unroll
-    for (int r = 0; r < kRowsPerLane; ++r) {
-      const int i = lane + 32 * r;
-      const bool exists = row0 + i < seqlen_q;
-      lse2_next[r] = exists ? backward_lse2(p.grad.lse[stats0 + i]) : 0.0f;
-      dot_next[r] = exists ? p.grad.row_dot[stats0 + i] : 0.0f;
-    }
-  };
   QueryTile tile{w.hk * s.group(), w.m_first};
-  if (w.steps > 0) load_stats(tile);
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
     wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
@@ -169,13 +152,6 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
     const int q_row = kPacked ? int(block->seq.q_row0) + row0 : row0;
     uint8_t* q_at = smem + Tr::q_offset(stage);
     uint8_t* dout_at = smem + Tr::dout_offset(stage);
-    float* lse2 = reinterpret_cast<float*>(smem + Tr::kLseOffset) + stage * Tr::kBlockM;
-    float* dot = reinterpret_cast<float*>(smem + Tr::kRowDotOffset) + stage * Tr::kBlockM;
-#pragma unroll
-    for (int r = 0; r < kRowsPerLane; ++r) {
-      lse2[lane + 32 * r] = lse2_next[r];
-      dot[lane + 32 * r] = dot_next[r];
-    }
     const auto load_q_dout = [&](uint64_t* q_full, uint64_t* dout_full) {
 #pragma unroll
       for (int panel = 0; panel < Tr::kPanels; ++panel) {
@@ -192,30 +168,71 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
         expect_bytes(&bar.q_landed[stage], Tr::kQBytes + Tr::kDOutLoadBytes);
         load_q_dout(&bar.q_landed[stage], &bar.q_landed[stage]);
       }
-      // Its rows past the end zeroed once landed; then each lane's arrival
-      // (q_full counts the 32 lanes) releases them and its lse2 and D.
+      // Its rows past the end zeroed once landed; then lane 0's arrival, after
+      // the warp's stores, releases them.
       wait_barrier(&bar.q_landed[stage], (step / Tr::kQStages) & 1);
       zero_rows<Tr::kPanels, Tr::kBlockM>(q_at, seqlen_q - row0);
       zero_rows<Tr::kPanelsV, Tr::kBlockM>(dout_at, seqlen_q - row0);
       fence_shared_to_async();
       __syncwarp();
-      arrive(&bar.q_full[stage]);
-      if (lane == 0) arrive(&bar.dout_full[stage]);
-    } else {
-      // Each lane's stores, then its arrival (q_full counts the 32 lanes): the
-      // consumers' wait on q_full acquires what every arrival releases.
-      if (lane != 0) {
+      if (lane == 0) {
         arrive(&bar.q_full[stage]);
-      } else {
-        expect_bytes(&bar.q_full[stage], Tr::kQBytes);
-        expect_bytes(&bar.dout_full[stage], Tr::kDOutLoadBytes);
-        load_q_dout(&bar.q_full[stage], &bar.dout_full[stage]);
-        // Packed, q_landed completes a phase every step, so that its parity
-        // is the step's.
-        if constexpr (kPacked) arrive(&bar.q_landed[stage]);
+        arrive(&bar.dout_full[stage]);
       }
+    } else if (lane == 0) {
+      expect_bytes(&bar.q_full[stage], Tr::kQBytes);
+      expect_bytes(&bar.dout_full[stage], Tr::kDOutLoadBytes);
+      load_q_dout(&bar.q_full[stage], &bar.dout_full[stage]);
+      // Packed, q_landed completes a phase every step, so that its parity
+      // is the step's.
+      if constexpr (kPacked) arrive(&bar.q_landed[stage]);
     }
-    if (step + 1 < w.steps) load_stats(tile.next(w));
+  }
+}
+
+// The stats warps (warps 2 and 3 of the producer warpgroup): per step, one of
+// the query tile's row statistics into the stage, lse2 (kLse) or D, each lane's
+// rows loaded into registers a step ahead, so that their latency passes while
+// the warp waits for the stage to free. Warps of their own, one statistic
+// each: within the producer's 24 registers, both statistics in the TMA warp's
+// lanes spilled at d64 (four rows a lane), and both in one warp of their own
+// still did.
+template <class Tr, bool kPacked, bool kLse>
+__device__ __forceinline__ void backward_stats_loader(const BackwardKernelParams& kp,
+                                                      const BackwardWalk& w,
+                                                      const BlockSequence* block, uint8_t* smem,
+                                                      BackwardBarriers<Tr>& bar) {
+  const BwdParams& p = kp.p;
+  const Sizes& s = p.sizes;
+  const int lane = threadIdx.x % 32;
+  const int seqlen_q = kPacked ? block->seq.seqlen_q : s.seqlen_q;
+  const float* source = kLse ? p.grad.lse : p.grad.row_dot;
+  constexpr int kRowsPerLane = Tr::kBlockM / 32;
+  float next[kRowsPerLane];
+  const auto load = [&](QueryTile tile) {
+    const int row0 = tile.m * Tr::kBlockM;
+    const int64_t stats0 = kPacked ? tile.hq * p.seqs.total_q + block->seq.q_row0 + row0
+                                   : (int64_t(w.b) * s.heads_q + tile.hq) * s.seqlen_q + row0;
+#pragma unroll
+    for (int r = 0; r < kRowsPerLane; ++r) {
+      const int i = lane + 32 * r;
+      const float value = row0 + i < seqlen_q ? source[stats0 + i] : 0.0f;
+      next[r] = kLse && row0 + i < seqlen_q ? backward_lse2(value) : value;
+    }
+  };
+  QueryTile tile{w.hk * s.group(), w.m_first};
+  if (w.steps > 0) load(tile);
+  for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
+    const int stage = step % Tr::kQStages;
+    wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
+    float* stats = reinterpret_cast<float*>(smem + (kLse ? Tr::kLseOffset : Tr::kRowDotOffset)) +
+                   stage * Tr::kBlockM;
+#pragma unroll
+    for (int r = 0; r < kRowsPerLane; ++r) stats[lane + 32 * r] = next[r];
+    // Each lane's stores, then its arrival: the consumers' wait on q_full
+    // acquires what every arrival releases.
+    arrive(&bar.q_full[stage]);
+    if (step + 1 < w.steps) load(tile.next(w));
   }
 }
 
@@ -385,20 +402,17 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       return row >= seqlen_q || (kLowerEnds ? mask.hidden(row, key) : mask.beyond_end(row, key));
     };
     // The same for the elements of this thread's fragment, as ranges: for each
-    // of its two keys (h = 0, 1: key_row + 8h), the query columns that see it,
-    // offsets [lo[h], hi[h]) from its first column row_first + 2t (element
-    // (j, e) lies at 8j + e % 2): none where the key does not exist. So the
-    // select is two comparisons with constants an element.
+    // of its two keys (h = 0, 1: key_row + 8h), the query columns that see it
+    // (RowMask::rows_seeing), as offsets [lo[h], hi[h]) from its first column
+    // row_first + 2t (element (j, e) lies at 8j + e % 2). So the select is two
+    // comparisons with constants an element.
     const auto seen_columns = [&](int (&lo)[2], int (&hi)[2]) {
+      const int first = row_first + 2 * t;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t key = w.key0 + key_row + 8 * h, first = row_first + 2 * t;
-        int64_t begin = mask.bounded_above ? key - mask.upper_offset : 0;
-        int64_t end = kLowerEnds && mask.bounded_below ? key - mask.lower_offset + 1 : seqlen_q;
-        if (end > seqlen_q) end = seqlen_q;
-        if (key >= mask.seqlen_k) end = begin;
-        lo[h] = int(begin - first < 0 ? 0 : (begin - first > kRows ? kRows : begin - first));
-        hi[h] = int(end - first < 0 ? 0 : (end - first > kRows ? kRows : end - first));
+        const RowRange seeing = mask.rows_seeing(w.key0 + key_row + 8 * h, 1);
+        lo[h] = ::min(::max(seeing.begin - first, 0), kRows);
+        hi[h] = ::min(::max(seeing.end - first, 0), kRows);
       }
     };
     // Dropout: dPᵀ takes Z (keep scale or 0) before dSᵀ is made; Pᵀ keeps the
@@ -692,7 +706,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (threadIdx.x == 0) {
     ::cuda::ptx::mbarrier_init(&bar.kv_full, 1);
     for (int stage = 0; stage < Tr::kQStages; ++stage) {
-      ::cuda::ptx::mbarrier_init(&bar.q_full[stage], 32);  // the producer warp's lanes
+      ::cuda::ptx::mbarrier_init(&bar.q_full[stage], 65);  // the TMA lane, both stats warps' lanes
       ::cuda::ptx::mbarrier_init(&bar.dout_full[stage], 1);
       ::cuda::ptx::mbarrier_init(&bar.q_empty[stage], Tr::kStageReleases);
     }
@@ -722,6 +736,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     release_registers<Tr::kProducerRegisters>();
     if (threadIdx.x < 32) backward_producer<Tr, kPacked>(kp, w, block, smem, bar);
     else if (threadIdx.x < 64) backward_dq_writer<Tr, Variant, kPacked>(kp, w, block, smem, bar);
+    else if (threadIdx.x < 96) backward_stats_loader<Tr, kPacked, true>(kp, w, block, smem, bar);
+    else backward_stats_loader<Tr, kPacked, false>(kp, w, block, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
     backward_consumer<T, Tr, Variant, kPacked>(kp, w, block, smem, bar, warpgroup - 1);

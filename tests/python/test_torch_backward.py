@@ -136,6 +136,22 @@ def test_lse_carries_no_gradient():
     assert q.grad is not None
 
 
+def test_eager_training_calls_skip_the_dispatcher_and_equal_the_op():
+    """Eager autograd on plain tensors runs the op's body through _EagerAttention, not the
+    dispatcher (about 0.25 ms of host time a call less); its out and gradients equal the
+    registered op's bit for bit."""
+    q, k, v = (x.requires_grad_() for x in random_bshd(2, 9, 12, 4, 2, 16, seed=12))
+    out = flashattn.attention(q, k, v, causal=True)
+    assert type(out.grad_fn).__name__ == "_EagerAttentionBackward"
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    op_out, _ = _torch_op.attention_fwd(q, k, v, True, "top_left", None, None)
+    assert type(op_out.grad_fn).__name__ != "_EagerAttentionBackward"
+    op_grads = torch.autograd.grad(op_out.square().sum(), (q, k, v))
+    torch.testing.assert_close(out, op_out, rtol=0, atol=0)
+    for ours, theirs in zip(grads, op_grads):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
 def test_double_backward_is_refused():
     q, k, v = (x.requires_grad_() for x in random_bshd(1, 5, 5, 2, 2, 8, seed=6))
     dq, = torch.autograd.grad(flashattn.attention(q, k, v).sum(), q, create_graph=True)

@@ -16,6 +16,7 @@ both ops, with defaults that turn them off (a dense batch); ALiBi's slopes, the 
 and attn_mask get no gradient. The seed travels as an int64 (a uint64 seed of 2**63 or more
 as its two's-complement value) and the backward regenerates the forward's dropout from it.
 """
+import inspect
 from typing import Optional
 
 import torch
@@ -431,6 +432,18 @@ def _backward(ctx, grad_out, grad_lse):
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+# attention_fwd's arguments after backend, (name, default) in its signature's order.
+_FORWARD_OPTIONS = [(a.name, a.default)
+                    for a in inspect.signature(forward_eager).parameters.values()][7:]
+
+
+def forward_inputs(q, k, v, causal, causal_alignment, scale, backend, **options):
+    """attention_fwd's arguments as one positional tuple (autograd.Function.apply takes no
+    keywords), its defaults where options does not name them."""
+    return (q, k, v, causal, causal_alignment, scale, backend,
+            *(options.get(name, default) for name, default in _FORWARD_OPTIONS))
+
+
 class _EagerAttention(torch.autograd.Function):
     """attention_fwd's autograd for eager plain tensors, without the dispatcher: the op's own
     body, setup_context and backward, so the two ways are one computation. Through the op,
@@ -512,18 +525,13 @@ def eager_tensors(*tensors):
     return all(type(t) is torch.Tensor for t in tensors if t is not None)
 
 
-def needs_graph(*tensors):
-    """Whether the call builds an autograd graph: grad mode on and some tensor requiring
-    a gradient."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 def direct_call_is_safe(*tensors):
     """Whether an op's body may run without the dispatcher: eager plain tensors that need
     no autograd graph. The dispatcher costs about 0.08 ms per call, more than the kernel at
     small shapes; torch.compile, export and tensor subclasses (fake, functional) still go
     through the registered op."""
-    return eager_tensors(*tensors) and not needs_graph(*tensors)
+    return eager_tensors(*tensors) and not (
+        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
 
 
 def sdpa(query, key, value, *, causal, scale, attn_mask=None, dropout=None):
@@ -537,9 +545,10 @@ def sdpa(query, key, value, *, causal, scale, attn_mask=None, dropout=None):
                    dropout_seed=dropout_seed, dropout_offset=dropout_offset)[0]
     # The custom op takes (batch, seqlen, heads, head_dim): views, head_dim keeps stride 1.
     # The mask is in the scores' order, (batch, heads, seqlen_q, seqlen_k), in either layout.
-    inputs = (query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal,
-              "top_left", scale, None, -1, -1, 0.0, None, None, None, None, None, attn_mask,
-              dropout_p, dropout_seed, dropout_offset, True)
+    inputs = forward_inputs(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                            causal, "top_left", scale, None, attn_mask=attn_mask,
+                            dropout_p=dropout_p, dropout_seed=dropout_seed,
+                            dropout_offset=dropout_offset)
     op = _EagerAttention.apply if eager_tensors(query, key, value, attn_mask) else attention_fwd
     out, _ = op(*inputs)
     return out.transpose(1, 2)

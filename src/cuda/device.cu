@@ -27,6 +27,7 @@ struct DeviceProperties {
   int compute_capability;  // major·10 + minor
   int multiprocessors;
   int shared_memory_per_block;  // bytes, with the kernel's opt-in
+  int l2_cache_bytes;
 };
 
 const DeviceProperties& properties(int device_index) {
@@ -40,6 +41,8 @@ const DeviceProperties& properties(int device_index) {
           cudaDeviceGetAttribute(&all[i].multiprocessors, cudaDevAttrMultiProcessorCount, i));
       FLASHATTN_CUDA_CHECK(cudaDeviceGetAttribute(&all[i].shared_memory_per_block,
                                                   cudaDevAttrMaxSharedMemoryPerBlockOptin, i));
+      FLASHATTN_CUDA_CHECK(
+          cudaDeviceGetAttribute(&all[i].l2_cache_bytes, cudaDevAttrL2CacheSize, i));
       all[i].compute_capability = major * 10 + minor;
     }
     return all;
@@ -59,6 +62,8 @@ int multiprocessors(int device_index) { return properties(device_index).multipro
 int shared_memory_per_block(int device_index) {
   return properties(device_index).shared_memory_per_block;
 }
+
+int l2_cache_bytes(int device_index) { return properties(device_index).l2_cache_bytes; }
 
 void copy_to_host(std::initializer_list<HostCopy> copies, int device_index, void* stream) {
   DeviceGuard device(device_index);

@@ -18,6 +18,9 @@ int multiprocessors(int device_index);
 // Most shared memory one block may use, in bytes (with the kernel's opt-in).
 int shared_memory_per_block(int device_index);
 
+// Size of the L2 cache, in bytes.
+int l2_cache_bytes(int device_index);
+
 // Device memory to copy to the host: `bytes` at src into dst.
 struct HostCopy {
   void* dst;

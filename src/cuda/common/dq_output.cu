@@ -12,6 +12,7 @@
 #include "cuda/common/element.cuh"
 #include "cuda/common/dq_accum.cuh"
 #include "cuda/common/dq_output.h"
+#include "cuda/device.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -80,6 +81,21 @@ size_t accum_bytes(const BwdParams& p, const DqLayout& layout) {
   return size_t(heads * layout.head_rows * layout.cols) * sizeof(float);
 }
 
+// DqSums::turn_group(): the number of slices whose sums, Q and dO fit in half
+// of L2, at least one; 0 in the default mode. The bytes a slice's key tiles share in L2 are its
+// query heads' fp32 sums and their 16-bit Q and dO rows.
+int slices_in_l2(const BwdParams& p, int cols) {
+  const Sizes& s = p.sizes;
+  if (!p.grad.deterministic) return 0;
+  const int64_t slices = int64_t(s.batch) * s.heads_kv;
+  const int64_t rows = p.seqs.packed() ? p.seqs.total_q / std::max(s.batch, 1) : s.seqlen_q;
+  const int64_t bytes = int64_t(s.group()) * std::max<int64_t>(rows, 1) *
+                        (int64_t(cols) * sizeof(float) +
+                         int64_t(s.head_dim + s.head_dim_v) * sizeof(uint16_t));
+  const int64_t fit = int64_t(l2_cache_bytes(p.device_index)) / 2 / bytes;
+  return int(std::clamp<int64_t>(fit, 1, std::max<int64_t>(slices, 1)));
+}
+
 }  // namespace
 
 DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols)
@@ -91,7 +107,8 @@ DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols)
       scratch_(accum_bytes_ + turn_bytes_, p.device_index, p.stream),
       turns_(p.grad.deterministic
                  ? reinterpret_cast<int*>(static_cast<char*>(scratch_.data()) + accum_bytes_)
-                 : nullptr) {
+                 : nullptr),
+      turn_group_(slices_in_l2(p, cols)) {
   FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch_.data(), 0, accum_bytes_ + turn_bytes_,
                                        static_cast<cudaStream_t>(p.stream)));
 }

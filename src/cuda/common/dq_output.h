@@ -14,12 +14,16 @@ namespace flashattn::cuda {
 // One call's sums, zeroed on p's stream, in dq_accum.cuh's layout (layout()):
 // dense, per (batch, q head), rows_padded() = query_tiles · block_m rows of
 // cols floats; in deterministic mode also a turn counter per (sequence, q head,
-// query tile), else turns() is null.
+// query tile), else turns() is null. turn_group(): in deterministic mode, how
+// many (sequence, kv head) slices the grid runs side by side (their key tiles
+// interleaved, common/backward_walk.cuh), as many as keep their sums, Q and dO
+// within half of L2 and at least one; 0 in the default mode.
 class DqSums {
  public:
   DqSums(const BwdParams& p, int query_tiles, int block_m, int cols);
   float* accum() const { return static_cast<float*>(scratch_.data()); }
   int* turns() const { return turns_; }
+  int turn_group() const { return turn_group_; }
   int rows_padded() const { return int(layout_.head_rows); }
   const DqLayout& layout() const { return layout_; }
 
@@ -28,6 +32,7 @@ class DqSums {
   size_t accum_bytes_, turn_bytes_;
   Scratch scratch_;
   int* turns_;
+  int turn_group_;
 };
 
 // dq = scale·accum for every row and head: accum holds the fp32 sums of every

@@ -77,6 +77,7 @@ struct BackwardKernelParams {
   int query_tiles;        // per (batch, q head)
   float* dq_accum;        // zeroed fp32 sums, common/dq_accum.cuh's layout
   int* turns;             // deterministic mode's counters, zeroed; else null
+  int turn_group;         // deterministic mode's slices side by side (DqSums); else 0
   DqLayout dq_layout;     // where a (sequence, q head)'s sums start in dq_accum (packed)
 };
 
@@ -240,11 +241,11 @@ __device__ __forceinline__ void backward_stats_loader(const BackwardKernelParams
 // consumers have written their shares into the step's dQ buffer, one bulk
 // reduction adds it to the fp32 sums; the buffer is handed back once the
 // reduction has read it. In deterministic mode the key tiles of a query tile
-// add in order: lane 0 waits for the tile's turn and counts it once its sums
-// are performed. Off the consumers' path, so neither the reduction nor the wait
-// for a turn holds their products. Where dQ goes into the stage, the read-out
-// frees the stage for the producer.
-template <class Tr, class Variant, bool kPacked>
+// add in order: lane 0 waits for the tile's turn and, once the buffer is handed
+// back, counts the turn when its sums are performed. Off the consumers' path,
+// so neither the reduction nor the wait for a turn holds their products. Where
+// dQ goes into the stage, the read-out frees the stage for the producer.
+template <class Tr, bool kPacked>
 __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& kp,
                                                    const BackwardWalk& w, const BlockSequence* block,
                                                    uint8_t* smem, BackwardBarriers<Tr>& bar) {
@@ -267,16 +268,13 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
     const int stage = step % Tr::kQStages;
     const int dq_buffer = Tr::dq_buffer(step);
     named_barrier_sync(kDQFull + dq_buffer, Tr::kDQMeeting);
+    const int row0 = tile.m * Tr::kBlockM;
+    int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
+                         : nullptr;
     if (issues) {
-      const int row0 = tile.m * Tr::kBlockM;
-      int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
-                           : nullptr;
-      if (turn) {
-        // The key tiles that see this query tile are a run from `first` (the
-        // mma.sync backward's comment, common/backward_walk.cuh's walk).
-        const int first =
-            mask.key_blocks(row0, Tr::kBlockM, Tr::kBlockN).template first<Variant::kLowerEnds>();
-        while (load_acquire(turn) != w.n - first) {
+      if (turn) {  // the key tiles above this one add first (common/backward_walk.cuh)
+        const int before = dq_adds_before<Tr::kBlockM, Tr::kBlockN>(mask, row0, w.n);
+        while (load_acquire(turn) != before) {
         }
       }
       float* dq_head =
@@ -286,18 +284,20 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
       bulk_reduce_add(dq_head + dq_tile_offset(row0, 0, Tr::kDQWidth), smem + Tr::dq_offset(step),
                       Tr::kDQBytes);
       tma_store_commit();
-      if (turn) {  // the sums performed, then the count, its fence cumulative over them
-        tma_store_wait_all();
-        __threadfence();
-        atomicAdd(turn, 1);
-      } else {
-        tma_store_wait_read();
-      }
+      tma_store_wait_read();  // the buffer (or the stage) may take new data
       if constexpr (Tr::kDQInStage) arrive(&bar.q_empty[stage]);
     }
     __syncwarp();
     if constexpr (!Tr::kDQInStage)
       if (step + Tr::kDQStages < w.steps) named_barrier_arrive(kDQFree + dq_buffer, Tr::kDQMeeting);
+    // Deterministic mode: the sums performed, then the count, its fence
+    // cumulative over them; after the buffer is handed back, so that the
+    // consumers need not wait for the sums to land.
+    if (issues && turn) {
+      tma_store_wait_all();
+      __threadfence();
+      atomicAdd(turn, 1);
+    }
   }
   if (issues) tma_store_wait_all();
 }
@@ -719,7 +719,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   }
   __syncthreads();
   const BackwardWalk w =
-      backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turns != nullptr);
+      backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turn_group);
   // Packed, the block's sequence in shared memory; dense batches have none.
   const BlockSequence* block = nullptr;
   if constexpr (kPacked) {
@@ -735,7 +735,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
     if (threadIdx.x < 32) backward_producer<Tr, kPacked>(kp, w, block, smem, bar);
-    else if (threadIdx.x < 64) backward_dq_writer<Tr, Variant, kPacked>(kp, w, block, smem, bar);
+    else if (threadIdx.x < 64) backward_dq_writer<Tr, kPacked>(kp, w, block, smem, bar);
     else if (threadIdx.x < 96) backward_stats_loader<Tr, kPacked, true>(kp, w, block, smem, bar);
     else backward_stats_loader<Tr, kPacked, false>(kp, w, block, smem, bar);
   } else {

@@ -52,6 +52,7 @@ void launch_backward(const BwdParams& p) {
   kp.dq_accum = sums.accum();
   kp.dq_layout = sums.layout();
   kp.turns = sums.turns();
+  kp.turn_group = sums.turn_group();
 
   const auto kernel = backward_kernel<T, Tr, Variant, kPacked>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

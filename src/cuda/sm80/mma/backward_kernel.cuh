@@ -27,16 +27,15 @@
 // dP, S, dV, dK, dQ, dO's next tile loads as soon as dV is done (during dK, dQ
 // and the adds) and Q's as soon as dK is (during dQ, the adds and the next dP).
 //
-// Deterministic mode: the dQ adds of a query tile are made in key-tile order.
-// turns[(b·heads_q + hq)·query_tiles + m] counts the key tiles that have added
-// into that tile; each warp of key tile n waits for n just before its adds, and
+// Deterministic mode: the dQ adds of a query tile are made in key-tile order,
+// from the last key tile that sees it down. turns[(b·heads_q + hq)·query_tiles
+// + m] counts the key tiles that have added into that tile; each warp of key
+// tile n waits for the tiles above n (dq_adds_before) just before its adds, and
 // thread 0 counts the block after the barrier that follows them (its fence is
 // cumulative over what the barrier ordered before it, so the other threads need
-// no fence of their own, and their adds drain during dV and dK). The key tiles
-// that see a query tile are a run [first, end) (both ends of a row's key range
-// grow with the row), so tile n waits for n − first adds; those tiles come
-// earlier in the grid (in this mode key tiles are blockIdx.x's slowest index),
-// so the wait ends.
+// no fence of their own, and their adds drain during dV and dK). Those tiles
+// come earlier in the grid (common/backward_walk.cuh's order in this mode), so
+// the wait ends.
 #pragma once
 
 #include <cstdint>
@@ -103,7 +102,7 @@ __device__ __forceinline__ void load_dout_rows(const BwdParams& p, const Backwar
 template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     backward_kernel(const BwdParams p, int query_tiles, float* dq_accum, DqLayout dq_layout,
-                    int* turns, bool vec16) {
+                    int* turns, int turn_group, bool vec16) {
   using QTile = typename Shape::QTile;
   using KTile = typename Shape::KTile;
   using PTile = typename Shape::PTile;
@@ -121,7 +120,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   char* const k_tile = smem + Shape::kKOffset;
   char* const v_tile = smem + Shape::kVOffset;
   const Sizes& s = p.sizes;
-  const BackwardWalk w = backward_walk<Shape::kBlockM, Shape::kBlockN>(p, query_tiles, turns != nullptr);
+  const BackwardWalk w = backward_walk<Shape::kBlockM, Shape::kBlockN>(p, query_tiles, turn_group);
   // The block's sequence and its mask, kept in shared memory: the loop re-reads
   // them at the cost of a shared load, not registers.
   __shared__ Sequence seq;
@@ -306,9 +305,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         // Deterministic mode: each warp waits for its turn only here, after its
         // product; the wait once stood before the block's barrier above.
         if (turns && pass == 0) {
-          const int first = mask.key_blocks(row0, kBlockM, kBlockN).first<Variant::kLowerEnds>();
+          const int before = dq_adds_before<kBlockM, kBlockN>(mask, row0, w.n);
           if (lane == 0)
-            while (load_acquire(turn(tile)) != w.n - first) {
+            while (load_acquire(turn(tile)) != before) {
             }
           __syncwarp();
         }

@@ -55,7 +55,7 @@ void launch_backward(const BwdParams& p) {
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   kernel<<<unsigned(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(
-      p, query_tiles, sums.accum(), sums.layout(), sums.turns(), vec16);
+      p, query_tiles, sums.accum(), sums.layout(), sums.turns(), sums.turn_group(), vec16);
   check_launch("cuda_mma backward_kernel");
   write_dq(p, sums.accum(), sums.layout());
 }

@@ -136,6 +136,10 @@ def test_torch_compile_fullgraph():
 def test_runs_on_the_current_stream_without_host_sync():
     q, k, v = random_bshd(1, 512, 512, 8, 8, 64, device="cuda", seed=3)
     q_new = torch.randn_like(q)
+    # A kernel's first use in a process loads it (CUDA's lazy loading), which may wait
+    # for the device: one call here, so that the call below is a warm one. (Without it,
+    # the test failed once, in a pytest worker that had not run that kernel before.)
+    flashattn.attention(q, k, v)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):

@@ -1224,3 +1224,16 @@ def test_script_grids_put_each_grids_rows_under_its_key(tmp_path, monkeypatch):
     varlen_rows = json.loads(path.read_text())["varlen_rows"]
     assert [r["pass"] for r in varlen_rows] == ["fwd", "fwd+bwd"]
     assert varlen_rows[0]["speedup"] == 1.0 and varlen_rows[0]["of_dense"] == 0.75
+
+
+def test_host_time_runs_every_piece_on_the_cpu(capsys, monkeypatch):
+    """bench/host_time.py on CPU tensors: every piece runs (the library's calls keep the
+    tensors their views point into alive) and prints a time."""
+    pytest.importorskip("torch")
+    host_time = pytest.importorskip("host_time")  # imports flashattn too
+    monkeypatch.setattr(sys, "argv", ["host_time.py", "--device", "cpu", "--shape",
+                                      "1,2,8,8", "--dtype", "f32", "--calls", "3"])
+    host_time.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("CPU; host time per call")
+    assert len(lines) == 13 and all(line.endswith(" us") for line in lines[1:])

@@ -463,6 +463,14 @@ class _EagerAttention(torch.autograd.Function):
         return _backward(ctx, grad_out, grad_lse)
 
 
+def forward_with_autograd(inputs):
+    """(out, lse): attention_fwd on its positional inputs, through _EagerAttention where the
+    call is eager on plain tensors (its tensor inputs read off the tuple itself), else
+    through the registered op."""
+    eager = eager_tensors(*(x for x in inputs if isinstance(x, torch.Tensor)))
+    return (_EagerAttention.apply if eager else attention_fwd)(*inputs)
+
+
 def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, window_left,
               window_right, softcap, alibi_slopes, attn_mask=None, sequences=None,
               dropout=None):
@@ -492,9 +500,7 @@ def attention(q, k, v, *, causal, causal_alignment, scale, backend, return_lse, 
     inputs = (q, k, v, causal, causal_alignment, scale, backend, *variants, cu_seqlens_q,
               cu_seqlens_k, max_seqlen_q, max_seqlen_k, attn_mask, dropout_p, dropout_seed,
               dropout_offset, checked)
-    if eager_tensors(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, attn_mask):
-        return _EagerAttention.apply(*inputs)
-    return attention_fwd(*inputs)
+    return forward_with_autograd(inputs)
 
 
 def checked_extras(q, alibi_slopes, sequences):
@@ -549,8 +555,7 @@ def sdpa(query, key, value, *, causal, scale, attn_mask=None, dropout=None):
                             causal, "top_left", scale, None, attn_mask=attn_mask,
                             dropout_p=dropout_p, dropout_seed=dropout_seed,
                             dropout_offset=dropout_offset)
-    op = _EagerAttention.apply if eager_tensors(query, key, value, attn_mask) else attention_fwd
-    out, _ = op(*inputs)
+    out, _ = forward_with_autograd(inputs)
     return out.transpose(1, 2)
 
 

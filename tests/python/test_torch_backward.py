@@ -2,6 +2,8 @@
 flashattn.attention_backward on torch tensors: against torch's own autograd in float64 on
 the plain formula, in 16-bit against the same formula in that dtype, under torch.compile,
 and the errors. Skipped without torch; test_torch_cuda_backward.py covers the GPU."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -150,6 +152,37 @@ def test_eager_training_calls_skip_the_dispatcher_and_equal_the_op():
     torch.testing.assert_close(out, op_out, rtol=0, atol=0)
     for ours, theirs in zip(grads, op_grads):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+def test_sdpa_trains_in_its_own_layout_and_equals_the_op():
+    """sdpa's eager training call takes (batch, heads, seqlen, head_dim) as it is: no
+    transposes' nodes in the graph, gradients in the inputs' layout, and out and the
+    gradients bit for bit the registered op's on transposed views; with create_graph, the
+    backward goes through the op (transposed there and back) to the same gradients."""
+    q, k, v = (x.requires_grad_() for x in random_bhsd(2, 9, 12, 4, 2, 16, seed=13))
+    out = flashattn.sdpa(q, k, v, is_causal=True, enable_gqa=True)
+    assert type(out.grad_fn).__name__ == "_EagerAttentionBackward"
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    op_out, _ = _torch_op.attention_fwd(*(t.transpose(1, 2) for t in (q, k, v)), True,
+                                        "top_left", None, None)
+    op_grads = torch.autograd.grad(op_out.square().sum(), (q, k, v))
+    torch.testing.assert_close(out, op_out.transpose(1, 2), rtol=0, atol=0)
+    graph_grads = torch.autograd.grad(
+        flashattn.sdpa(q, k, v, is_causal=True, enable_gqa=True).square().sum(), (q, k, v),
+        create_graph=True)
+    for ours, theirs, through_op in zip(grads, op_grads, graph_grads):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+        torch.testing.assert_close(through_op, theirs, rtol=0, atol=0)
+
+
+def test_run_takes_the_ops_arguments_in_its_order():
+    """run_op_inputs hands the op's arguments after backend to run positionally."""
+    names = lambda f: list(inspect.signature(f).parameters)  # noqa: E731
+    op_names, run_names = names(_torch_op.forward_eager), names(_torch_op.run)
+    assert run_names[:7] == op_names[:7]
+    assert run_names[7:10] == ["with_lse", "heads_first", "lib"]
+    assert run_names[10:] == op_names[7:]
 
 
 def test_double_backward_is_refused():

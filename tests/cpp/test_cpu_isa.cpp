@@ -6,7 +6,8 @@
 // and key tiles cut by the sequence ends, the backward's two schedules),
 // forward and backward, against the float64 reference, with and without the
 // variants (sliding windows' lower ends on the element mask, the vector tanh of
-// the softcap, ALiBi); and the variable's rules.
+// the softcap, ALiBi), query tiles that read their head's keys packed; and the
+// variable's rules.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -204,6 +205,31 @@ TEST(CpuIsaWideQueryTiles, ForwardMatchesFloat64Reference) {
   const std::vector<harness::Case> cases = {
       make_case({1, 1025, 5000, heads, 1, 128}, DType::f32, Mask::causal_bottom_right),
       make_case({1, 700, 8192, heads, 1, 128}, DType::bf16, Mask::none, true)};
+  expect_forward_on_every_set(cases);
+}
+
+// Query tiles that read their head's keys packed once per item of several
+// tiles (cpu/simd/forward_tiles.h, packs_keys): enough tiles for four or more
+// per item, rows that lie heads apart (f32 read in place otherwise) or
+// convert (16-bit), ragged last tiles, causal ends of both alignments with
+// seqlen_q ≠ seqlen_k, GQA, head dims off the lanes, v's head_dim other than
+// q's, windows whose lower ends start a group's keys past 0 with softcap and
+// ALiBi, and a packed batch whose sequences end inside a group or before it.
+TEST(CpuIsaPackedKeys, ForwardMatchesFloat64Reference) {
+  const int heads = 4 * thread_count();
+  const Mask bottom_right = Mask::causal_bottom_right;
+  harness::Case window = make_case({1, 400, 400, heads, 2, 64}, DType::f32, bottom_right);
+  window.window_left = 100;
+  window.window_right = 0;
+  window.softcap = 5;
+  window.alibi = true;
+  const std::vector<harness::Case> cases = {
+      make_case({1, 300, 420, heads, heads / 2, 64}, DType::f32, bottom_right),
+      make_case({2, 260, 200, heads, heads, 72}, DType::bf16, Mask::causal_top_left, true),
+      make_case({1, 300, 300, heads, 1, 64, 128}, DType::f16, Mask::none),
+      window,
+      harness::packed_case(make_case({0, 0, 0, heads, 2, 64}, DType::f32, bottom_right),
+                           {{500, 450}, {70, 90}, {0, 30}, {257, 300}})};
   expect_forward_on_every_set(cases);
 }
 

@@ -19,8 +19,10 @@
 // K and V tiles are addressed per run of keys at one stride (key_runs.h), so
 // a paged KV cache's tiles, which may straddle pages, cost one block-table
 // lookup per page they touch.
-// Extra memory: a few tiles per thread, kept between calls; a key split adds
-// its partial rows (splits × the few rows that split).
+// Extra memory: a few tiles per thread, kept between calls, and where a head's
+// keys are packed for several of its query tiles (forward_tiles.h,
+// packs_keys) up to kMaxPackedKeyBytes of each of K and V per thread; a key
+// split adds its partial rows (splits × the few rows that split).
 // The kernels are instantiated per Variant (core/variant.h): NoVariant for
 // plain attention, whose rows see keys from 0 and whose scores stay as they
 // are, so its code is that of no variants at all; AnyVariant for windows'
@@ -169,7 +171,7 @@ bool heads_share_tiles(const Sizes& sz) {
 // that hold several heads have none of them (heads_share_tiles).
 template <typename Variant>
 void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, const TileRows& tr,
-               int key_lo, int key_hi) {
+               int key_lo, int key_hi, const PackedKeys& packed = {}) {
   const Sizes& sz = p.sizes;
   const int hq = tr.hq, m0 = tr.m0, rows = tr.count();
   const int d = sz.head_dim, dp = padded(d), lanes = padded(rows), hk = hq / sz.group();
@@ -225,8 +227,11 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
     if (by_runs) {
       scores_by_runs(p, t, b, seq, hk, rows, dp, n0, cols);
     } else {
-      const MatB k = key_tile(p, p.k, d, b, seq, hk, n0, cols, k_in_place, t.k, k_ld);
-      v = key_tile(p, p.v, d_v, b, seq, hk, n0, cols, v_in_place, t.v, dp_v);
+      const bool from_pack = packed.k && !dots;
+      const MatB k = from_pack ? packed.k_rows(n0, d)
+                               : key_tile(p, p.k, d, b, seq, hk, n0, cols, k_in_place, t.k, k_ld);
+      v = from_pack ? packed.v_rows(n0, dp_v)
+                    : key_tile(p, p.v, d_v, b, seq, hk, n0, cols, v_in_place, t.v, dp_v);
       if (dots) scores_by_dots(t.q_t, rows, dp, k, cols, t.s, kBlockN);
       else gemm<Init::zero>(cols, lanes, d, {k.p, k.ld, 1}, {t.q_t, lanes}, {t.s, lanes});
     }
@@ -254,6 +259,26 @@ void walk_keys(const AttnParams& p, const Tiles& t, int b, const Sequence& seq, 
     else if (cut) masked_update<Variant::kLowerEnds>(t, probs, rows, dp_v, n0, cols, v);
     else gemm<Init::scale_rows>(rows, dp_v, cols, probs, v, {t.o, dp_v}, t.alpha);
   }
+}
+
+// The keys that query rows [row_begin, row_end) of sequence b see, from kv
+// head hk, packed (PackedKeys): from the first key block a row there sees to
+// the last row's end; none where they see no key.
+template <typename Variant>
+PackedKeys pack_keys(const AttnParams& p, int b, const Sequence& seq, const RowMask& mask, int hk,
+                     int row_begin, int row_end) {
+  const Sizes& sz = p.sizes;
+  const int d = sz.head_dim, dp_v = padded(sz.head_dim_v);
+  const int first = Variant::kLowerEnds ? mask.key_begin(row_begin) / kBlockN * kBlockN : 0;
+  const int end = std::min(seq.seqlen_k, mask.key_end(row_end - 1));
+  if (end <= first) return {};
+  thread_local AlignedBuffer buffer;  // kept between calls, as the tiles
+  const int keys = end - first;
+  float* k = buffer.reserve(size_t(keys) * size_t(d + dp_v));
+  float* v = k + size_t(keys) * size_t(d);
+  key_tile(p, p.k, d, b, seq, hk, first, keys, false, k, d);
+  key_tile(p, p.v, sz.head_dim_v, b, seq, hk, first, keys, false, v, dp_v);
+  return {k, v, first};
 }
 
 // Finishes the rows in the tiles: out = O·out_scale / l (out_scale: dropout's
@@ -319,22 +344,41 @@ void run_with(const AttnParams& p) {
   auto batch_of = [&](int64_t tile) { return int(tile / m_blocks / head_tiles); };
 
   if (splits == 1) {
-    parallel_for(query_tiles, [&](int64_t item, int) {
-      const int b = batch_of(item);
+    // An item is `group` neighbouring query tiles of one head, which read its
+    // keys packed once where that pays (packs_keys), else one tile.
+    const bool pack = !shared && packs_keys(p, bm);
+    const int group = pack ? tiles_per_item(query_tiles, m_blocks) : 1;
+    const int groups = (m_blocks + group - 1) / group;
+    parallel_for(query_tiles / m_blocks * groups, [&](int64_t item, int) {
+      const int64_t head_tile = item / groups;  // (batch, head) as the tiles count them
+      const int first_block = int(item % groups) * group;
+      const int last_block = std::min(m_blocks, first_block + group);
+      const int b = batch_of(head_tile * m_blocks);
       const Sequence seq = sequence(p, b);
-      const TileRows tr = tile_rows(item, seq);
-      if (tr.per_head == 0) return;  // a shorter sequence of a packed batch
-      const Tiles t = tiles(sz, shared ? tr.count() : bm);
-      walk_keys<Variant>(p, t, b, seq, tr, 0, seq.seqlen_k);
       const RowMask mask = row_mask(p, seq);
-      for (int g = 0; g < tr.heads; ++g) {
-        const int hq = tr.hq + g, m0 = tr.m0;
-        const Tiles head = rows_from(t, g * tr.per_head, dp_v);
-        finish_rows<Variant::Score::kBias>(
-            head, tr.per_head, d_v, [&](int r) { return mask.empty(m0 + r); },
-            lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1, p.dropout.keep_scale);
-        store_tile(p.dtype, p.o, d_v, b, hq, int(seq.q_row0) + m0, tr.per_head, head.o, dp_v,
-                   head.alpha);
+      PackedKeys packed;
+      if (group > 1) {
+        const TileRows last = tile_rows(head_tile * m_blocks + last_block - 1, seq);
+        const int rows_end = std::min(seq.seqlen_q, last.m0 + last.per_head);
+        if (rows_end > first_block * bm)
+          packed = pack_keys<Variant>(p, b, seq, mask, last.hq / sz.group(), first_block * bm,
+                                      rows_end);
+      }
+      for (int64_t tile = head_tile * m_blocks + first_block;
+           tile < head_tile * m_blocks + last_block; ++tile) {
+        const TileRows tr = tile_rows(tile, seq);
+        if (tr.per_head == 0) return;  // past a shorter sequence of a packed batch
+        const Tiles t = tiles(sz, shared ? tr.count() : bm);
+        walk_keys<Variant>(p, t, b, seq, tr, 0, seq.seqlen_k, packed);
+        for (int g = 0; g < tr.heads; ++g) {
+          const int hq = tr.hq + g, m0 = tr.m0;
+          const Tiles head = rows_from(t, g * tr.per_head, dp_v);
+          finish_rows<Variant::Score::kBias>(
+              head, tr.per_head, d_v, [&](int r) { return mask.empty(m0 + r); },
+              lse ? lse + stats_row0(p, b, hq, seq) + m0 : nullptr, 1, p.dropout.keep_scale);
+          store_tile(p.dtype, p.o, d_v, b, hq, int(seq.q_row0) + m0, tr.per_head, head.o, dp_v,
+                     head.alpha);
+        }
       }
     });
     return;

@@ -85,4 +85,52 @@ inline Tiles tiles(const Sizes& sz, int max_rows) {
 // two AVX-512 cores).
 inline bool few_rows(int rows) { return rows <= kLanes / 2; }
 
+
+// A head's keys packed once for several of its query tiles (run_with): K as
+// fp32 rows head_dim wide and V head_dim_v padded to the lanes, one row after
+// another, from key `first`. Read in place, a tile's K and V rows lie a row of
+// the tensor apart (heads × head_dim: 8 heads of 64 put 2 KiB between rows,
+// so a 64-key tile touches 32 pages and a few of the cache's sets), and every
+// query tile of the head reads them so again; 16-bit ones are converted again
+// for every query tile. On two AVX-512 cores the two products of a tile loop
+// over 2048 such keys ran at 101–115 GFLOP/s from rows 2 KiB apart and at
+// 140–142 from a copy made once per 8 query tiles (143–152 from contiguous
+// rows; docs/perf/cpu.md v17).
+struct PackedKeys {
+  const float* k = nullptr;  // null: the tiles read the tensors
+  const float* v = nullptr;
+  int first = 0;
+  MatB k_rows(int n0, int d) const { return {k + int64_t(n0 - first) * d, d}; }
+  MatB v_rows(int n0, int dp_v) const { return {v + int64_t(n0 - first) * dp_v, dp_v}; }
+};
+
+// The most bytes of each of K and V a thread packs (2 MiB: 8192 keys at
+// head_dim 64, 4096 at 128); beyond, block_rows streams them in 256-row tiles.
+constexpr int64_t kMaxPackedKeyBytes = int64_t(2) << 20;
+
+// Query tiles per work item where a head's keys are packed: as many as leave
+// every thread four items (so that uneven causal tiles still balance), at most
+// kMaxTilesPerItem and the head's m_blocks; 1 (no packing) below
+// kMinTilesPerItem, where the copy's extra pass over the keys is not made up:
+// at 128 keys (two tiles an item) 8 heads of 64 ran 0.90–0.94× the tiles
+// reading in place, from 4 tiles on 0.99–1.18× (docs/perf/cpu.md v17).
+constexpr int kMinTilesPerItem = 4, kMaxTilesPerItem = 16;
+inline int tiles_per_item(int64_t query_tiles, int m_blocks) {
+  const int64_t per_item = std::min<int64_t>(query_tiles / (4 * int64_t(thread_count())),
+                                             std::min(kMaxTilesPerItem, m_blocks));
+  return per_item >= kMinTilesPerItem ? int(per_item) : 1;
+}
+
+// Whether the matrix tiles of a problem read packed keys: where they would
+// otherwise read rows apart or convert them (16-bit), and a head's keys fit
+// kMaxPackedKeyBytes.
+inline bool packs_keys(const AttnParams& p, int bm) {
+  const Sizes& sz = p.sizes;
+  const bool in_place = p.dtype == DType::f32 && p.k.row_stride == sz.head_dim &&
+                        p.v.row_stride == sz.head_dim_v && sz.head_dim_v % kLanes == 0;
+  const int64_t widest = std::max(sz.head_dim, padded(sz.head_dim_v));
+  return !in_place && !few_rows(bm) &&
+         int64_t(sz.seqlen_k) * widest * int64_t(sizeof(float)) <= kMaxPackedKeyBytes;
+}
+
 }  // namespace forward

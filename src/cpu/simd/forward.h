@@ -272,9 +272,8 @@ PackedKeys pack_keys(const AttnParams& p, int b, const Sequence& seq, const RowM
   const int first = Variant::kLowerEnds ? mask.key_begin(row_begin) / kBlockN * kBlockN : 0;
   const int end = std::min(seq.seqlen_k, mask.key_end(row_end - 1));
   if (end <= first) return {};
-  thread_local AlignedBuffer buffer;  // kept between calls, as the tiles
   const int keys = end - first;
-  float* k = buffer.reserve(size_t(keys) * size_t(d + dp_v));
+  float* k = packed_keys_buffer().reserve(size_t(keys) * size_t(d + dp_v));
   float* v = k + size_t(keys) * size_t(d);
   key_tile(p, p.k, d, b, seq, hk, first, keys, false, k, d);
   key_tile(p, p.v, sz.head_dim_v, b, seq, hk, first, keys, false, v, dp_v);

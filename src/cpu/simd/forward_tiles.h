@@ -104,6 +104,12 @@ struct PackedKeys {
   MatB v_rows(int n0, int dp_v) const { return {v + int64_t(n0 - first) * dp_v, dp_v}; }
 };
 
+// Each thread's packed keys, kept between calls, as its tiles.
+inline AlignedBuffer& packed_keys_buffer() {
+  thread_local AlignedBuffer buffer;
+  return buffer;
+}
+
 // The most bytes of each of K and V a thread packs (2 MiB: 8192 keys at
 // head_dim 64, 4096 at 128); beyond, block_rows streams them in 256-row tiles.
 constexpr int64_t kMaxPackedKeyBytes = int64_t(2) << 20;

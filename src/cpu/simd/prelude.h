@@ -15,6 +15,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>  // the AVX-512 unit's exp2 (vec.h)
+#endif
+
 #include "core/half.h"
 #include "core/mask.h"
 #include "core/parallel.h"

@@ -370,8 +370,8 @@ def run(out_dir, commit, quick=False, match=None, builds=None):
                         for name, ms in row.get("builds_ms", {}).items())
         print(f"  {row['label']:<40} {row['gflops']:7.1f} GFLOP/s  {theirs}{other}", flush=True)
     slug = re.sub(r"\W+", "-", results["cpu"]).strip("-").lower()
-    stem = f"cpu-{slug}-{time.strftime('%Y-%m-%d')}-{commit}"
     out_dir.mkdir(parents=True, exist_ok=True)
+    stem = report.free_stem(out_dir, f"cpu-{slug}-{time.strftime('%Y-%m-%d')}-{commit}")
     (out_dir / f"{stem}.json").write_text(json.dumps(results, indent=1))
     (out_dir / f"{stem}.md").write_text(markdown(results))
     report.append_history(results, f"{stem}.json", out_dir / report.HISTORY)

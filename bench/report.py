@@ -584,6 +584,16 @@ def history_line(results, file=None, git=None):
     return line
 
 
+def free_stem(folder, stem):
+    """`stem`, or the first of stem-2, stem-3, ... whose .json is not in `folder` yet: a
+    second run of a day (or of a commit) into one folder keeps the first one's files."""
+    candidate, n = stem, 1
+    while (Path(folder) / f"{candidate}.json").exists():
+        n += 1
+        candidate = f"{stem}-{n}"
+    return candidate
+
+
 def append_history(results, file, path):
     """Adds `results` to the history file at `path` (bench/run calls this after a run)."""
     with open(path, "a") as f:

@@ -272,6 +272,14 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     assert [x["file"] for x in report.read_history(path)] == ["a.json", "b.json"]
 
 
+def test_a_second_run_into_one_folder_keeps_the_first_ones_files(tmp_path):
+    assert report.free_stem(tmp_path, "cpu-x-2026-11-30-abc") == "cpu-x-2026-11-30-abc"
+    (tmp_path / "cpu-x-2026-11-30-abc.json").write_text("{}")
+    assert report.free_stem(tmp_path, "cpu-x-2026-11-30-abc") == "cpu-x-2026-11-30-abc-2"
+    (tmp_path / "cpu-x-2026-11-30-abc-2.json").write_text("{}")
+    assert report.free_stem(tmp_path, "cpu-x-2026-11-30-abc") == "cpu-x-2026-11-30-abc-3"
+
+
 def test_history_line_of_a_cpu_grid_run_has_its_ratios_per_pass():
     results = {"cpu": "Some CPU", "commit": "c0ffee0", "isa": "avx512", "threads": 16,
                "date": "2026-11-25T12:00:00+00:00",

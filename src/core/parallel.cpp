@@ -39,24 +39,18 @@ class Pool {
   int size() const { return size_; }
 
   // False when another thread's call holds the pool; the caller then runs inline.
-  // Returns once every item has run and no worker is inside one: a worker that
-  // wakes after the caller has taken the last item is not waited for, so a job
-  // of a few short items costs the caller its items and a notify, not two
-  // wake-ups of a sleeping thread (about 60 µs on a two-core VM, more than the
-  // rest of a decode step of 128 keys through the Python op: docs/perf/cpu.md v19).
   bool try_run(int64_t count, detail::ItemFn fn, void* body) {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
     const int workers = int(std::min<int64_t>(size_, count));
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      // A straggler of the previous job may still be leaving drain().
-      done_.wait(lock, [this] { return active_ == 0; });
+      std::lock_guard<std::mutex> lock(mutex_);
       fn_ = fn;
       body_ = body;
       count_ = count;
       next_ = 0;
       workers_ = workers;
+      pending_ = workers - 1;
       error_ = nullptr;
       ++generation_;
     }
@@ -65,7 +59,7 @@ class Pool {
     drain(0);
     in_parallel_region = false;
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return active_ == 0; });
+    done_.wait(lock, [this] { return pending_ == 0; });
     if (error_) std::rethrow_exception(error_);
     return true;
   }
@@ -81,9 +75,6 @@ class Pool {
     }
   }
 
-  // A worker joins the job current when it wakes (under the mutex, so the
-  // job's fields are published to it and stay put until it leaves: a caller
-  // waits for active_ == 0 before publishing the next).
   void serve(int worker) {
     in_parallel_region = true;  // a pool thread never waits on its own pool
     uint64_t seen = 0;
@@ -92,11 +83,10 @@ class Pool {
       wake_.wait(lock, [&] { return generation_ != seen; });
       seen = generation_;
       if (worker >= workers_) continue;
-      ++active_;
       lock.unlock();
       drain(worker);
       lock.lock();
-      if (--active_ == 0) done_.notify_all();
+      if (--pending_ == 0) done_.notify_one();
     }
   }
 
@@ -110,8 +100,7 @@ class Pool {
   void* body_ = nullptr;
   int64_t count_ = 0;
   std::atomic<int64_t> next_{0};
-  int workers_ = 0;
-  int active_ = 0;  // workers inside drain()
+  int workers_ = 0, pending_ = 0;
   std::exception_ptr error_;
 };
 

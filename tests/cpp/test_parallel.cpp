@@ -1,0 +1,96 @@
+// The CPU backends' thread pool (core/parallel.h): every item runs once, on a
+// worker index in range; many jobs of a few short items back to back; an
+// exception reaches the caller and the pool runs the next job; nested calls
+// run inline; two callers at once; long items spread over the threads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace flashattn {
+namespace {
+
+TEST(Parallel, EveryItemRunsOnceOnAWorkerInRange) {
+  for (int64_t count : {1, 2, 3, 17, 1000}) {
+    std::vector<std::atomic<int>> runs(static_cast<size_t>(count));
+    std::atomic<bool> worker_in_range{true};
+    const int workers = worker_count(count);
+    parallel_for(count, [&](int64_t item, int worker) {
+      runs[size_t(item)]++;
+      if (worker < 0 || worker >= workers) worker_in_range = false;
+    });
+    for (int64_t item = 0; item < count; ++item) EXPECT_EQ(runs[size_t(item)], 1) << item;
+    EXPECT_TRUE(worker_in_range) << count;
+  }
+}
+
+TEST(Parallel, ManyJobsOfFewShortItemsBackToBack) {
+  int64_t expected = 0;
+  std::atomic<int64_t> sum{0};
+  for (int job = 0; job < 5000; ++job) {
+    const int64_t count = 2 + job % 3;
+    parallel_for(count, [&](int64_t item, int) { sum += item + job; });
+    expected += count * (count - 1) / 2 + count * job;
+    ASSERT_EQ(sum.load(), expected) << job;
+  }
+}
+
+TEST(Parallel, AnExceptionReachesTheCallerAndThePoolRunsOn) {
+  std::atomic<int> ran{0};
+  EXPECT_THROW(parallel_for(64,
+                            [&](int64_t item, int) {
+                              ++ran;
+                              if (item == 5) throw std::runtime_error("item 5");
+                            }),
+               std::runtime_error);
+  EXPECT_LE(ran.load(), 64);
+  std::atomic<int> after{0};
+  parallel_for(64, [&](int64_t, int) { ++after; });
+  EXPECT_EQ(after.load(), 64);
+}
+
+TEST(Parallel, NestedCallsRunInlineOnTheirCaller) {
+  std::atomic<int> inner{0};
+  std::atomic<bool> inner_on_worker_0{true};
+  parallel_for(8, [&](int64_t, int) {
+    parallel_for(5, [&](int64_t, int worker) {
+      ++inner;
+      if (worker != 0) inner_on_worker_0 = false;
+    });
+  });
+  EXPECT_EQ(inner.load(), 40);
+  EXPECT_TRUE(inner_on_worker_0);
+}
+
+TEST(Parallel, TwoCallersAtOnceBothFinish) {
+  std::atomic<int64_t> sums[2] = {0, 0};
+  auto caller = [&](int c) {
+    for (int job = 0; job < 2000; ++job)
+      parallel_for(7, [&](int64_t item, int) { sums[c] += item; });
+  };
+  std::thread other(caller, 1);
+  caller(0);
+  other.join();
+  EXPECT_EQ(sums[0].load(), 2000 * 21);
+  EXPECT_EQ(sums[1].load(), 2000 * 21);
+}
+
+TEST(Parallel, LongItemsSpreadOverTheThreads) {
+  if (thread_count() < 2) GTEST_SKIP() << "one thread";
+  std::vector<std::atomic<int>> by_worker(static_cast<size_t>(thread_count()));
+  parallel_for(4 * thread_count(), [&](int64_t, int worker) {
+    by_worker[size_t(worker)]++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  int used = 0;
+  for (const auto& n : by_worker) used += n > 0;
+  EXPECT_GE(used, 2);
+}
+
+}  // namespace
+}  // namespace flashattn

@@ -85,7 +85,6 @@ inline Tiles tiles(const Sizes& sz, int max_rows) {
 // two AVX-512 cores).
 inline bool few_rows(int rows) { return rows <= kLanes / 2; }
 
-
 // A head's keys packed once for several of its query tiles (run_with): K as
 // fp32 rows head_dim wide and V head_dim_v padded to the lanes, one row after
 // another, from key `first`. Read in place, a tile's K and V rows lie a row of

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -31,35 +31,39 @@ int configured_threads() {
 // parallel_for then runs inline instead of waiting on itself.
 thread_local bool in_parallel_region = false;
 
+// The calling thread's WorkerCap: the most workers its parallel_for calls use.
+thread_local int worker_cap = std::numeric_limits<int>::max();
+
 class Pool {
  public:
-  explicit Pool(int size) : size_(size) {
+  explicit Pool(int size) : size_(size), wake_(size_t(size)) {
     for (int w = 1; w < size_; ++w) threads_.emplace_back([this, w] { serve(w); });
   }
   int size() const { return size_; }
 
   // False when another thread's call holds the pool; the caller then runs inline.
-  bool try_run(int64_t count, detail::ItemFn fn, void* body) {
+  // Wakes only the workers the job uses, each on its own word: waking them all
+  // through one condition variable made each woken thread take the same mutex in
+  // turn, so a job's start waited on the whole pool (see docs/perf/cpu.md).
+  bool try_run(int64_t count, int workers, detail::ItemFn fn, void* body) {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
-    const int workers = int(std::min<int64_t>(size_, count));
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      fn_ = fn;
-      body_ = body;
-      count_ = count;
-      next_ = 0;
-      workers_ = workers;
-      pending_ = workers - 1;
-      error_ = nullptr;
-      ++generation_;
+    fn_ = fn;
+    body_ = body;
+    count_ = count;
+    next_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    pending_.store(workers - 1, std::memory_order_relaxed);
+    for (int w = 1; w < workers; ++w) {
+      wake_[size_t(w)].jobs.fetch_add(1, std::memory_order_release);
+      wake_[size_t(w)].jobs.notify_one();
     }
-    if (workers > 1) wake_.notify_all();
     in_parallel_region = true;
     drain(0);
     in_parallel_region = false;
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    for (int left = pending_.load(std::memory_order_acquire); left != 0;
+         left = pending_.load(std::memory_order_acquire))
+      pending_.wait(left, std::memory_order_acquire);
     if (error_) std::rethrow_exception(error_);
     return true;
   }
@@ -69,7 +73,7 @@ class Pool {
     try {
       for (int64_t item = next_++; item < count_; item = next_++) fn_(body_, item, worker);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> lock(error_mutex_);
       if (!error_) error_ = std::current_exception();
       next_ = count_;
     }
@@ -77,35 +81,40 @@ class Pool {
 
   void serve(int worker) {
     in_parallel_region = true;  // a pool thread never waits on its own pool
-    uint64_t seen = 0;
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::atomic<uint32_t>& jobs = wake_[size_t(worker)].jobs;
+    uint32_t seen = 0;
     for (;;) {
-      wake_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (worker >= workers_) continue;
-      lock.unlock();
+      jobs.wait(seen, std::memory_order_acquire);
+      seen = jobs.load(std::memory_order_acquire);
       drain(worker);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
     }
   }
 
+  // A worker's wake-up word, on its own cache line: how many jobs it has been
+  // given. A job waits for the workers it woke, so the word moves on only after
+  // its worker has finished the last one, and no job is missed.
+  struct alignas(64) WakeWord {
+    std::atomic<uint32_t> jobs{0};
+  };
+
   const int size_;
+  std::vector<WakeWord> wake_;  // by worker; [0] (the caller) unused
   std::vector<std::thread> threads_;
-  std::mutex busy_;   // one parallel_for on the pool at a time
-  std::mutex mutex_;  // guards the job's fields below and the wake-ups
-  std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
+  std::mutex busy_;  // one parallel_for on the pool at a time
+  // The job, written by its caller before the workers' wake-up words and read
+  // by them after.
   detail::ItemFn fn_ = nullptr;
   void* body_ = nullptr;
   int64_t count_ = 0;
   std::atomic<int64_t> next_{0};
-  int workers_ = 0, pending_ = 0;
+  std::atomic<int> pending_{0};  // woken workers not yet done with the job
+  std::mutex error_mutex_;
   std::exception_ptr error_;
 };
 
 // Created at the first parallel_for and never destroyed: its threads sleep on
-// a condition variable until the process exits, so no exit-time join can race
+// their wake-up words until the process exits, so no exit-time join can race
 // a static destructor or a late call.
 Pool& pool() {
   static Pool* const p = new Pool(configured_threads());
@@ -114,7 +123,12 @@ Pool& pool() {
 
 }  // namespace
 
-int thread_count() { return pool().size(); }
+int thread_count() { return std::min(pool().size(), worker_cap); }
+
+WorkerCap::WorkerCap(int most) : outer_(worker_cap) {
+  worker_cap = std::max(1, std::min(outer_, most));
+}
+WorkerCap::~WorkerCap() { worker_cap = outer_; }
 
 int worker_count(int64_t items) {
   return int(std::min<int64_t>(thread_count(), std::max<int64_t>(items, 1)));
@@ -124,9 +138,10 @@ namespace detail {
 
 void run_parallel(int64_t count, ItemFn fn, void* body) {
   if (count <= 0) return;
-  if (count > 1 && !in_parallel_region && pool().size() > 1 && pool().try_run(count, fn, body))
-    return;
-  // Inline, as worker 0: one item, a nested call, or the pool busy with another caller.
+  const int workers = worker_count(count);
+  if (workers > 1 && !in_parallel_region && pool().try_run(count, workers, fn, body)) return;
+  // Inline, as worker 0: one worker (one item, or a cap of 1), a nested call,
+  // or the pool busy with another caller.
   const bool outer = in_parallel_region;
   in_parallel_region = true;
   try {

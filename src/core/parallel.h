@@ -2,7 +2,7 @@
 // runs on one pool of threads created at the first call and kept for the
 // process, so a call costs a wake-up, not a thread start per worker. Items are
 // handed out one at a time from an atomic counter, so uneven items (causal
-// rows) balance across threads. The pool has one thread per CPU the process may
+// rows) balance across threads; only the workers a call uses are woken. The pool has one thread per CPU the process may
 // run on (its affinity mask), or FLASHATTN_NUM_THREADS if set.
 #pragma once
 
@@ -11,11 +11,27 @@
 
 namespace flashattn {
 
-// The pool's size: the most workers a parallel_for uses.
+// The most workers a parallel_for of the calling thread uses now: the pool's
+// size, or less under a WorkerCap.
 int thread_count();
 
 // The workers a parallel_for over `items` uses: min(thread_count(), items), at least 1.
 int worker_count(int64_t items);
+
+// While it lives, the calling thread's parallel_for calls wake at most `most`
+// workers (at least 1: the caller alone). For a call whose work is too short
+// to repay waking the whole pool; kernels that size their items by
+// thread_count() then size them for the cap.
+class WorkerCap {
+ public:
+  explicit WorkerCap(int most);
+  ~WorkerCap();
+  WorkerCap(const WorkerCap&) = delete;
+  WorkerCap& operator=(const WorkerCap&) = delete;
+
+ private:
+  int outer_;
+};
 
 namespace detail {
 using ItemFn = void (*)(void* body, int64_t item, int worker);

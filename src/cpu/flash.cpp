@@ -1,12 +1,16 @@
 // The CPU backend's entry points: each call runs the kernels of the widest
-// instruction set the CPU has (cpu/isa.h), all compiled from cpu/simd/.
+// instruction set the CPU has (cpu/isa.h), all compiled from cpu/simd/, on as
+// many of the pool's threads as its work repays (cpu/call_workers.h).
+#include "core/parallel.h"
 #include "cpu/backends.h"
+#include "cpu/call_workers.h"
 #include "cpu/isa.h"
 #include "cpu/simd/entry.h"
 
 namespace flashattn::cpu {
 
 void flash_forward(const AttnParams& p) {
+  const WorkerCap cap(forward_workers(p));
   switch (active_isa()) {
 #if defined(__x86_64__)
     case Isa::avx512: return avx512::forward_pass(p);
@@ -17,6 +21,7 @@ void flash_forward(const AttnParams& p) {
 }
 
 void flash_backward(const BwdParams& p) {
+  const WorkerCap cap(backward_workers(p));
   switch (active_isa()) {
 #if defined(__x86_64__)
     case Isa::avx512: return avx512::backward_pass(p);

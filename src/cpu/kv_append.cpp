@@ -7,12 +7,15 @@
 
 #include "core/parallel.h"
 #include "cpu/backends.h"
+#include "cpu/call_workers.h"
 
 namespace flashattn::cpu {
 
 void append_to_cache(const AttnParams& p) {
   const Sizes& s = p.sizes;
   const NewKeys& add = p.new_keys;
+  const double row_bytes = double(s.heads_kv) * (s.head_dim + s.head_dim_v) * dtype_size(p.dtype);
+  const WorkerCap cap(workers_worth_waking(0.0, 2.0 * row_bytes * s.batch * add.rows));
   parallel_for(int64_t(s.batch) * add.rows, [&](int64_t item, int) {
     const int b = int(item / add.rows), r = int(item % add.rows);
     const Sequence seq = sequence(p, b);

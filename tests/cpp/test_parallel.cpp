@@ -1,9 +1,11 @@
 // The CPU backends' thread pool (core/parallel.h): every item runs once, on a
 // worker index in range; many jobs of a few short items back to back; an
 // exception reaches the caller and the pool runs the next job; nested calls
-// run inline; two callers at once; long items spread over the threads.
+// run inline; two callers at once; long items spread over the threads; a
+// WorkerCap.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -90,6 +92,44 @@ TEST(Parallel, LongItemsSpreadOverTheThreads) {
   int used = 0;
   for (const auto& n : by_worker) used += n > 0;
   EXPECT_GE(used, 2);
+}
+
+TEST(Parallel, AWorkerCapLimitsTheWorkersWhileItLives) {
+  const int pool = thread_count();
+  {
+    const WorkerCap cap(2);
+    EXPECT_EQ(thread_count(), std::min(pool, 2));
+    std::atomic<bool> in_range{true};
+    std::atomic<int> ran{0};
+    parallel_for(64, [&](int64_t, int worker) {
+      ++ran;
+      if (worker >= 2) in_range = false;
+    });
+    EXPECT_EQ(ran.load(), 64);
+    EXPECT_TRUE(in_range);
+    {
+      const WorkerCap wider(8);  // a nested cap narrows, never widens
+      EXPECT_EQ(thread_count(), std::min(pool, 2));
+      const WorkerCap alone(0);  // at least the caller
+      EXPECT_EQ(thread_count(), 1);
+      std::atomic<bool> on_caller{true};
+      parallel_for(16, [&](int64_t, int worker) {
+        if (worker != 0) on_caller = false;
+      });
+      EXPECT_TRUE(on_caller);
+    }
+    EXPECT_EQ(thread_count(), std::min(pool, 2));
+  }
+  EXPECT_EQ(thread_count(), pool);
+}
+
+TEST(Parallel, AWorkerCapHoldsOnItsOwnThreadOnly) {
+  const int pool = thread_count();
+  const WorkerCap cap(1);
+  int other_threads = 0;
+  std::thread other([&] { other_threads = thread_count(); });
+  other.join();
+  EXPECT_EQ(other_threads, pool);
 }
 
 }  // namespace

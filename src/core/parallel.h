@@ -2,8 +2,9 @@
 // runs on one pool of threads created at the first call and kept for the
 // process, so a call costs a wake-up, not a thread start per worker. Items are
 // handed out one at a time from an atomic counter, so uneven items (causal
-// rows) balance across threads; only the workers a call uses are woken. The pool has one thread per CPU the process may
-// run on (its affinity mask), or FLASHATTN_NUM_THREADS if set.
+// rows) balance across threads; only the workers a call uses are woken. The
+// pool has one thread per CPU the process may run on (its affinity mask), or
+// FLASHATTN_NUM_THREADS if set.
 #pragma once
 
 #include <cstdint>

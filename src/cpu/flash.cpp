@@ -1,9 +1,11 @@
 // The CPU backend's entry points: each call runs the kernels of the widest
 // instruction set the CPU has (cpu/isa.h), all compiled from cpu/simd/, on as
-// many of the pool's threads as its work repays (cpu/call_workers.h).
+// many of the pool's threads as its work repays (cpu/call_workers.h), after
+// mapping its outputs' pages (cpu/first_touch.h).
 #include "core/parallel.h"
 #include "cpu/backends.h"
 #include "cpu/call_workers.h"
+#include "cpu/first_touch.h"
 #include "cpu/isa.h"
 #include "cpu/simd/entry.h"
 
@@ -11,7 +13,9 @@ namespace flashattn::cpu {
 
 void flash_forward(const AttnParams& p) {
   const WorkerCap cap(forward_workers(p));
-  switch (active_isa()) {
+  const Isa isa = active_isa();  // may refuse FLASHATTN_CPU_ISA: before any output is written
+  touch_forward_outputs(p);
+  switch (isa) {
 #if defined(__x86_64__)
     case Isa::avx512: return avx512::forward_pass(p);
     case Isa::avx2: return avx2::forward_pass(p);
@@ -22,7 +26,9 @@ void flash_forward(const AttnParams& p) {
 
 void flash_backward(const BwdParams& p) {
   const WorkerCap cap(backward_workers(p));
-  switch (active_isa()) {
+  const Isa isa = active_isa();  // may refuse FLASHATTN_CPU_ISA: before any output is written
+  touch_backward_outputs(p);
+  switch (isa) {
 #if defined(__x86_64__)
     case Isa::avx512: return avx512::backward_pass(p);
     case Isa::avx2: return avx2::backward_pass(p);

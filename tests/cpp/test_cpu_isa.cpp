@@ -6,8 +6,8 @@
 // and key tiles cut by the sequence ends, the backward's two schedules),
 // forward and backward, against the float64 reference, with and without the
 // variants (sliding windows' lower ends on the element mask, the vector tanh of
-// the softcap, ALiBi), query tiles that read their head's keys packed; and the
-// variable's rules.
+// the softcap, ALiBi), query tiles that read their head's keys packed; the
+// variable's rules; and the outputs' first touch.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 
 #include "cases.h"
 #include "core/parallel.h"
+#include "cpu/first_touch.h"
 #include "dense.h"
 #include "grad_problem.h"
 #include "seed.h"
@@ -176,6 +177,38 @@ TEST(CpuIsaVariable, UnknownNameIsAnErrorThatNamesTheChoices) {
 }
 
 TEST(CpuIsaVariable, TheBaselineRunsEverywhere) { EXPECT_TRUE(runs("baseline")); }
+
+// The outputs' first touch (cpu/first_touch.h) on a strided view with gaps
+// between rows, heads and batches, rows longer than a page: it writes 0 to
+// elements only, and to one in every 4 KiB page each row's elements span.
+TEST(CpuFirstTouch, ZeroesElementsOnlyOneInEveryPageOfEachRow) {
+  constexpr int kBatch = 2, kRows = 3, kHeads = 2, kHeadDim = 1500;
+  constexpr int64_t kHeadStride = 2000, kRowStride = kHeads * kHeadStride + 48;
+  constexpr int64_t kBatchStride = kRows * kRowStride + 100;
+  constexpr float kUntouched = 7.0f;
+  std::vector<float> memory(size_t(kBatch * kBatchStride), kUntouched);
+  const TensorRef view{memory.data(), kBatchStride, kRowStride, kHeadStride};
+  cpu::touch_output_pages(view, DType::f32, kBatch, kRows, kHeads, kHeadDim);
+  std::vector<bool> element(memory.size(), false);
+  for (int b = 0; b < kBatch; ++b)
+    for (int r = 0; r < kRows; ++r)
+      for (int h = 0; h < kHeads; ++h) {
+        const int64_t row = b * kBatchStride + r * kRowStride + h * kHeadStride;
+        for (int c = 0; c < kHeadDim; ++c) element[size_t(row + c)] = true;
+        // Each 4 KiB page the row's elements touch holds a zeroed element of it.
+        const auto page = [&](int64_t at) {
+          return reinterpret_cast<uintptr_t>(&memory[size_t(at)]) / 4096;
+        };
+        for (uintptr_t pg = page(row); pg <= page(row + kHeadDim - 1); ++pg) {
+          bool zeroed = false;
+          for (int c = 0; c < kHeadDim; ++c)
+            zeroed |= page(row + c) == pg && memory[size_t(row + c)] == 0.0f;
+          EXPECT_TRUE(zeroed) << "batch " << b << " row " << r << " head " << h;
+        }
+      }
+  for (size_t at = 0; at < memory.size(); ++at)
+    if (!element[at]) ASSERT_EQ(memory[at], kUntouched) << "a gap at " << at << " was written";
+}
 
 // One problem per case, its forward checked on every set this CPU runs.
 void expect_forward_on_every_set(const std::vector<harness::Case>& cases) {

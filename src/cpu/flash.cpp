@@ -1,11 +1,11 @@
 // The CPU backend's entry points: each call runs the kernels of the widest
 // instruction set the CPU has (cpu/isa.h), all compiled from cpu/simd/, on as
 // many of the pool's threads as its work repays (cpu/call_workers.h), after
-// mapping its outputs' pages (cpu/first_touch.h).
+// mapping its outputs' pages (core/first_touch.h).
+#include "core/first_touch.h"
 #include "core/parallel.h"
 #include "cpu/backends.h"
 #include "cpu/call_workers.h"
-#include "cpu/first_touch.h"
 #include "cpu/isa.h"
 #include "cpu/simd/entry.h"
 

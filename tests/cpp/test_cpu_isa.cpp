@@ -17,7 +17,7 @@
 
 #include "cases.h"
 #include "core/parallel.h"
-#include "cpu/first_touch.h"
+#include "core/first_touch.h"
 #include "dense.h"
 #include "grad_problem.h"
 #include "seed.h"
@@ -188,7 +188,7 @@ TEST(CpuFirstTouch, ZeroesElementsOnlyOneInEveryPageOfEachRow) {
   constexpr float kUntouched = 7.0f;
   std::vector<float> memory(size_t(kBatch * kBatchStride), kUntouched);
   const TensorRef view{memory.data(), kBatchStride, kRowStride, kHeadStride};
-  cpu::touch_output_pages(view, DType::f32, kBatch, kRows, kHeads, kHeadDim);
+  touch_output_pages(view, DType::f32, kBatch, kRows, kHeads, kHeadDim);
   std::vector<bool> element(memory.size(), false);
   for (int b = 0; b < kBatch; ++b)
     for (int r = 0; r < kRows; ++r)

@@ -1,11 +1,11 @@
-#include "cpu/first_touch.h"
+#include "core/first_touch.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/parallel.h"
 
-namespace flashattn::cpu {
+namespace flashattn {
 
 void touch_output_pages(const TensorRef& t, DType dtype, int batch, int rows, int heads,
                         int head_dim) {
@@ -43,4 +43,4 @@ void touch_backward_outputs(const BwdParams& p) {
   touch_output_pages(p.grad.dv, p.dtype, sz.batch, sz.seqlen_k, sz.heads_kv, sz.head_dim_v);
 }
 
-}  // namespace flashattn::cpu
+}  // namespace flashattn

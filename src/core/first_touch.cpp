@@ -10,7 +10,7 @@ namespace flashattn {
 void touch_output_pages(const TensorRef& t, DType dtype, int batch, int rows, int heads,
                         int head_dim) {
   if (head_dim <= 0) return;
-  constexpr int64_t kPageBytes = 4096;  // the smallest page; larger ones are touched the more
+  constexpr int64_t kPageBytes = 4096;  // the smallest page: a larger one is written more than once
   constexpr int64_t kRowsPerItem = 64;
   const int64_t element = int64_t(dtype_size(dtype));
   const int64_t page_step = std::max<int64_t>(1, kPageBytes / element);

@@ -14,9 +14,17 @@ constexpr double kBytesPerUs = 16e3;   // 16 GB/s
 // while the caller works too).
 constexpr double kWorkPerWorkerUs = 25.0;
 
-// Elements of a (batch, rows, heads, head_dim) tensor.
-double elements(const Sizes& sz, int rows, int heads, int head_dim) {
-  return double(sz.batch) * rows * heads * head_dim;
+// A forward's multiply-adds ×2 (both products) and the bytes of Q, O, K and V.
+struct Work {
+  double flops, bytes;
+};
+Work forward_work(const AttnParams& p) {
+  const Sizes& sz = p.sizes;
+  const double widths = sz.head_dim + sz.head_dim_v;
+  const double rows_q = double(sz.batch) * sz.seqlen_q * sz.heads_q;
+  const double rows_k = double(sz.batch) * sz.seqlen_k * sz.heads_kv;
+  return {2.0 * rows_q * sz.seqlen_k * widths,
+          double(dtype_size(p.dtype)) * (rows_q + rows_k) * widths};
 }
 
 }  // namespace
@@ -28,25 +36,15 @@ int workers_worth_waking(double flops, double bytes) {
 }
 
 int forward_workers(const AttnParams& p) {
-  const Sizes& sz = p.sizes;
-  const double flops = 2.0 * double(sz.batch) * sz.heads_q * sz.seqlen_q * double(sz.seqlen_k) *
-                       (sz.head_dim + sz.head_dim_v);
-  const double bytes = double(dtype_size(p.dtype)) *
-                       (elements(sz, sz.seqlen_q, sz.heads_q, sz.head_dim + sz.head_dim_v) +
-                        elements(sz, sz.seqlen_k, sz.heads_kv, sz.head_dim + sz.head_dim_v));
-  return workers_worth_waking(flops, bytes);
+  const Work w = forward_work(p);
+  return workers_worth_waking(w.flops, w.bytes);
 }
 
 int backward_workers(const BwdParams& p) {
-  const Sizes& sz = p.sizes;
-  // Five products of the forward's size: S, dP, dV, dK, dQ.
-  const double flops = 5.0 * double(sz.batch) * sz.heads_q * sz.seqlen_q * double(sz.seqlen_k) *
-                       (sz.head_dim + sz.head_dim_v);
-  // Q, O, dO, dQ and K, V, dK, dV.
-  const double bytes = double(dtype_size(p.dtype)) *
-                       (2.0 * elements(sz, sz.seqlen_q, sz.heads_q, sz.head_dim + sz.head_dim_v) +
-                        2.0 * elements(sz, sz.seqlen_k, sz.heads_kv, sz.head_dim + sz.head_dim_v));
-  return workers_worth_waking(flops, bytes);
+  // Five products of the forward's size where it has two (S, dP, dV, dK, dQ);
+  // Q, O, dO, dQ and K, V, dK, dV where it has Q, O, K, V.
+  const Work w = forward_work(p);
+  return workers_worth_waking(2.5 * w.flops, 2.0 * w.bytes);
 }
 
 }  // namespace flashattn::cpu

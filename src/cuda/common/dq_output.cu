@@ -1,6 +1,6 @@
 // The last step of the tensor-core backwards (cuda_mma, cuda_wgmma): dq = scale·(the fp32 sums the key tiles
-// added), rounded to the dtype. A thread per 8 columns of a row, in dq's
-// (batch, row, head) order, so neighbouring threads write neighbouring memory.
+// added), rounded to the dtype. A thread per 8 columns of two rows 8 apart, in
+// dq's (batch, row, head) order, so neighbouring threads write neighbouring memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,38 +30,62 @@ __device__ __forceinline__ int sequence_of(const int32_t* cu, int batch, int64_t
   return lo;
 }
 
-// Over the tensors' own sizes s (packed: batch 1 of every sequence's rows).
+// Over the tensors' own sizes s (packed: batch 1 of every sequence's rows). A
+// thread takes 8 columns of rows i and i + 8 of a sequence (i % 16 < 8): they
+// share the sums' 16-byte quads (dq_accum.cuh), so its four 16-byte loads are
+// 64 contiguous bytes, all used. (A thread per row used half of each sector it
+// read, the rest read again by row i + 8's thread: 2.5 TB/s on the H200.)
+// Threads go columns fastest, then heads, then row slots, so a warp writes
+// contiguous memory. Dense, a sequence's slots are its rows' pairs; packed,
+// its rows, those with i % 16 ≥ 8 idle.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     dq_kernel(TensorRef dq, Sizes s, const float* accum, DqLayout layout, const int32_t* cu_q,
               int sequences, float scale, bool vec16) {
   const int chunks = (s.head_dim + 7) / 8;
-  const int64_t total = int64_t(s.batch) * s.seqlen_q * s.heads_q * chunks;
+  const int64_t slots = layout.packed ? s.seqlen_q : (int64_t(s.seqlen_q) + 15) / 16 * 8;
+  const int64_t total = int64_t(s.batch) * slots * s.heads_q * chunks;
   for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * kThreads) {
     const int c0 = 8 * int(e % chunks);
-    const int64_t h = e / chunks % s.heads_q, r = e / chunks / s.heads_q % s.seqlen_q;
-    const int64_t b = e / chunks / s.heads_q / s.seqlen_q;
-    // The row's sequence and its row in it: packed, found in the prefix sums.
-    const int seq = layout.packed ? sequence_of(cu_q, sequences, r) : int(b);
-    const int64_t q_row0 = layout.packed ? cu_q[seq] : 0, i = r - q_row0;
-    // Columns c0 + 2j and c0 + 2j + 1 of row i sit side by side, pairs 4 floats apart.
-    const float* from = accum + layout.base(seq, int(h), q_row0) +
-                        dq_tile_offset(i, c0, layout.cols) + dq_in_tile_offset(int(i % 16), 0);
-    alignas(16) T out[8];
+    const int64_t h = e / chunks % s.heads_q, slot = e / chunks / s.heads_q % slots;
+    const int64_t b = e / chunks / s.heads_q / slots;
+    // The slot's sequence, its first row r0 in the tensor, its length, and
+    // the pair's first row i in it.
+    int seq = int(b);
+    int64_t q_row0 = 0, i = 16 * (slot / 8) + slot % 8, length = s.seqlen_q;
+    if (layout.packed) {
+      seq = sequence_of(cu_q, sequences, slot);
+      q_row0 = cu_q[seq];
+      i = slot - q_row0;
+      length = cu_q[seq + 1] - q_row0;
+      if (i % 16 >= 8) continue;
+    }
+    if (i >= length) continue;
+    // Quad j holds columns c0 + 2j and c0 + 2j + 1 of rows i and i + 8.
+    const float4* from = reinterpret_cast<const float4*>(
+        accum + layout.base(seq, int(h), q_row0) + dq_tile_offset(i, c0, layout.cols) +
+        dq_in_tile_offset(int(i % 16), 0));
+    alignas(16) T upper[8], lower[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float2 pair = *reinterpret_cast<const float2*>(from + 4 * j);
-      out[2 * j] = from_float<T>(scale * pair.x);
-      out[2 * j + 1] = from_float<T>(scale * pair.y);
+      const float4 quad = from[j];
+      upper[2 * j] = from_float<T>(scale * quad.x);
+      upper[2 * j + 1] = from_float<T>(scale * quad.y);
+      lower[2 * j] = from_float<T>(scale * quad.z);
+      lower[2 * j + 1] = from_float<T>(scale * quad.w);
     }
-    T* to = static_cast<T*>(dq.data) + b * dq.batch_stride + r * dq.row_stride +
-            h * dq.head_stride + c0;
-    if (vec16 && c0 + 8 <= s.head_dim) {
-      *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(out);
-    } else {
-      for (int j = 0; j < 8 && c0 + j < s.head_dim; ++j) to[j] = out[j];
-    }
+    const auto store = [&](const T (&row)[8], int64_t r) {
+      T* to = static_cast<T*>(dq.data) + b * dq.batch_stride + r * dq.row_stride +
+              h * dq.head_stride + c0;
+      if (vec16 && c0 + 8 <= s.head_dim) {
+        *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(row);
+      } else {
+        for (int j = 0; j < 8 && c0 + j < s.head_dim; ++j) to[j] = row[j];
+      }
+    };
+    store(upper, q_row0 + i);
+    if (i + 8 < length) store(lower, q_row0 + i + 8);
   }
 }
 
@@ -115,7 +139,8 @@ DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols)
 
 void write_dq(const BwdParams& p, const float* accum, const DqLayout& layout) {
   const Sizes s = storage_sizes(p);
-  const int64_t total = int64_t(s.batch) * s.seqlen_q * s.heads_q * ((s.head_dim + 7) / 8);
+  const int64_t slots = layout.packed ? s.seqlen_q : (int64_t(s.seqlen_q) + 15) / 16 * 8;
+  const int64_t total = int64_t(s.batch) * slots * s.heads_q * ((s.head_dim + 7) / 8);
   const unsigned blocks = unsigned(std::min<int64_t>((total + kThreads - 1) / kThreads, 1 << 20));
   const bool vec16 = rows_16b_aligned(p.grad.dq, 2);
   with_element_type(p.dtype, [&](auto tag) {

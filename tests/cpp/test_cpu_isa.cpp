@@ -178,7 +178,7 @@ TEST(CpuIsaVariable, UnknownNameIsAnErrorThatNamesTheChoices) {
 
 TEST(CpuIsaVariable, TheBaselineRunsEverywhere) { EXPECT_TRUE(runs("baseline")); }
 
-// The outputs' first touch (cpu/first_touch.h) on a strided view with gaps
+// The outputs' first touch (core/first_touch.h) on a strided view with gaps
 // between rows, heads and batches, rows longer than a page: it writes 0 to
 // elements only, and to one in every 4 KiB page each row's elements span.
 TEST(CpuFirstTouch, ZeroesElementsOnlyOneInEveryPageOfEachRow) {

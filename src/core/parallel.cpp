@@ -134,6 +134,18 @@ int worker_count(int64_t items) {
   return int(std::min<int64_t>(thread_count(), std::max<int64_t>(items, 1)));
 }
 
+int64_t row_chunks(int64_t slices, int64_t rows, int64_t partial_bytes) {
+  constexpr int64_t kItems = 64;  // 4 per thread of a 16-thread pool: causal chunks are uneven
+  constexpr int64_t kMinRows = 256;  // zeroing and adding a chunk's sums cost ~1/rows of its work
+  constexpr int64_t kPartialBudget = int64_t(256) << 20;
+  if (slices <= 0 || slices >= kItems) return 1;
+  const int64_t wanted = (kItems + slices - 1) / slices;
+  const int64_t by_rows = std::max<int64_t>(1, rows / kMinRows);
+  const int64_t by_memory =
+      std::max<int64_t>(1, kPartialBudget / std::max<int64_t>(1, slices * partial_bytes));
+  return std::min({wanted, by_rows, by_memory});
+}
+
 namespace detail {
 
 void run_parallel(int64_t count, ItemFn fn, void* body) {

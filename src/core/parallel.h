@@ -34,6 +34,15 @@ class WorkerCap {
   int outer_;
 };
 
+// Chunks to cut each of `slices` slices' `rows` rows into, for a sum over the
+// rows (a backward's dk and dv over query rows) whose chunks each keep partial
+// sums of `partial_bytes` and are then added in chunk order. Enough chunks for
+// a pool's threads where the slices are few (one sequence, one kv head), at
+// least 256 rows each, and at most 256 MiB of partial sums in all; 1 where
+// the slices alone are enough. A function of the problem, not of the thread
+// count, so the sums' bits are the same on every machine.
+int64_t row_chunks(int64_t slices, int64_t rows, int64_t partial_bytes);
+
 namespace detail {
 using ItemFn = void (*)(void* body, int64_t item, int worker);
 // Runs fn(body, item, worker) for every item on the pool; the caller is worker

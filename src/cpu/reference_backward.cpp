@@ -10,8 +10,11 @@
 // The reference computes its own softmax and output and ignores the forward's
 // out and lse: it is the exact gradient of the forward it defines. Keys a row
 // does not see take no part; a row that sees no key adds nothing and gets dq 0.
-// Work is split over (batch, kv head) slices, each summing its group's query
-// heads into dk and dv in a fixed order.
+// Work is split over (batch, kv head) slices, and where they are few (one
+// sequence, one kv head) over chunks of a slice's rows too (core/parallel.h,
+// row_chunks): each chunk sums its rows' parts of dk and dv, and the chunks'
+// sums are added in chunk order, so the bits do not depend on the threads.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -40,8 +43,15 @@ void store_row(const AttnParams& p, const TensorRef& t, int b, int h, int64_t r,
   for (int c = 0; c < cols; ++c) store_float(t.data, p.dtype, base + c, float(src[c]));
 }
 
-// One (sequence, kv head) slice: dq of its group's rows, and its dk and dv.
-void backward_slice(const BwdParams& p, int b, int hk) {
+// The sums over a slice's rows that one chunk of them keeps: dk (unscaled) and dv.
+struct KeySums {
+  std::vector<double> dk, dv;
+};
+
+// Rows [row_begin, row_end) of the (sequence, kv head) slice, its group's query
+// heads one after another: their dq, and their parts of dk and dv into `sums`.
+void backward_rows(const BwdParams& p, int b, int hk, int64_t row_begin, int64_t row_end,
+                   KeySums& sums) {
   const Sizes& s = p.sizes;
   const int d = s.head_dim, dv_cols = s.head_dim_v;
   const double scale = p.softmax.scale;
@@ -52,19 +62,27 @@ void backward_slice(const BwdParams& p, int b, int hk) {
     load_row(p, p.k, b, hk, k0 + j, d, &k[size_t(j) * d]);
     load_row(p, p.v, b, hk, k0 + j, dv_cols, &v[size_t(j) * dv_cols]);
   }
-  std::vector<double> dk(k.size(), 0.0), dv(v.size(), 0.0);
+  std::vector<double>& dk = sums.dk;
+  std::vector<double>& dv = sums.dv;
+  dk.assign(k.size(), 0.0);
+  dv.assign(v.size(), 0.0);
+  if (row_begin >= row_end) return;  // no rows (seqlen_q 0): dk and dv are 0
   std::vector<double> q(d), dout(dv_cols), dq(d), scores(seq.seqlen_k), dp(seq.seqlen_k);
   std::vector<double> dscore(seq.seqlen_k);
   const RowMask mask = row_mask(p, seq);
 
-  for (int g = 0; g < s.group(); ++g) {
-    const int hq = hk * s.group() + g;
+  const double keep_scale = p.dropout.keep_scale_in<double>();
+  std::vector<double> kept(seq.seqlen_k, 1.0);  // z_j
+  // Row r is row r % seqlen_q of the group's query head r / seqlen_q; a
+  // shorter sequence of a packed batch has none past its own seqlen_q.
+  for (int64_t head_row0 = row_begin - row_begin % s.seqlen_q; head_row0 < row_end;
+       head_row0 += s.seqlen_q) {
+    const int hq = hk * s.group() + int(head_row0 / s.seqlen_q);
     const SoftcapAlibiBias<double> variant =
         softcap_alibi_bias<double>(p.scores, scale, b, hq, mask.alignment);
     const DropoutRows dropout = dropout_rows(p.dropout, b, s.heads_q, hq);
-    const double keep_scale = p.dropout.keep_scale_in<double>();
-    std::vector<double> kept(seq.seqlen_k, 1.0);  // z_j
-    for (int i = 0; i < seq.seqlen_q; ++i) {
+    const int i_end = int(std::min<int64_t>(seq.seqlen_q, row_end - head_row0));
+    for (int i = int(std::max<int64_t>(0, row_begin - head_row0)); i < i_end; ++i) {
       std::fill(dq.begin(), dq.end(), 0.0);
       const int key_begin = mask.key_begin(i), key_end = mask.key_end(i);
       if (key_begin < key_end) {
@@ -107,20 +125,49 @@ void backward_slice(const BwdParams& p, int b, int hk) {
       store_row(p, p.grad.dq, b, hq, q0 + i, d, dq.data());
     }
   }
-  for (int j = 0; j < seq.seqlen_k; ++j) {
-    for (int c = 0; c < d; ++c) dk[size_t(j) * d + c] *= scale;
-    store_row(p, p.grad.dk, b, hk, k0 + j, d, &dk[size_t(j) * d]);
-    store_row(p, p.grad.dv, b, hk, k0 + j, dv_cols, &dv[size_t(j) * dv_cols]);
-  }
 }
 
 }  // namespace
 
 void reference_backward(const BwdParams& p) {
   const Sizes& s = p.sizes;
-  parallel_for(int64_t(s.batch) * s.heads_kv, [&](int64_t slice, int) {
-    backward_slice(p, int(slice / s.heads_kv), int(slice % s.heads_kv));
+  const int64_t slices = int64_t(s.batch) * s.heads_kv;
+  const int64_t slice_rows = int64_t(s.group()) * s.seqlen_q;
+  const int64_t chunks = row_chunks(
+      slices, slice_rows, int64_t(s.seqlen_k) * (s.head_dim + s.head_dim_v) * int64_t(sizeof(double)));
+  std::vector<KeySums> sums(size_t(slices * chunks));
+  // Key j of the slice: its dk (scaled) and dv, the chunks' sums added in chunk order.
+  const auto finish = [&](int64_t slice, int j, const KeySums* parts) {
+    const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
+    const Sequence seq = sequence(p, b);
+    if (j >= seq.seqlen_k) return;  // past a shorter sequence of a packed batch
+    const auto add = [&](const std::vector<double> KeySums::*member, size_t at) {
+      double total = (parts[0].*member)[at];
+      for (int64_t chunk = 1; chunk < chunks; ++chunk) total += (parts[chunk].*member)[at];
+      return total;
+    };
+    std::vector<double> dk(s.head_dim), dv(s.head_dim_v);
+    for (int c = 0; c < s.head_dim; ++c)
+      dk[c] = add(&KeySums::dk, size_t(j) * s.head_dim + c) * p.softmax.scale;
+    for (int c = 0; c < s.head_dim_v; ++c) dv[c] = add(&KeySums::dv, size_t(j) * s.head_dim_v + c);
+    store_row(p, p.grad.dk, b, hk, seq.k_row0 + j, s.head_dim, dk.data());
+    store_row(p, p.grad.dv, b, hk, seq.k_row0 + j, s.head_dim_v, dv.data());
+  };
+  parallel_for(slices * chunks, [&](int64_t item, int) {
+    const int64_t slice = item / chunks, chunk = item % chunks;
+    KeySums& own = sums[size_t(item)];
+    backward_rows(p, int(slice / s.heads_kv), int(slice % s.heads_kv),
+                  slice_rows * chunk / chunks, slice_rows * (chunk + 1) / chunks, own);
+    if (chunks == 1) {  // the slice's one chunk: finished now, its sums freed
+      for (int j = 0; j < s.seqlen_k; ++j) finish(slice, j, &own);
+      own = KeySums{};
+    }
   });
+  if (chunks > 1)
+    parallel_for(slices * s.seqlen_k, [&](int64_t item, int) {
+      const int64_t slice = item / s.seqlen_k;
+      finish(slice, int(item % s.seqlen_k), &sums[size_t(slice * chunks)]);
+    });
 }
 
 }  // namespace flashattn::cpu

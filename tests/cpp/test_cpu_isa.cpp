@@ -180,34 +180,53 @@ TEST(CpuIsaVariable, TheBaselineRunsEverywhere) { EXPECT_TRUE(runs("baseline"));
 
 // The outputs' first touch (core/first_touch.h) on a strided view with gaps
 // between rows, heads and batches, rows longer than a page: it writes 0 to
-// elements only, and to one in every 4 KiB page each row's elements span.
-TEST(CpuFirstTouch, ZeroesElementsOnlyOneInEveryPageOfEachRow) {
+// elements only, and to one in every 4 KiB page the elements span. A row that
+// starts in the page where the one before it ended finds that page written
+// already, so the rule is per page, not per row. The view starts at several
+// offsets into a page, so the pages' edges fall in rows, in gaps and between
+// them whatever address the allocation gets.
+TEST(CpuFirstTouch, ZeroesOneElementInEveryPageTheElementsSpan) {
   constexpr int kBatch = 2, kRows = 3, kHeads = 2, kHeadDim = 1500;
   constexpr int64_t kHeadStride = 2000, kRowStride = kHeads * kHeadStride + 48;
   constexpr int64_t kBatchStride = kRows * kRowStride + 100;
+  constexpr int64_t kPageFloats = 4096 / sizeof(float);
   constexpr float kUntouched = 7.0f;
-  std::vector<float> memory(size_t(kBatch * kBatchStride), kUntouched);
-  const TensorRef view{memory.data(), kBatchStride, kRowStride, kHeadStride};
-  touch_output_pages(view, DType::f32, kBatch, kRows, kHeads, kHeadDim);
-  std::vector<bool> element(memory.size(), false);
-  for (int b = 0; b < kBatch; ++b)
-    for (int r = 0; r < kRows; ++r)
-      for (int h = 0; h < kHeads; ++h) {
-        const int64_t row = b * kBatchStride + r * kRowStride + h * kHeadStride;
-        for (int c = 0; c < kHeadDim; ++c) element[size_t(row + c)] = true;
-        // Each 4 KiB page the row's elements touch holds a zeroed element of it.
-        const auto page = [&](int64_t at) {
-          return reinterpret_cast<uintptr_t>(&memory[size_t(at)]) / 4096;
-        };
-        for (uintptr_t pg = page(row); pg <= page(row + kHeadDim - 1); ++pg) {
-          bool zeroed = false;
-          for (int c = 0; c < kHeadDim; ++c)
-            zeroed |= page(row + c) == pg && memory[size_t(row + c)] == 0.0f;
-          EXPECT_TRUE(zeroed) << "batch " << b << " row " << r << " head " << h;
+  for (const int64_t shift : {0, 1, 500, 524, 1000, 1023}) {
+    SCOPED_TRACE("the view starts " + std::to_string(shift) + " floats into a page");
+    std::vector<float> memory(size_t(kBatch * kBatchStride + 2 * kPageFloats), kUntouched);
+    const int64_t page_start = int64_t(
+        (kPageFloats - reinterpret_cast<uintptr_t>(memory.data()) / sizeof(float) % kPageFloats) %
+        kPageFloats);
+    float* const view_data = memory.data() + page_start + shift;
+    const TensorRef view{view_data, kBatchStride, kRowStride, kHeadStride};
+    touch_output_pages(view, DType::f32, kBatch, kRows, kHeads, kHeadDim);
+    const auto page = [&](int64_t at) {
+      return reinterpret_cast<uintptr_t>(&view_data[at]) / 4096;
+    };
+    std::vector<bool> element(size_t(kBatch * kBatchStride), false);
+    std::vector<uintptr_t> pages;
+    for (int b = 0; b < kBatch; ++b)
+      for (int r = 0; r < kRows; ++r)
+        for (int h = 0; h < kHeads; ++h) {
+          const int64_t row = b * kBatchStride + r * kRowStride + h * kHeadStride;
+          for (int c = 0; c < kHeadDim; ++c) element[size_t(row + c)] = true;
+          for (uintptr_t pg = page(row); pg <= page(row + kHeadDim - 1); ++pg) pages.push_back(pg);
         }
+    for (const uintptr_t pg : pages) {
+      bool zeroed = false;
+      for (int64_t at = 0; at < kBatch * kBatchStride; ++at)
+        zeroed |= element[size_t(at)] && page(at) == pg && view_data[at] == 0.0f;
+      EXPECT_TRUE(zeroed) << "page " << pg - page(0) << " of the view holds no zeroed element";
+    }
+    for (int64_t at = 0; at < int64_t(memory.size()); ++at) {
+      const int64_t in_view = at - page_start - shift;
+      const bool is_element =
+          in_view >= 0 && in_view < int64_t(element.size()) && element[size_t(in_view)];
+      if (!is_element) {
+        ASSERT_EQ(memory[size_t(at)], kUntouched) << "a gap at " << in_view << " was written";
       }
-  for (size_t at = 0; at < memory.size(); ++at)
-    if (!element[at]) ASSERT_EQ(memory[at], kUntouched) << "a gap at " << at << " was written";
+    }
+  }
 }
 
 // One problem per case, its forward checked on every set this CPU runs.

@@ -10,6 +10,7 @@
 #include "bias.h"
 #include "buffer.h"
 #include "core/half.h"
+#include "normal.h"
 #include "standard_backward.h"
 
 namespace flashattn::harness {
@@ -110,8 +111,7 @@ GradProblem::GradProblem(const Case& c, Device device, uint64_t seed)
   st.sequences = SequenceBuffer(c, device);
 
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, c.input_std);
-  fill({&st.q, &st.k, &st.v, &st.dout}, c.dtype, [&] { return normal(rng); });
+  fill_normal({&st.q, &st.k, &st.v, &st.dout}, c.dtype, c.input_std, seed);
   case_ = with_dropout_seed(case_, rng);
   st.slopes = SlopeBuffer(c, device);
   st.bias = BiasBuffer(c, device, rng);

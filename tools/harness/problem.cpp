@@ -11,6 +11,8 @@
 #include "buffer.h"
 #include "core/half.h"
 #include "core/mask.h"
+#include "core/parallel.h"
+#include "normal.h"
 #include "score_rule.h"
 #include "standard.h"
 
@@ -247,12 +249,13 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
   st.sequences = SequenceBuffer(c, device);
 
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, c.input_std);
-  fill({&st.q, &st.k, &st.v}, c.dtype, [&] { return normal(rng); });
+  // A KV cache's k and v are drawn as the cache (make_cache).
+  if (is_cache(c)) fill_normal({&st.q}, c.dtype, c.input_std, seed);
+  else fill_normal({&st.q, &st.k, &st.v}, c.dtype, c.input_std, seed);
   case_ = with_dropout_seed(case_, rng);
   st.slopes = SlopeBuffer(c, device);
   st.bias = BiasBuffer(c, device, rng);
-  if (is_cache(c)) make_cache(rng, normal);
+  if (is_cache(c)) make_cache(rng);
   if (device.kind == DeviceKind::cuda) {
     std::vector<Buffer*> buffers = {&st.q, &st.k, &st.v, &st.out};
     if (is_cache(c)) buffers.insert(buffers.end(), {&st.cache.k_new, &st.cache.v_new});
@@ -274,7 +277,7 @@ Problem::Problem(const Case& c, Device device, uint64_t seed)
 // The cache of a KV-cache case (CacheBuffers): k and v re-laid as the cache,
 // random keys in every sequence's first cached rows and NaN elsewhere; the
 // block table a random permutation of the pages (two spare ones never used).
-void Problem::make_cache(std::mt19937_64& rng, std::normal_distribution<float>& normal) {
+void Problem::make_cache(std::mt19937_64& rng) {
   const Case& c = case_;
   const Shape& s = c.shape;
   const Case::Cache& spec = *c.cache;
@@ -298,7 +301,9 @@ void Problem::make_cache(std::mt19937_64& rng, std::normal_distribution<float>& 
   for (Buffer* buf : {&cb.k_new, &cb.v_new})
     layout(*buf, c.dtype, s.batch, spec.appended, s.heads_kv,
            buf == &cb.k_new ? s.head_dim : value_head_dim(s), c.strided, c.strided_pad, false);
-  fill({&cb.k_new, &cb.v_new}, c.dtype, [&] { return normal(rng); });
+  // Streams 0 and 1 of cache_seed: the new keys and values; 2 and 3: the cached ones.
+  const uint64_t cache_seed = rng();
+  fill_normal({&cb.k_new, &cb.v_new}, c.dtype, c.input_std, cache_seed);
   // Where key j of sequence b lies in the cache (batch or page, row).
   const auto place = [&](int b, int j) {
     if (!paged) return std::pair<int64_t, int64_t>{b, j};
@@ -309,23 +314,27 @@ void Problem::make_cache(std::mt19937_64& rng, std::normal_distribution<float>& 
   cb.values.resize(s.batch);
   for (int b = 0; b < s.batch; ++b) {
     const int length = spec.cached[b] + spec.appended;
+    uint64_t stream = 2;
     for (auto [cache, fresh, dense] : {std::tuple{&st.k, &cb.k_new, &cb.keys[b]},
                                        std::tuple{&st.v, &cb.v_new, &cb.values[b]}}) {
       const int cols = cache == &st.k ? s.head_dim : value_head_dim(s);
       layout(*dense, c.dtype, 1, length, s.heads_kv, cols, false, 0, false);
-      for (int j = 0; j < length; ++j)
+      parallel_for(length, [&](int64_t j, int) {
+        const bool old = j < spec.cached[b];
         for (int h = 0; h < s.heads_kv; ++h)
           for (int e = 0; e < cols; ++e) {
-            const bool old = j < spec.cached[b];
-            const float x = old ? normal(rng)
+            const uint64_t index = ((uint64_t(b) * spec.capacity + j) * s.heads_kv + h) * cols + e;
+            const float x = old ? c.input_std * standard_normal(cache_seed, stream, index)
                                 : load_float(fresh->host.data(), c.dtype,
                                              offset(*fresh, b, j - spec.cached[b], h, e));
             store_float(dense->host.data(), c.dtype, offset(*dense, 0, j, h, e), x);
             if (old) {
-              const auto [at, row] = place(b, j);
+              const auto [at, row] = place(b, int(j));
               store_float(cache->host.data(), c.dtype, offset(*cache, at, row, h, e), x);
             }
           }
+      });
+      ++stream;
     }
   }
 }

@@ -167,7 +167,7 @@ class Problem {
   struct Part;
   Params views(Backend backend, Device device) const;
   std::vector<Part> parts(int max_rows) const;
-  void make_cache(std::mt19937_64& rng, std::normal_distribution<float>& normal);
+  void make_cache(std::mt19937_64& rng);
   int64_t check_appended();
   Case case_;
   Device device_;

@@ -7,8 +7,10 @@
 // FLASHATTN_NUM_THREADS if set.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace flashattn {
 
@@ -59,6 +61,33 @@ void parallel_for(int64_t count, Body&& body) {
   detail::run_parallel(
       count, [](void* b, int64_t item, int worker) { (*static_cast<B*>(b))(item, worker); },
       const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+// A sum over the rows of `slices` slices into per-key values (a backward's dk
+// and dv), split by row_chunks: part(slice, row_begin, row_end, sums) adds the
+// rows' terms into a fresh Sums of its own, then finish(slice, key, parts,
+// count) makes key `key` of the slice from its chunks' Sums, parts[0] to
+// parts[count - 1], in chunk order. Where a slice is one chunk, the slice is
+// finished as soon as its chunk is done and the Sums freed, so its memory is
+// that of the threads at work.
+template <typename Sums, typename Part, typename Finish>
+void sum_over_row_chunks(int64_t slices, int64_t rows, int64_t keys, int64_t sums_bytes,
+                         Part&& part, Finish&& finish) {
+  const int64_t chunks = row_chunks(slices, rows, sums_bytes);
+  std::vector<Sums> sums(std::size_t(slices * chunks));
+  parallel_for(slices * chunks, [&](int64_t item, int) {
+    const int64_t slice = item / chunks, chunk = item % chunks;
+    Sums& own = sums[std::size_t(item)];
+    part(slice, rows * chunk / chunks, rows * (chunk + 1) / chunks, own);
+    if (chunks > 1) return;
+    for (int64_t key = 0; key < keys; ++key) finish(slice, key, &own, chunks);
+    own = Sums{};
+  });
+  if (chunks == 1) return;
+  parallel_for(slices * keys, [&](int64_t item, int) {
+    const int64_t slice = item / keys;
+    finish(slice, item % keys, &sums[std::size_t(slice * chunks)], chunks);
+  });
 }
 
 }  // namespace flashattn

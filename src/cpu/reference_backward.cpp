@@ -12,7 +12,7 @@
 // does not see take no part; a row that sees no key adds nothing and gets dq 0.
 // Work is split over (batch, kv head) slices, and where they are few (one
 // sequence, one kv head) over chunks of a slice's rows too (core/parallel.h,
-// row_chunks): each chunk sums its rows' parts of dk and dv, and the chunks'
+// sum_over_row_chunks): each chunk sums its rows' parts of dk and dv, and the chunks'
 // sums are added in chunk order, so the bits do not depend on the threads.
 #include <algorithm>
 #include <cmath>
@@ -131,19 +131,17 @@ void backward_rows(const BwdParams& p, int b, int hk, int64_t row_begin, int64_t
 
 void reference_backward(const BwdParams& p) {
   const Sizes& s = p.sizes;
-  const int64_t slices = int64_t(s.batch) * s.heads_kv;
-  const int64_t slice_rows = int64_t(s.group()) * s.seqlen_q;
-  const int64_t chunks = row_chunks(
-      slices, slice_rows, int64_t(s.seqlen_k) * (s.head_dim + s.head_dim_v) * int64_t(sizeof(double)));
-  std::vector<KeySums> sums(size_t(slices * chunks));
+  const auto part = [&](int64_t slice, int64_t row_begin, int64_t row_end, KeySums& sums) {
+    backward_rows(p, int(slice / s.heads_kv), int(slice % s.heads_kv), row_begin, row_end, sums);
+  };
   // Key j of the slice: its dk (scaled) and dv, the chunks' sums added in chunk order.
-  const auto finish = [&](int64_t slice, int j, const KeySums* parts) {
+  const auto finish = [&](int64_t slice, int64_t j, const KeySums* parts, int64_t count) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     const Sequence seq = sequence(p, b);
     if (j >= seq.seqlen_k) return;  // past a shorter sequence of a packed batch
     const auto add = [&](const std::vector<double> KeySums::*member, size_t at) {
       double total = (parts[0].*member)[at];
-      for (int64_t chunk = 1; chunk < chunks; ++chunk) total += (parts[chunk].*member)[at];
+      for (int64_t chunk = 1; chunk < count; ++chunk) total += (parts[chunk].*member)[at];
       return total;
     };
     std::vector<double> dk(s.head_dim), dv(s.head_dim_v);
@@ -153,21 +151,9 @@ void reference_backward(const BwdParams& p) {
     store_row(p, p.grad.dk, b, hk, seq.k_row0 + j, s.head_dim, dk.data());
     store_row(p, p.grad.dv, b, hk, seq.k_row0 + j, s.head_dim_v, dv.data());
   };
-  parallel_for(slices * chunks, [&](int64_t item, int) {
-    const int64_t slice = item / chunks, chunk = item % chunks;
-    KeySums& own = sums[size_t(item)];
-    backward_rows(p, int(slice / s.heads_kv), int(slice % s.heads_kv),
-                  slice_rows * chunk / chunks, slice_rows * (chunk + 1) / chunks, own);
-    if (chunks == 1) {  // the slice's one chunk: finished now, its sums freed
-      for (int j = 0; j < s.seqlen_k; ++j) finish(slice, j, &own);
-      own = KeySums{};
-    }
-  });
-  if (chunks > 1)
-    parallel_for(slices * s.seqlen_k, [&](int64_t item, int) {
-      const int64_t slice = item / s.seqlen_k;
-      finish(slice, int(item % s.seqlen_k), &sums[size_t(slice * chunks)]);
-    });
+  sum_over_row_chunks<KeySums>(
+      int64_t(s.batch) * s.heads_kv, int64_t(s.group()) * s.seqlen_q, s.seqlen_k,
+      int64_t(s.seqlen_k) * (s.head_dim + s.head_dim_v) * int64_t(sizeof(double)), part, finish);
 }
 
 }  // namespace flashattn::cpu

@@ -2,7 +2,7 @@
 // worker index in range; many jobs of a few short items back to back; an
 // exception reaches the caller and the pool runs the next job; nested calls
 // run inline; two callers at once; long items spread over the threads; a
-// WorkerCap.
+// WorkerCap; sums over chunks of rows, the same bits whatever the threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -130,6 +130,56 @@ TEST(Parallel, AWorkerCapHoldsOnItsOwnThreadOnly) {
   std::thread other([&] { other_threads = thread_count(); });
   other.join();
   EXPECT_EQ(other_threads, pool);
+}
+
+TEST(RowChunks, SplitOnlyFewSlicesIntoChunksOfManyRowsWithinTheMemoryCap) {
+  EXPECT_EQ(row_chunks(64, 100000, 1), 1);    // slices enough on their own
+  EXPECT_EQ(row_chunks(1, 100000, 1), 64);    // one slice: 64 chunks
+  EXPECT_EQ(row_chunks(4, 100000, 1), 16);
+  EXPECT_EQ(row_chunks(1, 1000, 1), 3);       // at least 256 rows a chunk
+  EXPECT_EQ(row_chunks(1, 200, 1), 1);
+  EXPECT_EQ(row_chunks(2, 100000, int64_t(64) << 20), 2);  // 256 MiB of sums at most
+  EXPECT_EQ(row_chunks(1, 100000, int64_t(1) << 30), 1);
+  EXPECT_EQ(row_chunks(0, 0, 0), 1);
+}
+
+// Per key, the sum over rows of row·(key + 1) / 3 in float, whose bits depend
+// on the order of the additions: the chunked sum gives the same bits on one
+// thread and on all, and matches the exact sum to float's rounding.
+TEST(RowChunks, SumsAreTheSameBitsOnOneThreadAndOnAll) {
+  struct Sums {
+    std::vector<float> per_key;
+  };
+  constexpr int64_t kSlices = 2, kRows = 5000, kKeys = 7;
+  const auto run = [&] {
+    std::vector<float> out(size_t(kSlices * kKeys));
+    sum_over_row_chunks<Sums>(
+        kSlices, kRows, kKeys, kKeys * int64_t(sizeof(float)),
+        [&](int64_t slice, int64_t begin, int64_t end, Sums& sums) {
+          sums.per_key.assign(size_t(kKeys), 0.0f);
+          for (int64_t row = begin; row < end; ++row)
+            for (int64_t key = 0; key < kKeys; ++key)
+              sums.per_key[size_t(key)] += float(row + slice) * float(key + 1) / 3.0f;
+        },
+        [&](int64_t slice, int64_t key, const Sums* parts, int64_t count) {
+          float total = parts[0].per_key[size_t(key)];
+          for (int64_t c = 1; c < count; ++c) total += parts[c].per_key[size_t(key)];
+          out[size_t(slice * kKeys + key)] = total;
+        });
+    return out;
+  };
+  const std::vector<float> all = run();
+  std::vector<float> one;
+  {
+    const WorkerCap cap(1);
+    one = run();
+  }
+  EXPECT_EQ(all, one);
+  for (int64_t slice = 0; slice < kSlices; ++slice)
+    for (int64_t key = 0; key < kKeys; ++key) {
+      const double exact = (kRows * (kRows - 1) / 2.0 + double(slice) * kRows) * (key + 1) / 3.0;
+      EXPECT_NEAR(all[size_t(slice * kKeys + key)], exact, 1e-5 * exact) << slice << " " << key;
+    }
 }
 
 }  // namespace

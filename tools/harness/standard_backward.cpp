@@ -50,25 +50,19 @@ HostGradients standard_backward(const HostProblem& p, Round round,
   g.dk_mag.assign(g.dk.size(), 0.0);
   g.dv_mag.assign(g.dv.size(), 0.0);
   // Work items: (batch, kv head) slices, each cut into chunks of its rows
-  // (query head by query head) where the slices are few; a chunk sums its rows'
-  // parts of dk, dv and their magnitudes, and the chunks' sums are added in
-  // chunk order.
+  // (query head by query head) where the slices are few (core/parallel.h,
+  // sum_over_row_chunks); a chunk sums its rows' parts of dk, dv and their
+  // magnitudes, and the chunks' sums are added in chunk order.
   struct KeySums {
     std::vector<F> dk, dv;
     std::vector<double> dk_mag, dv_mag;
   };
-  const int64_t slices = int64_t(s.batch) * s.heads_kv;
-  const int64_t slice_rows = int64_t(s.group()) * s.seqlen_q;
-  const int64_t key_elements = int64_t(s.seqlen_k) * (d + dv_cols);
-  const int64_t chunks =
-      row_chunks(slices, slice_rows, key_elements * int64_t(sizeof(F) + sizeof(double)));
-  std::vector<KeySums> sums(size_t(slices * chunks));
   // Key j of the slice: its dk and dv (rounded) and magnitudes, the chunks' sums added in order.
-  const auto finish = [&](int64_t slice, int j, const KeySums* parts) {
+  const auto finish = [&](int64_t slice, int64_t j, const KeySums* parts, int64_t count) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     const auto add = [&](auto member, size_t at) {
       auto total = (parts[0].*member)[at];
-      for (int64_t c = 1; c < chunks; ++c) total += (parts[c].*member)[at];
+      for (int64_t c = 1; c < count; ++c) total += (parts[c].*member)[at];
       return total;
     };
     for (int c = 0; c < d; ++c) {
@@ -82,10 +76,8 @@ HostGradients standard_backward(const HostProblem& p, Round round,
       g.dv_mag[at_k(b, j, hk, dv_cols) + c] = add(&KeySums::dv_mag, at);
     }
   };
-  parallel_for(slices * chunks, [&](int64_t item, int) {
-    const int64_t slice = item / chunks, chunk = item % chunks;
+  const auto part = [&](int64_t slice, int64_t row_begin, int64_t row_end, KeySums& own) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
-    KeySums& own = sums[size_t(item)];
     own.dk.assign(size_t(s.seqlen_k) * d, F(0));
     own.dv.assign(size_t(s.seqlen_k) * dv_cols, F(0));
     own.dk_mag.assign(own.dk.size(), 0.0);
@@ -96,8 +88,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
     // Σ_c |dO_c·v_c| per key: the scale of dP's rounding, which a dot product
     // whose terms cancel keeps although |dP| is small.
     std::vector<double> dp_abs(s.seqlen_k);
-    const int64_t row_end = slice_rows * (chunk + 1) / chunks;
-    for (int64_t row = slice_rows * chunk / chunks; row < row_end; ++row) {
+    for (int64_t row = row_begin; row < row_end; ++row) {
       const int hq = hk * s.group() + int(row / s.seqlen_q), i = int(row % s.seqlen_q);
       const int key_begin = p.mask.key_begin(i), key_end = p.mask.key_end(i);
       if (key_begin >= key_end) continue;  // dq stays 0
@@ -201,16 +192,11 @@ HostGradients standard_backward(const HostProblem& p, Round round,
       }
       for (int c = 0; c < d; ++c) dq[c] = round(dq_row[c]);
     }
-    if (chunks == 1) {  // the slice's one chunk: finished now, its sums freed
-      for (int j = 0; j < s.seqlen_k; ++j) finish(slice, j, &own);
-      own = KeySums{};
-    }
-  });
-  if (chunks > 1)
-    parallel_for(slices * s.seqlen_k, [&](int64_t item, int) {
-      const int64_t slice = item / s.seqlen_k;
-      finish(slice, int(item % s.seqlen_k), &sums[size_t(slice * chunks)]);
-    });
+  };
+  sum_over_row_chunks<KeySums>(int64_t(s.batch) * s.heads_kv, int64_t(s.group()) * s.seqlen_q,
+                               s.seqlen_k,
+                               int64_t(s.seqlen_k) * (d + dv_cols) * int64_t(sizeof(F) + sizeof(double)),
+                               part, finish);
   return g;
 }
 

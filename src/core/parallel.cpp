@@ -136,7 +136,7 @@ int worker_count(int64_t items) {
 
 int64_t row_chunks(int64_t slices, int64_t rows, int64_t partial_bytes) {
   constexpr int64_t kItems = 64;  // 4 per thread of a 16-thread pool: causal chunks are uneven
-  constexpr int64_t kMinRows = 256;  // zeroing and adding a chunk's sums cost ~1/rows of its work
+  constexpr int64_t kMinRows = 256;  // a chunk's sums cost about one row's work to zero and add
   constexpr int64_t kPartialBudget = int64_t(256) << 20;
   if (slices <= 0 || slices >= kItems) return 1;
   const int64_t wanted = (kItems + slices - 1) / slices;

@@ -10,23 +10,20 @@
 #include <initializer_list>
 
 #include "buffer.h"
+#include "core/dropout.h"
 
 namespace flashattn::harness {
 
-// SplitMix64's output function: a bijection of 64-bit words whose outputs for
-// consecutive inputs pass the usual statistical tests.
-inline uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // A standard normal draw for (seed, stream, index), by Box-Muller from two
-// uniforms in (0, 1] and [0, 1) of 53 bits each.
+// 53-bit uniforms in (0, 1] and [0, 1): the four words of one Philox4x32-10 call
+// (core/dropout.h) whose counter is (index, stream) and whose key is the seed.
 inline float standard_normal(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t key = mix64(seed ^ mix64(stream + 0x9e3779b97f4a7c15ull));
-  const uint64_t a = mix64(key + 2 * index), b = mix64(key + 2 * index + 1);
-  const double u1 = double((a >> 11) + 1) * 0x1p-53, u2 = double(b >> 11) * 0x1p-53;
+  const Philox4 w = philox4x32<10>(
+      {{uint32_t(index), uint32_t(index >> 32), uint32_t(stream), uint32_t(stream >> 32)}},
+      uint32_t(seed), uint32_t(seed >> 32));
+  const uint64_t a = (uint64_t(w.x[0]) << 32 | w.x[1]) >> 11;
+  const uint64_t b = (uint64_t(w.x[2]) << 32 | w.x[3]) >> 11;
+  const double u1 = double(a + 1) * 0x1p-53, u2 = double(b) * 0x1p-53;
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 

@@ -129,13 +129,16 @@ class BackwardBackend : public testing::TestWithParam<Backend> {
 // Deterministic mode: the same bytes from every run (five runs, fresh poison
 // each time), on a problem where several key tiles add into each dq row and a
 // GQA group into each dk and dv; on the GPU also at head_dim 128 (cuda_wgmma's
-// dQ split by columns), 256 (its dQ added from the Q/dO stage) and 512
-// (cuda_mma's schedule of its own), where the backend's limit takes them.
+// dQ split by columns; its adds from the first key tile up, walks falling, with
+// and without a causal mask, rows without keys on top), 256 (its dQ added from
+// the Q/dO stage) and 512 (cuda_mma's schedule of its own), where the backend's
+// limit takes them.
 TEST_P(BackwardBackend, DeterministicModeIsBitIdentical) {
   std::vector<harness::Case> cases = {
       make_case({2, 600, 700, 8, 2, 64}, dtype(), Mask::causal_bottom_right)};
   if (device().kind == DeviceKind::cuda) {
     cases.push_back(make_case({1, 500, 700, 4, 2, 128}, dtype(), Mask::none));
+    cases.push_back(make_case({2, 900, 700, 4, 2, 128}, dtype(), Mask::causal_bottom_right));
     cases.push_back(make_case({1, 500, 700, 4, 2, 256}, dtype(), Mask::causal_bottom_right));
     cases.push_back(make_case({1, 200, 150, 4, 2, 512}, dtype(), Mask::causal_top_left));
   }

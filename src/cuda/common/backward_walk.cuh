@@ -29,17 +29,26 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
-// What the block walks: steps = group × (m_end − m_first) query tiles, the
-// query heads of the group in turn, each from query tile m_first to m_end − 1.
+// What the block walks: steps = group × (m_end − m_first) query tiles of the
+// query heads [hq_first, hq_end) of its GQA group. In the default order each
+// head in turn, from query tile m_first to m_end − 1; falling (deterministic
+// mode where dQ's adds go from the first key tile up, adds_from_first below),
+// query tiles from m_end − 1 down to m_first, the group's heads innermost.
 // (Starting each key tile's walk at a different query tile, so that the key
 // tiles of a head do not add into the same dQ rows at once, gained nothing and
 // cost 12% at head dim 256 under a causal mask, v4; with a head's key tiles side
 // by side, without a causal mask, it cost up to 3% at d = 128 and gained up to
-// 2% at 256, v6: docs/perf/cuda_mma_backward.md.)
+// 2% at 256, v6: docs/perf/cuda_mma_backward.md. The falling order as the
+// default cost 1-3% under a causal mask at d128 and d256, where all of a head's
+// key tiles then reach its last query tile at once: cuda_wgmma_backward.md, v12.)
+struct QueryTile;
 struct BackwardWalk {
   int b, hk, n;
   int key0, keys;  // first key of the tile, and how many exist
   int m_first, m_end, steps;
+  int hq_first, hq_end;
+  bool falling;
+  __device__ __forceinline__ QueryTile first() const;
 };
 
 // A step of the walk: query head hq, query tile m.
@@ -47,9 +56,14 @@ struct QueryTile {
   int hq, m;
   // The step after this one (no division per step).
   __device__ __forceinline__ QueryTile next(const BackwardWalk& w) const {
+    if (w.falling) return hq + 1 < w.hq_end ? QueryTile{hq + 1, m} : QueryTile{w.hq_first, m - 1};
     return m + 1 < w.m_end ? QueryTile{hq, m + 1} : QueryTile{hq + 1, w.m_first};
   }
 };
+
+__device__ __forceinline__ QueryTile BackwardWalk::first() const {
+  return QueryTile{hq_first, falling ? m_end - 1 : m_first};
+}
 
 // The block's key tile n and (sequence, kv head). The grid cuts each head's key
 // tiles into runs of `chunk` (the last one shorter) and goes through run 0 of
@@ -63,22 +77,32 @@ struct QueryTile {
 // longest walks (the first) still start first and no head's longest walk is left
 // for the last wave.
 //
-// Deterministic mode (turn_group > 0): key tile n adds into a query tile's dQ
-// after the key tiles above it (dq_adds_before), so the grid starts a head's key
-// tiles from its last one down, and the heads go in groups of turn_group
-// (DqSums sizes them to fit their sums, Q and dO in L2) with chunk 1 inside a
-// group: key tile n of the group's heads, then n − 1. A walk's first query tile
-// m_first grows with n and, without a window's lower end, its length
-// m_end − m_first does not, so tile n + 1, started no later than n, reaches
-// each (query head, query tile) at a step no later than n does, and n waits
-// little.
-// (In key-tile order, the other way round, a causal key tile n reached a query
+// Deterministic mode (turn_group > 0): each query tile's dQ takes its key
+// tiles' adds in a fixed order (dq_adds_before), so a key tile waits for those
+// before it in that order, and the grid starts those first. The heads go in
+// groups of turn_group (DqSums sizes them to fit their sums, Q and dO in L2)
+// with chunk 1 inside a group: key tile n of the group's heads, then the next.
+// - Adds from the last key tile down (adds_from_first false): the grid starts
+//   a group's key tiles from the last one down, and each walks its query tiles
+//   first to last. A walk's first query tile m_first grows with n and, without
+//   a window's lower end, its length m_end − m_first does not, so tile n + 1,
+//   started no later than n, reaches each (query head, query tile) at a step no
+//   later than n does, and n waits little. But under a causal mask a slice's
+//   longest walks (its first key tiles) start last, a tail where a group holds
+//   one slice.
+// - Adds from the first key tile up (adds_from_first): the grid starts the key
+//   tiles from the first, and each walks falling. Both ends of a walk grow with
+//   n, so every key tile reaches (head, query tile) at step
+//   (m_end − 1 − m)·group + head, the same for every n (or a later one for a
+//   larger n, under a window): a key tile waits for its predecessor's round
+//   trip alone, and the longest walks start first.
+// (In key-tile order with rising walks, a causal key tile n reached a query
 // tile two or more steps after n + 1 did and waited at every step; and with
 // chunk 1 over every head, each wave read all of Q and dO and added all of dQ
 // through HBM: 1.3–2.0× the default's time.)
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int query_tiles,
-                                                      int turn_group) {
+                                                      int turn_group, bool adds_from_first) {
   const Sizes& s = p.sizes;
   const int slices = s.batch * s.heads_kv;
   const int key_tiles = (s.seqlen_k + kBlockN - 1) / kBlockN;
@@ -99,7 +123,8 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
     n = whole_runs + in_run % rest;
   }
   BackwardWalk w;
-  w.n = turn_group > 0 ? key_tiles - 1 - n : n;
+  w.falling = turn_group > 0 && adds_from_first;
+  w.n = turn_group > 0 && !adds_from_first ? key_tiles - 1 - n : n;
   slice += group * grouped;
   w.b = slice / s.heads_kv;
   w.hk = slice % s.heads_kv;
@@ -112,18 +137,22 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
                 ? min(query_tiles, (rows.end + kBlockM - 1) / kBlockM)
                 : w.m_first;
   w.steps = (w.m_end - w.m_first) * s.group();
+  w.hq_first = w.hk * s.group();
+  w.hq_end = w.hq_first + s.group();
   return w;
 }
 
 // Deterministic mode: how many key tiles add into the dQ rows of the query tile
-// at row0 before key tile n does, those above n that see its rows, n + 1 …
-// end − 1 (both ends of a row's key range grow with the row, so the tile's last
-// row bounds them). The grid starts them before n (backward_walk), so the wait
-// for them ends.
+// at row0 before the walk's key tile w.n does. The tiles that see its rows are
+// blocks.begin … blocks.end − 1 (both ends of a row's key range grow with the
+// row, so the first row bounds where they begin and the last where they end);
+// falling, those below n add first, else those above n. The grid starts them
+// before n (backward_walk), so the wait for them ends.
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int dq_adds_before(const RowMask& mask, int row0, int n) {
+__device__ __forceinline__ int dq_adds_before(const RowMask& mask, int row0, const BackwardWalk& w) {
   const int rows = min(kBlockM, mask.seqlen_q - row0);
-  return mask.key_blocks(row0, rows, kBlockN).end - 1 - n;
+  const KeyBlocks blocks = mask.key_blocks(row0, rows, kBlockN);
+  return w.falling ? w.n - blocks.begin : blocks.end - 1 - w.n;
 }
 
 }  // namespace flashattn::cuda

@@ -78,6 +78,7 @@ struct BackwardKernelParams {
   float* dq_accum;        // zeroed fp32 sums, common/dq_accum.cuh's layout
   int* turns;             // deterministic mode's counters, zeroed; else null
   int turn_group;         // deterministic mode's slices side by side (DqSums); else 0
+  bool adds_from_first;   // deterministic mode's order (common/backward_walk.cuh)
   DqLayout dq_layout;     // where a (sequence, q head)'s sums start in dq_accum (packed)
 };
 
@@ -145,7 +146,7 @@ __device__ __forceinline__ void backward_producer(const BackwardKernelParams& kp
                  batch, kv_at);
     }
   }
-  QueryTile tile{w.hk * s.group(), w.m_first};
+  QueryTile tile = w.first();
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
     wait_barrier(&bar.q_empty[stage], ((step / Tr::kQStages) & 1) ^ 1);
@@ -221,7 +222,7 @@ __device__ __forceinline__ void backward_stats_loader(const BackwardKernelParams
       next[r] = kLse && row0 + i < seqlen_q ? backward_lse2(value) : value;
     }
   };
-  QueryTile tile{w.hk * s.group(), w.m_first};
+  QueryTile tile = w.first();
   if (w.steps > 0) load(tile);
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
@@ -263,7 +264,7 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
     __syncwarp();
     if (issues) arrive(&bar.kv_full);
   }
-  QueryTile tile{w.hk * s.group(), w.m_first};
+  QueryTile tile = w.first();
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
     const int dq_buffer = Tr::dq_buffer(step);
@@ -272,8 +273,8 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
     int* turn = kp.turns ? kp.turns + (int64_t(w.b) * s.heads_q + tile.hq) * kp.query_tiles + tile.m
                          : nullptr;
     if (issues) {
-      if (turn) {  // the key tiles above this one add first (common/backward_walk.cuh)
-        const int before = dq_adds_before<Tr::kBlockM, Tr::kBlockN>(mask, row0, w.n);
+      if (turn) {  // the key tiles before this one in the order add first (backward_walk.cuh)
+        const int before = dq_adds_before<Tr::kBlockM, Tr::kBlockN>(mask, row0, w);
         while (load_acquire(turn) != before) {
         }
       }
@@ -359,7 +360,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   for (int i = 0; i < kCols / 2; ++i) dk[i] = 0.0f;
 
   wait_barrier(&bar.kv_full, 0);
-  QueryTile tile{w.hk * s.group(), w.m_first};
+  QueryTile tile = w.first();
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
     const uint32_t filled = (step / Tr::kQStages) & 1;
@@ -719,7 +720,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   }
   __syncthreads();
   const BackwardWalk w =
-      backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turn_group);
+      backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turn_group,
+                                              kp.adds_from_first);
   // Packed, the block's sequence in shared memory; dense batches have none.
   const BlockSequence* block = nullptr;
   if constexpr (kPacked) {

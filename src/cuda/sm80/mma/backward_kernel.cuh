@@ -120,7 +120,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   char* const k_tile = smem + Shape::kKOffset;
   char* const v_tile = smem + Shape::kVOffset;
   const Sizes& s = p.sizes;
-  const BackwardWalk w = backward_walk<Shape::kBlockM, Shape::kBlockN>(p, query_tiles, turn_group);
+  const BackwardWalk w =
+      backward_walk<Shape::kBlockM, Shape::kBlockN>(p, query_tiles, turn_group, false);
   // The block's sequence and its mask, kept in shared memory: the loop re-reads
   // them at the cost of a shared load, not registers.
   __shared__ Sequence seq;
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     __threadfence();
     atomicAdd(turn(tile), 1);
   };
-  QueryTile tile{w.hk * s.group(), w.m_first};
+  QueryTile tile = w.first();
   // One stage: K, V and dO in the first group, Q, lse and D in the second, so
   // that dP can start before Q has landed.
   constexpr bool kOneStage = Shape::kQStages == 1;
@@ -305,7 +306,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         // Deterministic mode: each warp waits for its turn only here, after its
         // product; the wait once stood before the block's barrier above.
         if (turns && pass == 0) {
-          const int before = dq_adds_before<kBlockM, kBlockN>(mask, row0, w.n);
+          const int before = dq_adds_before<kBlockM, kBlockN>(mask, row0, w);
           if (lane == 0)
             while (load_acquire(turn(tile)) != before) {
             }

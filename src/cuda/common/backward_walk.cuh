@@ -3,7 +3,7 @@
 // query tiles of each query head of its GQA group that see those keys, and the
 // order of the grid that keeps a head's key tiles side by side in L2. Also the
 // global-memory primitives of their dQ sums: cuda_mma's 16-byte reduction and
-// the acquire load of the deterministic mode's turn counters.
+// the release add and acquire load of the deterministic mode's turn counters.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,13 @@ __device__ __forceinline__ void add_four(float* dst, const float (&x)[4]) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) atomicAdd(dst + e, x[e]);
 #endif
+}
+
+// *p += v as a release at GPU scope: this thread's earlier writes (and those it
+// has observed) are performed before the add is seen. One instruction, where a
+// fence followed by a relaxed atomic made two.
+__device__ __forceinline__ void add_release(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -106,8 +113,11 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   const Sizes& s = p.sizes;
   const int slices = s.batch * s.heads_kv;
   const int key_tiles = (s.seqlen_k + kBlockN - 1) / kBlockN;
-  const int grouped = turn_group > 0 ? turn_group : slices;  // slices per group
-  const int chunk = turn_group > 0 ? 1 : p.mask.bounded_above ? min(8, key_tiles) : key_tiles;
+  // v12's deterministic order runs in head groups, key tile by key tile; the
+  // default's grid serves the adds from the first key tile up.
+  const bool in_groups = turn_group > 0 && !adds_from_first;
+  const int grouped = in_groups ? turn_group : slices;  // slices per group
+  const int chunk = in_groups ? 1 : p.mask.bounded_above ? min(8, key_tiles) : key_tiles;
   const int group = int(blockIdx.x) / (grouped * key_tiles);
   const int group_slices = min(grouped, slices - group * grouped);
   const int block = int(blockIdx.x) - group * grouped * key_tiles;

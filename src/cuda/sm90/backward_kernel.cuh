@@ -291,13 +291,12 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
     __syncwarp();
     if constexpr (!Tr::kDQInStage)
       if (step + Tr::kDQStages < w.steps) named_barrier_arrive(kDQFree + dq_buffer, Tr::kDQMeeting);
-    // Deterministic mode: the sums performed, then the count, its fence
-    // cumulative over them; after the buffer is handed back, so that the
-    // consumers need not wait for the sums to land.
+    // Deterministic mode: the sums performed, then the count, a release over
+    // them; after the buffer is handed back, so that the consumers need not
+    // wait for the sums to land.
     if (issues && turn) {
       tma_store_wait_all();
-      __threadfence();
-      atomicAdd(turn, 1);
+      add_release(turn, 1);
     }
   }
   if (issues) tma_store_wait_all();

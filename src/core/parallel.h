@@ -90,4 +90,13 @@ void sum_over_row_chunks(int64_t slices, int64_t rows, int64_t keys, int64_t sum
   });
 }
 
+// In a finish of sum_over_row_chunks: element `at` of the chunks' `member`
+// (parts[0] to parts[count - 1]) added in chunk order.
+template <typename Sums, typename Values>
+auto chunk_total(const Sums* parts, int64_t count, Values Sums::*member, std::size_t at) {
+  auto total = (parts[0].*member)[at];
+  for (int64_t chunk = 1; chunk < count; ++chunk) total += (parts[chunk].*member)[at];
+  return total;
+}
+
 }  // namespace flashattn

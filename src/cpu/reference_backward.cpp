@@ -139,15 +139,11 @@ void reference_backward(const BwdParams& p) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
     const Sequence seq = sequence(p, b);
     if (j >= seq.seqlen_k) return;  // past a shorter sequence of a packed batch
-    const auto add = [&](const std::vector<double> KeySums::*member, size_t at) {
-      double total = (parts[0].*member)[at];
-      for (int64_t chunk = 1; chunk < count; ++chunk) total += (parts[chunk].*member)[at];
-      return total;
-    };
     std::vector<double> dk(s.head_dim), dv(s.head_dim_v);
     for (int c = 0; c < s.head_dim; ++c)
-      dk[c] = add(&KeySums::dk, size_t(j) * s.head_dim + c) * p.softmax.scale;
-    for (int c = 0; c < s.head_dim_v; ++c) dv[c] = add(&KeySums::dv, size_t(j) * s.head_dim_v + c);
+      dk[c] = chunk_total(parts, count, &KeySums::dk, size_t(j) * s.head_dim + c) * p.softmax.scale;
+    for (int c = 0; c < s.head_dim_v; ++c)
+      dv[c] = chunk_total(parts, count, &KeySums::dv, size_t(j) * s.head_dim_v + c);
     store_row(p, p.grad.dk, b, hk, seq.k_row0 + j, s.head_dim, dk.data());
     store_row(p, p.grad.dv, b, hk, seq.k_row0 + j, s.head_dim_v, dv.data());
   };

@@ -60,20 +60,15 @@ HostGradients standard_backward(const HostProblem& p, Round round,
   // Key j of the slice: its dk and dv (rounded) and magnitudes, the chunks' sums added in order.
   const auto finish = [&](int64_t slice, int64_t j, const KeySums* parts, int64_t count) {
     const int b = int(slice / s.heads_kv), hk = int(slice % s.heads_kv);
-    const auto add = [&](auto member, size_t at) {
-      auto total = (parts[0].*member)[at];
-      for (int64_t c = 1; c < count; ++c) total += (parts[c].*member)[at];
-      return total;
-    };
     for (int c = 0; c < d; ++c) {
       const size_t at = size_t(j) * d + c;
-      g.dk[at_k(b, j, hk, d) + c] = round(add(&KeySums::dk, at));
-      g.dk_mag[at_k(b, j, hk, d) + c] = add(&KeySums::dk_mag, at);
+      g.dk[at_k(b, j, hk, d) + c] = round(chunk_total(parts, count, &KeySums::dk, at));
+      g.dk_mag[at_k(b, j, hk, d) + c] = chunk_total(parts, count, &KeySums::dk_mag, at);
     }
     for (int c = 0; c < dv_cols; ++c) {
       const size_t at = size_t(j) * dv_cols + c;
-      g.dv[at_k(b, j, hk, dv_cols) + c] = round(add(&KeySums::dv, at));
-      g.dv_mag[at_k(b, j, hk, dv_cols) + c] = add(&KeySums::dv_mag, at);
+      g.dv[at_k(b, j, hk, dv_cols) + c] = round(chunk_total(parts, count, &KeySums::dv, at));
+      g.dv_mag[at_k(b, j, hk, dv_cols) + c] = chunk_total(parts, count, &KeySums::dv_mag, at);
     }
   };
   const auto part = [&](int64_t slice, int64_t row_begin, int64_t row_end, KeySums& own) {
@@ -193,10 +188,10 @@ HostGradients standard_backward(const HostProblem& p, Round round,
       for (int c = 0; c < d; ++c) dq[c] = round(dq_row[c]);
     }
   };
+  const int64_t sums_bytes =
+      int64_t(s.seqlen_k) * (d + dv_cols) * int64_t(sizeof(F) + sizeof(double));
   sum_over_row_chunks<KeySums>(int64_t(s.batch) * s.heads_kv, int64_t(s.group()) * s.seqlen_q,
-                               s.seqlen_k,
-                               int64_t(s.seqlen_k) * (d + dv_cols) * int64_t(sizeof(F) + sizeof(double)),
-                               part, finish);
+                               s.seqlen_k, sums_bytes, part, finish);
   return g;
 }
 

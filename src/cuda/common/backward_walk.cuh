@@ -103,6 +103,12 @@ __device__ __forceinline__ QueryTile BackwardWalk::first() const {
 //   (m_end − 1 − m)·group + head, the same for every n (or a later one for a
 //   larger n, under a window): a key tile waits for its predecessor's round
 //   trip alone, and the longest walks start first.
+// The groups serve both orders: without them, in the default's runs (a slice's
+// key tiles started together, the next run a wave later), every run at short
+// sequences was a fresh chain waiting one round trip a link at its first
+// query tile (d128, 1024 keys, causal: 1.21× the default's time against 1.09×
+// in groups; cuda_wgmma_backward.md, v16). Groups twice as large read 1.1–1.4×
+// slower at d128 and d256, their sums, Q and dO beyond L2.
 // (In key-tile order with rising walks, a causal key tile n reached a query
 // tile two or more steps after n + 1 did and waited at every step; and with
 // chunk 1 over every head, each wave read all of Q and dO and added all of dQ
@@ -113,11 +119,8 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   const Sizes& s = p.sizes;
   const int slices = s.batch * s.heads_kv;
   const int key_tiles = (s.seqlen_k + kBlockN - 1) / kBlockN;
-  // v12's deterministic order runs in head groups, key tile by key tile; the
-  // default's grid serves the adds from the first key tile up.
-  const bool in_groups = turn_group > 0 && !adds_from_first;
-  const int grouped = in_groups ? turn_group : slices;  // slices per group
-  const int chunk = in_groups ? 1 : p.mask.bounded_above ? min(8, key_tiles) : key_tiles;
+  const int grouped = turn_group > 0 ? turn_group : slices;  // slices per group
+  const int chunk = turn_group > 0 ? 1 : p.mask.bounded_above ? min(8, key_tiles) : key_tiles;
   const int group = int(blockIdx.x) / (grouped * key_tiles);
   const int group_slices = min(grouped, slices - group * grouped);
   const int block = int(blockIdx.x) - group * grouped * key_tiles;

@@ -54,10 +54,11 @@ void launch_backward(const BwdParams& p) {
   kp.turns = sums.turns();
   kp.turn_group = sums.turn_group();
   // Deterministic mode's dQ adds from the first key tile up at d128, where
-  // the adds from the last down left a key tile waiting on a turn per step and
-  // a causal slice's longest walks last (v12: 1.12–1.14× the default's time,
-  // against 1.00–1.10× in the order from the first; d64 read the same in both,
-  // d256 mixed).
+  // the adds from the last down left a causal slice's longest walks last
+  // (v12: 1.12–1.14× the default's time, against 1.00–1.10× in the order from
+  // the first). d64 read the same in both; at d256, whose dQ holds a Q/dO
+  // stage through its turn, the order from the first read 1.15–1.37× against
+  // 1.13–1.19× (v16).
   kp.adds_from_first = kp.turns != nullptr && kHeadDim == 128;
 
   const auto kernel = backward_kernel<T, Tr, Variant, kPacked>;

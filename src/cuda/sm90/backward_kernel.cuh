@@ -315,11 +315,14 @@ __device__ __forceinline__ void issue_kmajor(float (&acc)[N / 2], uint64_t a, in
   }
 }
 
-template <typename T, class Tr, class Variant, bool kPacked>
+// kDQFirst: this step's dQ share is issued before dV's and dK's products (after
+// the dSᵀ barrier) and written out once it completes, while they run.
+template <typename T, class Tr, class Variant, bool kPacked, bool kDQFirst>
 __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp,
                                                   const BackwardWalk& w, const BlockSequence* block,
                                                   uint8_t* smem, BackwardBarriers<Tr>& bar,
                                                   int warpgroup) {
+  static_assert(!kDQFirst || !Tr::kDQInStage, "kDQFirst: dQ in a buffer of its own");
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
   constexpr int kRows = Tr::kScoreRows, kCols = Tr::kKVCols, kVCols = Tr::kVCols;
   constexpr bool kLowerEnds = Variant::kLowerEnds;
@@ -531,17 +534,22 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     // dV += Pᵀ·dO and dK += dSᵀ·Q over this warpgroup's query rows, Pᵀ and dSᵀ
     // from registers: dO and Q (its columns of them) as MN-major B, query rows
     // being the K dimension.
-    wgmma_fence();
     const uint64_t dout_mn =
         smem_descriptor(dout_at + v_col0 / 64 * kBlockM * 128, kBlockM * 128, 1024);
     const uint64_t q_mn = smem_descriptor(q_at + kv_col0 / 64 * kBlockM * 128, kBlockM * 128, 1024);
+    const auto issue_dv_dk = [&] {
 #pragma unroll
-    for (int kk = 0; kk < kRows / 16; ++kk)
-      Wgmma<T, kVCols>::rs(dv, pt[kk], advance(dout_mn, (score_row0 + 16 * kk) * 128), 1);
+      for (int kk = 0; kk < kRows / 16; ++kk)
+        Wgmma<T, kVCols>::rs(dv, pt[kk], advance(dout_mn, (score_row0 + 16 * kk) * 128), 1);
 #pragma unroll
-    for (int kk = 0; kk < kRows / 16; ++kk)
-      Wgmma<T, kCols>::rs(dk, dst[kk], advance(q_mn, (score_row0 + 16 * kk) * 128), 1);
-    wgmma_commit();
+      for (int kk = 0; kk < kRows / 16; ++kk)
+        Wgmma<T, kCols>::rs(dk, dst[kk], advance(q_mn, (score_row0 + 16 * kk) * 128), 1);
+      wgmma_commit();
+    };
+    if constexpr (!kDQFirst) {
+      wgmma_fence();
+      issue_dv_dk();
+    }
 
     // dSᵀ (split by columns, Pᵀ too) into buffer step % 2 (A-fragment register
     // r: key row + 8·(r % 2), query column score_row0 + 16·kk + 8·(r / 2) + 2t).
@@ -581,7 +589,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       }
     }
     // This warpgroup's share of dQ = dS·K over the block's keys (both halves
-    // of dSᵀ, MN-major), issued behind dV's and dK's products.
+    // of dSᵀ, MN-major), issued behind dV's and dK's products (kDQFirst: ahead
+    // of them).
     float dq[Tr::kDQCols / 2];
     const uint64_t ds_mn = smem_descriptor(
         base + Tr::kDSOffset + buffer * Tr::kDSBytes + dq_row0 * kBlockN * 2, kBlockN * 128, 1024);
@@ -590,13 +599,18 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       Wgmma<T, Tr::kDQCols>::ss_mn(dq, advance(ds_mn, kk * 16 * 128), advance(k_mn, kk * 16 * 128),
                                    kk > 0);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(dv);
-    fence_registers(dk);
+    if constexpr (kDQFirst) {
+      issue_dv_dk();
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+      fence_registers(dv);
+      fence_registers(dk);
+      // Every thread: it read Q, dO, lse2 and D (where dQ goes into the stage,
+      // once it wrote its share there).
+      if constexpr (!Tr::kDQInStage) arrive(&bar.q_empty[stage]);
+    }
     fence_registers(dq);
-    // Every thread: it read Q, dO, lse2 and D (where dQ goes into the stage,
-    // once it wrote its share there).
-    if constexpr (!Tr::kDQInStage) arrive(&bar.q_empty[stage]);
 
     // The share into dQ buffer step % kDQStages, in the layout of the fp32 sums
     // (rows [row0, row0 + kBlockM) of them are contiguous there), once the dQ
@@ -621,6 +635,12 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     fence_shared_to_async();
     if constexpr (Tr::kDQInStage) arrive(&bar.q_empty[stage]);
     named_barrier_arrive(kDQFull + dq_buffer, Tr::kDQMeeting);
+    if constexpr (kDQFirst) {  // dV's and dK's products done reading Q and dO
+      wgmma_wait<0>();
+      fence_registers(dv);
+      fence_registers(dk);
+      arrive(&bar.q_empty[stage]);
+    }
   }
 
   // dV and scale·dK into V's and K's tiles (this warpgroup's keys and
@@ -741,7 +761,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     else backward_stats_loader<Tr, kPacked, false>(kp, w, block, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
-    backward_consumer<T, Tr, Variant, kPacked>(kp, w, block, smem, bar, warpgroup - 1);
+    // The second consumer issues its dQ share before its dV and dK products
+    // and writes it out while they run: with both consumers in one order, both
+    // stored dQ at once after all their products, the tensor pipe idle under
+    // it (1–3% at d64 and d128, cuda_wgmma_backward.md v16). The first keeps
+    // dV and dK ahead of its dSᵀ store, which they cover. Split by columns the
+    // products interlock differently; and at d64 the variant kernels, holding
+    // both consumers' bodies, spilled 170–210 bytes with it. Elsewhere one
+    // body serves both.
+    if constexpr (!Tr::kSplitsColumns && (Tr::kBlockM == 64 || std::is_same_v<Variant, NoVariant>)) {
+      if (warpgroup == 1) backward_consumer<T, Tr, Variant, kPacked, false>(kp, w, block, smem, bar, 0);
+      else backward_consumer<T, Tr, Variant, kPacked, true>(kp, w, block, smem, bar, 1);
+    } else {
+      backward_consumer<T, Tr, Variant, kPacked, false>(kp, w, block, smem, bar, warpgroup - 1);
+    }
   }
 #endif
 }

@@ -4,13 +4,15 @@
 instruction's first word, its modifiers dropped) and the instructions with the most
 samples. An mbarrier wait (SYNCS), a named barrier (BAR), a wgmma wait (WARPGROUP.DEPBAR)
 or a global load's consumer then says which phase of the kernel the time goes to.
+--executed keeps the instructions that ran exactly those numbers of times (warp-level): in
+a warp-specialised kernel each role's loop body runs a count of its own (blocks × steps ×
+the role's warps), so one role's samples are told apart from the others'.
 
-    python3 bench/ncu_sass_summary.py source.csv [--top 25]
+    python3 bench/ncu_sass_summary.py source.csv [--top 25] [--executed 524288,...]
 """
 import argparse
 import collections
 import csv
-import sys
 
 
 def number(text):
@@ -24,7 +26,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--executed", default="",
+                        help="comma-separated execution counts to keep (default: all)")
     args = parser.parse_args()
+    counts = {float(x) for x in args.executed.split(",") if x}
     with open(args.csv, newline="") as f:
         rows = [r for r in csv.reader(f)]
     header_at = next(i for i, r in enumerate(rows) if "Source" in r)
@@ -33,6 +38,7 @@ def main():
     samples = next(i for i, name in enumerate(header) if name.startswith("Warp Stall Sampling (All"))
     not_issued = next((i for i, name in enumerate(header)
                        if name.startswith("Warp Stall Sampling (Not")), None)
+    executed = header.index("Instructions Executed") if counts else None
     by_opcode = collections.Counter()
     waits = collections.Counter()
     lines = []
@@ -41,7 +47,7 @@ def main():
             continue
         text = r[source].strip()
         words = text.split()
-        if not words:
+        if not words or (counts and number(r[executed]) not in counts):
             continue
         op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
         n = number(r[samples])
@@ -59,4 +65,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -326,6 +326,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   constexpr int kBlockM = Tr::kBlockM, kBlockN = Tr::kBlockN, kD = Tr::kHeadDim;
   constexpr int kRows = Tr::kScoreRows, kCols = Tr::kKVCols, kVCols = Tr::kVCols;
   constexpr bool kLowerEnds = Variant::kLowerEnds;
+  // At d64 a thread holds 128 query columns of Sᵀ and dPᵀ; there, with dSᵀ
+  // stored by stmatrix, the kernels spilled 8–40 bytes (cuda_wgmma_backward.md,
+  // v17), so dSᵀ goes out by 32-bit stores.
+  constexpr bool kWideRows = kRows > 64;
+  static_assert(!kWideRows || !Tr::kSplitsColumns, "Pᵀ's store is stmatrix's alone");
   using Score = typename Variant::Score;
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
@@ -555,19 +560,31 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     // r: key row + 8·(r % 2), query column score_row0 + 16·kk + 8·(r / 2) + 2t).
     // Both warpgroups pass this step's barrier only after their products of
     // the step before (which read the other buffer) completed, so a buffer is
-    // free again two steps on.
+    // free again two steps on. By stmatrix, whose four 8×8 matrices are a 16-
+    // column group's four registers: lane l gives the 16 bytes of key row
+    // l % 16 of the warp's 16, query columns 8·(l / 16) on of the group (four
+    // STSM a thread at d128, where 16 STS.32 took a tenth of the consumers'
+    // stall samples); at d64 (kWideRows) by 32-bit stores.
     const int buffer = step % 2;
-    uint8_t* ds_tile = smem + Tr::kDSOffset + buffer * Tr::kDSBytes;
-    uint8_t* pt_tile = smem + Tr::kPTOffset + buffer * Tr::kDSBytes;
+    const uint32_t ds_tile = Tr::kDSOffset + buffer * Tr::kDSBytes;
+    const uint32_t pt_tile = Tr::kPTOffset + buffer * Tr::kDSBytes;
 #pragma unroll
-    for (int kk = 0; kk < kRows / 16; ++kk)
+    for (int kk = 0; kk < kRows / 16; ++kk) {
+      if constexpr (kWideRows) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const uint32_t at =
-            swizzled_offset(key_row + 8 * (r % 2), score_row0 + 16 * kk + 8 * (r / 2) + 2 * t, kBlockN);
-        *reinterpret_cast<uint32_t*>(ds_tile + at) = dst[kk][r];
-        if constexpr (Tr::kSplitsColumns) *reinterpret_cast<uint32_t*>(pt_tile + at) = pt[kk][r];
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t at = swizzled_offset(key_row + 8 * (r % 2),
+                                              score_row0 + 16 * kk + 8 * (r / 2) + 2 * t, kBlockN);
+          *reinterpret_cast<uint32_t*>(smem + ds_tile + at) = dst[kk][r];
+        }
+      } else {
+        const uint32_t at = swizzled_offset(wg_key0 + 16 * warp + lane % 16,
+                                            score_row0 + 16 * kk + 8 * (lane / 16), kBlockN);
+        stmatrix_x4(base + ds_tile + at, dst[kk][0], dst[kk][1], dst[kk][2], dst[kk][3]);
+        if constexpr (Tr::kSplitsColumns)
+          stmatrix_x4(base + pt_tile + at, pt[kk][0], pt[kk][1], pt[kk][2], pt[kk][3]);
       }
+    }
     fence_shared_to_async();
     named_barrier_sync(kDSReady + buffer, 256);
 
@@ -764,11 +781,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // The second consumer issues its dQ share before its dV and dK products
     // and writes it out while they run: with both consumers in one order, both
     // stored dQ at once after all their products, the tensor pipe idle under
-    // it (1–3% at d64 and d128, cuda_wgmma_backward.md v16). The first keeps
-    // dV and dK ahead of its dSᵀ store, which they cover. Split by columns the
-    // products interlock differently; and at d64 the variant kernels, holding
-    // both consumers' bodies, spilled 170–210 bytes with it. Elsewhere one
-    // body serves both.
+    // it (5.5% at d64, 1.7% at d128, cuda_wgmma_backward.md v16). The first
+    // keeps dV and dK ahead of its dSᵀ store, which they cover. Split by
+    // columns the products interlock differently; and at d64 the variant
+    // kernels, holding both consumers' bodies, spilled 32–212 bytes with it.
+    // Elsewhere one body serves both.
     if constexpr (!Tr::kSplitsColumns && (Tr::kBlockM == 64 || std::is_same_v<Variant, NoVariant>)) {
       if (warpgroup == 1) backward_consumer<T, Tr, Variant, kPacked, false>(kp, w, block, smem, bar, 0);
       else backward_consumer<T, Tr, Variant, kPacked, true>(kp, w, block, smem, bar, 1);

@@ -332,6 +332,13 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   constexpr bool kWideRows = kRows > 64;
   static_assert(!kWideRows || !Tr::kSplitsColumns, "Pᵀ's store is stmatrix's alone");
   using Score = typename Variant::Score;
+  // With two dQ buffers, a step's share goes to the dQ warp after the next
+  // step's dSᵀ fence (the last one's after the epilogue's), which orders its
+  // stores too: one proxy fence a step, not two, and that one after the
+  // stores have had a step to drain (cuda_wgmma_backward.md, v18). With one
+  // buffer the consumers would wait for its read-out; in the stage, the stage
+  // would be held a step longer; the bias kernel spilled 4 bytes with it.
+  constexpr bool kDQHandedLate = Tr::kDQStages >= 2 && !Score::kBias;
   const BwdParams& p = kp.p;
   const Sizes& s = p.sizes;
   const RowMask& mask = kPacked ? block->mask : dense_mask(p);
@@ -586,6 +593,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
       }
     }
     fence_shared_to_async();
+    if constexpr (kDQHandedLate)
+      if (step > 0) named_barrier_arrive(kDQFull + Tr::dq_buffer(step - 1), Tr::kDQMeeting);
     named_barrier_sync(kDSReady + buffer, 256);
 
     wgmma_fence();
@@ -632,8 +641,9 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     // The share into dQ buffer step % kDQStages, in the layout of the fp32 sums
     // (rows [row0, row0 + kBlockM) of them are contiguous there), once the dQ
     // warp has seen the buffer's last reduction read out; or into the step's
-    // stage once both warpgroups' products are done with it. Then to the dQ
-    // warp, which adds the buffer to the sums by one bulk reduction.
+    // stage once both warpgroups' products are done with it. Then (a step
+    // later where kDQHandedLate) to the dQ warp, which adds the buffer to the
+    // sums by one bulk reduction.
     const int dq_buffer = Tr::dq_buffer(step);
     if constexpr (Tr::kDQInStage) named_barrier_sync(kStageRead, 256);
     else if (step >= Tr::kDQStages) named_barrier_sync(kDQFree + dq_buffer, Tr::kDQMeeting);
@@ -649,9 +659,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
                                  4 * lane) =
           make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     }
-    fence_shared_to_async();
-    if constexpr (Tr::kDQInStage) arrive(&bar.q_empty[stage]);
-    named_barrier_arrive(kDQFull + dq_buffer, Tr::kDQMeeting);
+    if constexpr (!kDQHandedLate) {
+      fence_shared_to_async();
+      if constexpr (Tr::kDQInStage) arrive(&bar.q_empty[stage]);
+      named_barrier_arrive(kDQFull + dq_buffer, Tr::kDQMeeting);
+    }
     if constexpr (kDQFirst) {  // dV's and dK's products done reading Q and dO
       wgmma_wait<0>();
       fence_registers(dv);
@@ -682,6 +694,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
           dk[4 * j + 2 * h] * p.softmax.scale, dk[4 * j + 2 * h + 1] * p.softmax.scale);
     }
   fence_shared_to_async();
+  if constexpr (kDQHandedLate)
+    if (w.steps > 0) named_barrier_arrive(kDQFull + Tr::dq_buffer(w.steps - 1), Tr::kDQMeeting);
   named_barrier_sync(kStored + warpgroup, 128);
   // This warpgroup's tiles out by TMA, at key row `row` of batch index `batch`.
   const auto store_boxes = [&](int row, int batch) {

@@ -141,6 +141,12 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 700, 300, 40, 8, 128}, DType::bf16, Mask::causal_bottom_right, false);
   add({1, 900, 900, 40, 40, 128}, DType::f16, Mask::none, true);
   add({1, 300, 5000, 2, 1, 128}, DType::f16, Mask::none, false);
+  // The last wave's tiles split by keys (core/tail_split.h) on a GPU of up to
+  // 132 SMs: one partial wave of 20 tiles in 6 parts, GQA, both ends ragged;
+  // two full waves of 132 and 8 tiles in 4 parts; the 64 bucket's Q·Kᵀ at 48.
+  add({1, 700, 4100, 5, 1, 64}, DType::bf16, Mask::none, true);
+  add({2, 2049, 3000, 8, 2, 128}, DType::f16, Mask::none, false);
+  add({1, 1500, 3333, 3, 3, 40}, DType::bf16, Mask::none, false);
   // Persistent tiles in pairs (d 128 bucket, non-causal, an even number of
   // tiles per head), each block loading half of every K and V block for both:
   // the second half of the last block partly past seqlen_k, GQA, a padded

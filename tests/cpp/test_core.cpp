@@ -16,6 +16,7 @@
 #include "core/dropout.h"
 #include "core/mask.h"
 #include "core/softmax.h"
+#include "core/tail_split.h"
 #include "flashattn/flashattn.h"
 #include "flashattn/flashattn.hpp"
 
@@ -192,6 +193,31 @@ TEST(SoftmaxRules, MergingPartialsKeepsNaN) {
   EXPECT_EQ(partial_weight(-kInf, 2.0f), 0.0f);
   EXPECT_EQ(partial_weight(-kInf, -kInf), 0.0f);
   EXPECT_FLOAT_EQ(partial_weight(1.0f, 2.0f), std::exp(-1.0f));
+}
+
+// The last wave's split (SDXL's 440 tiles of 32 key blocks on 132 SMs: 44 in
+// the last wave, in thirds one round), and where it does not pay.
+TEST(TailSplit, SplitsAHalfEmptyLastWave) {
+  const TailSplit sdxl = tail_split(440, 132, 32);
+  EXPECT_EQ(sdxl.first, 396);
+  EXPECT_EQ(sdxl.parts, 3);
+  EXPECT_EQ(sdxl.blocks(440), 396 + 44 * 3);
+  // One partial wave: a small grid's tiles split up to the SMs.
+  const TailSplit small = tail_split(8, 132, 64);
+  EXPECT_EQ(small.first, 0);
+  EXPECT_EQ(small.parts, kMaxTailParts);
+  // Full waves, too few key blocks for two parts, a nearly full last wave.
+  EXPECT_EQ(tail_split(264, 132, 64).parts, 1);
+  EXPECT_EQ(tail_split(140, 132, 7).parts, 1);
+  EXPECT_EQ(tail_split(131, 132, 64).parts, 1);
+  EXPECT_EQ(tail_split(131, 132, 64).blocks(131), 131);
+  for (int tiles = 1; tiles < 600; ++tiles)
+    for (int blocks : {1, 8, 13, 32, 94}) {
+      const TailSplit s = tail_split(tiles, 132, blocks);
+      EXPECT_TRUE(s.parts == 1 || (s.first % 132 == 0 && s.first < tiles &&
+                                   s.parts * kMinPartKeyBlocks <= blocks))
+          << tiles << " tiles of " << blocks;
+    }
 }
 
 // Random123's known-answer vectors for Philox4x32 at 7 rounds (dropout's) and

@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (warpgroup == 0) {
     release_registers<Tr::kProducerRegisters>();
     if (kPacked ? threadIdx.x < 32 : threadIdx.x == 0)
-      producer<Tr, Variant::kLowerEnds, kPacked>(p, smem, bar);
+      producer<Tr, Variant::kLowerEnds, kPacked, kSplitsTail<Tr, Variant, kPacked>>(p, smem, bar);
   } else {
     claim_registers<Tr::kConsumerRegisters>();
     consumer<T, Tr, Variant, kPacked>(p, smem, bar, warpgroup - 1);

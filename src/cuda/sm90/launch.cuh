@@ -14,6 +14,7 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/scratch.h"
+#include "core/tail_split.h"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm90/forward.h"
 #include "cuda/sm90/kernel.cuh"
@@ -162,6 +163,28 @@ size_t packed_list_bytes(const AttnParams& p, const TileGrid& grid) {
   return size_t(entries + 1) * sizeof(int32_t);
 }
 
+// The grid's last tiles split by keys (core/tail_split.h), where the
+// kernel can (kSplitsTail) and every tile walks every key block: kp's split,
+// its parts' partial results and arrival counts in `scratch` (the counts
+// zeroed on the stream), and kp.tiles then counts the grid's blocks.
+template <class Tr>
+void split_tail(const AttnParams& p, KernelParams& kp, std::optional<Scratch>& scratch) {
+  if (kp.mask.bounded_above || kp.mask.bounded_below) return;
+  const int key_blocks = (p.sizes.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+  kp.tail = tail_split(kp.tiles, multiprocessors(p.device_index), key_blocks);
+  if (kp.tail.parts == 1) return;
+  const size_t count_bytes = size_t(kp.tiles - kp.tail.first) * Tr::kConsumers * sizeof(int);
+  const size_t results_offset = (count_bytes + 255) / 256 * 256;
+  scratch.emplace(results_offset + part_results_bytes<Tr>(kp.tail, kp.tiles), p.device_index,
+                  p.stream);
+  uint8_t* base = static_cast<uint8_t*>(scratch->data());
+  kp.part_arrivals = reinterpret_cast<int*>(base);
+  kp.part_results = reinterpret_cast<float4*>(base + results_offset);
+  FLASHATTN_CUDA_CHECK(
+      cudaMemsetAsync(kp.part_arrivals, 0, count_bytes, static_cast<cudaStream_t>(p.stream)));
+  kp.tiles = int(kp.tail.blocks(kp.tiles));
+}
+
 // kPacked: p is a packed batch (core/seqlen.h). The maps then cover the
 // tensors' own rows (one batch index of the total lengths), the grid the
 // longest sequence's query tiles for every sequence and head, and the blocks
@@ -205,12 +228,14 @@ void launch(const AttnParams& p) {
     kp.out = p.o;
     kp.total_q = p.seqs.total_q;
   }
-  // Packed, lives until the kernel has run (its release is queued after it).
-  std::optional<Scratch> list;
+  // Packed, the tile list; split, the parts' results. Each lives until the
+  // kernel has run (its release is queued after it).
+  std::optional<Scratch> list, parts;
   if constexpr (kPacked) {
     list.emplace(packed_list_bytes<Tr>(p, grid), p.device_index, p.stream);
     order_packed_tiles<Tr, Variant::kLowerEnds>(p, kp, *list);
   }
+  if constexpr (kSplitsTail<Tr, Variant, kPacked>) split_tail<Tr>(p, kp, parts);
   const auto kernel = forward_kernel<T, Tr, Variant, kPacked>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));

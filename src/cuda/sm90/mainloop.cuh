@@ -15,6 +15,7 @@
 #include "cuda/sm90/scheduler.cuh"
 #include "cuda/sm90/score.cuh"
 #include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/tail_merge.cuh"
 #include "cuda/sm90/wgmma.cuh"
 #include "cuda/sm90/wgmma_ops.cuh"
 
@@ -129,10 +130,14 @@ __device__ __forceinline__ void issue_values(float (&acc)[Tr::kAccCols / 2],
 // score masked (at most a block or two: its rows start 64 after the tile's
 // first), which keeps the turns as they are. With a score variant
 // (core/variant.h) every block takes the score step.
+//
+// A split tile's part (kSplitsTail, tail_merge.cuh) walks its share of the
+// key blocks and hands its rows to finish_tail_part instead of the epilogue.
 template <typename T, class Tr, class Variant, bool kPacked>
 __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
                                          int warpgroup) {
   constexpr bool kLowerEnds = Variant::kLowerEnds;
+  constexpr bool kSplits = kSplitsTail<Tr, Variant, kPacked>;
   using Score = typename Variant::Score;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
@@ -183,15 +188,29 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
     issue_values<T, Tr>(acc, probs, v_desc(owed.stage()));
   };
+  // A tile's rows out with their row statistics: a split tile's part to the
+  // merge, any other tile through the epilogue. at_end (a std::bool_constant):
+  // written after the walk, the only place where a split kernel's one tile
+  // per block (with rows) is written; the merge is compiled there alone
+  // (inside the walk too, it cost the d64 kernel 316 bytes of spills).
+  const auto write_rows = [&](const Tile& t, const RowMask& mask, const float (&tile_max)[2],
+                              const float (&tile_sum)[2], bool empty, auto at_end) {
+    if constexpr (kSplits && decltype(at_end)::value) {
+      if (t.tail >= 0)
+        return finish_tail_part<T, Tr>(p, t, mask, smem, acc, tile_max, tile_sum, at, warpgroup,
+                                       warp, lane);
+    }
+    epilogue<T, Tr, Variant::Score::kBias, kPacked>(p, t, mask, smem, acc, tile_max, tile_sum,
+                                                    empty, at, warpgroup, warp, lane, out_scale);
+  };
   // Once the owed P·V is done: its V slot freed, its tile written with its
   // final row statistics.
-  const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2],
+  const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2], auto at_end,
                                bool free_slot = true) {
     if (free_slot) release_slot(&bar.v_empty[owed.stage()]);
     RowMask owed_mask;
-    epilogue<T, Tr, Variant::Score::kBias, kPacked>(
-        p, owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), smem, acc, tile_max, tile_sum,
-        false, at, warpgroup, warp, lane, out_scale);
+    write_rows(owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), tile_max, tile_sum, false,
+               at_end);
 #pragma unroll
     for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
     pv_owed = false;
@@ -201,14 +220,16 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   RingPosition<Tr::kQStages> q{0};
   turns.start();
   for_each_tile<kPacked>(p, [&](int index) {
-    const Tile t = tile_at<Tr, kLowerEnds, kPacked>(p, index);
+    const Tile t = tile_at<Tr, kLowerEnds, kPacked, kSplits>(p, index);
     if (kPacked && !t.has_rows()) return;  // past its sequence: nothing loaded, nothing stored
     RowMask own_mask;
     const RowMask& mask = tile_mask<kPacked>(p, t, own_mask);
     const int qs = q.stage();
     const int wg_row0 = t.row0 + 64 * part.group;
-    // Blocks [t.n_first, wg_end) hold every key this warpgroup's rows see.
-    const int wg_end = max(t.n_first, visible_key_blocks<Tr, false>(mask, wg_row0, 64).end);
+    // Blocks [t.n_first, wg_end) hold every key this warpgroup's rows see (a
+    // part's: those of its share).
+    int wg_end = max(t.n_first, visible_key_blocks<Tr, false>(mask, wg_row0, 64).end);
+    if constexpr (kSplits) wg_end = min(wg_end, t.n_end);
     for (int skipped = 0; skipped < t.n_end - wg_end; ++skipped, ++ring.it) {
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       release_slot(&bar.k_empty[ring.stage()]);
@@ -230,7 +251,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         // stages goes into the owed slot.
         release_slot(&bar.v_empty[owed.stage()]);
         skip_values();  // before the epilogue: the producer refills the slot
-        retire_owed(row_max, row_sum, false);
+        retire_owed(row_max, row_sum, std::false_type{}, false);
       } else {
         turns.hand_over();
         skip_values();
@@ -241,9 +262,10 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         wait_barrier(&bar.q_full[qs], q.filled_parity());
         release(&bar.q_empty[qs]);
       }
-      float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
-      epilogue<T, Tr, Variant::Score::kBias, kPacked>(p, t, mask, smem, acc, no_max, no_sum, true,
-                                                      at, warpgroup, warp, lane, out_scale);
+      const float no_max[2] = {-INFINITY, -INFINITY}, no_sum[2] = {0.0f, 0.0f};
+      // (A split tile's warpgroup here has its rows past seqlen_q, in every
+      // part: nothing of it reaches the output, so no part merges it.)
+      write_rows(t, mask, no_max, no_sum, true, std::false_type{});
     } else {
       // Blocks whose last key lies beyond the keys the warpgroup's first row sees
       // (beyond seqlen_k, or beyond its causal limit) need the score step; the
@@ -312,7 +334,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       drop(kept);
       wgmma_wait<0>();
       fence_registers(acc);
-      if (pv_owed) retire_owed(done_max, done_sum);
+      if (pv_owed) retire_owed(done_max, done_sum, std::false_type{});
       pack_probabilities<T, Tr>(s, probs);
 
       for (int n_block = wg_end - 2; n_block >= t.n_first; --n_block) {
@@ -360,7 +382,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     turns.finish();
     wgmma_wait<0>();
     fence_registers(acc);
-    retire_owed(row_max, row_sum);
+    retire_owed(row_max, row_sum, std::true_type{});
   } else {
     turns.finish();
   }

@@ -67,7 +67,7 @@ __device__ __forceinline__ void zero_past_sequence_end(uint8_t* smem, Barriers<T
 // the loads and the warp zeroing each sequence's last V block past its end
 // once the next block's loads are issued (so that the wait for it to land
 // holds nothing up; SequenceEnd).
-template <class Tr, bool kLowerEnds, bool kPacked>
+template <class Tr, bool kLowerEnds, bool kPacked, bool kSplitsTail>
 __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar) {
   const bool issues = !kPacked || threadIdx.x == 0;
   const int half_row0 = Tr::kCluster == 1 ? 0 : int(cluster_rank()) * Tr::kBoxRows;
@@ -76,7 +76,7 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
   SequenceEnd pending;
   uint32_t landed_phases = 0;
   for_each_tile<kPacked>(p, [&](int index) {
-    const Tile t = tile_at<Tr, kLowerEnds, kPacked>(p, index);
+    const Tile t = tile_at<Tr, kLowerEnds, kPacked, kSplitsTail>(p, index);
     if (t.n_end <= t.n_first) return;  // no Q, no keys: the consumers write 0 and -inf
     const int batch = kPacked ? 0 : t.batch;  // packed, the maps hold one batch index
     // Free once every consumer warp is done with the Q it held before (a fresh

@@ -5,12 +5,16 @@
 
 #include <cuda.h>
 
+#include <type_traits>
+
 #include <cub/block/block_scan.cuh>
 
 #include "core/host_device.h"
 #include "core/mask.h"
 #include "core/params.h"
+#include "core/variant.h"
 #include "cuda/common/fast_divisor.h"
+#include "core/tail_split.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -28,7 +32,7 @@ struct KernelParams {
   // m_blocks, batch · heads_q, heads_q and the GQA group as divisors for tile_at.
   FastDivisor by_m_blocks, by_heads, by_heads_q, by_group;
   int row_shift;     // tile m covers rows [m·kBlockM − row_shift, +kBlockM); see tile_row_shift
-  int tiles;         // query tiles in all: m_blocks · batch · heads_q
+  int tiles;         // blocks of work: the query tiles (m_blocks · batch · heads_q), the split ones counted per part
   bool heads_fastest;  // tile order: see tile_at
   // A packed batch (core/seqlen.h; the kernels instantiated with kPacked):
   // the maps are over the tensors' own (1, total) rows, the sequences' places
@@ -48,7 +52,25 @@ struct KernelParams {
   // handed out in turn they loaded the blocks unevenly: a list with the empty
   // tiles out and the heavy ones first loads them as the dense causal order does.
   const int32_t* packed_tiles;
+  // The grid's last tiles split by keys (core/tail_split.h; the kernels
+  // of kSplitsTail alone): each split tile's parts write their warpgroups'
+  // partial results into part_results (tail_merge.cuh's layout) and count
+  // themselves in part_arrivals (per split tile and consumer, zeroed before the
+  // launch); the last to arrive writes the tile.
+  TailSplit tail;
+  float4* part_results;
+  int* part_arrivals;
 };
+
+// Whether a kernel may split its grid's last tiles by keys (TailSplit): the
+// plain per-tile kernels of dense batches whose consumers own whole rows (not
+// split by columns), and a merge's two accumulator arrays fit beside the
+// rest (v's bucket at most 128 columns). The launch splits only where every
+// tile walks every key block (no causal mask).
+template <class Tr, class Variant, bool kPacked>
+inline constexpr bool kSplitsTail = !kPacked && !Tr::kPersistent && Tr::kCluster == 1 &&
+                                    !Tr::kSplitColumns && Tr::kAccCols <= 128 &&
+                                    std::is_same_v<Variant, NoVariant>;
 
 // A query tile and the key blocks it visits.
 struct Tile {
@@ -60,6 +82,9 @@ struct Tile {
   // seqlen (0 dense), and its lengths. A packed tile at or past seqlen_q has
   // no rows (the grid is sized by the longest sequence).
   int q_row0, k_row0, seqlen_q, seqlen_k;
+  // A split tile's part (KernelParams::tail): its place among the split tiles
+  // (−1: not split) and which part; [n_first, n_end) is then the part's share.
+  int tail = -1, part = 0;
   __device__ __forceinline__ bool has_rows() const { return row0 < seqlen_q; }
 };
 
@@ -126,7 +151,9 @@ __device__ __forceinline__ Tile packed_tile(const KernelParams& p, int batch, in
 // neighbouring query tiles of one head (heaviest first if causal), and the
 // blocks running at once share its K and V in L2. Packed, the list's tiles
 // (KernelParams::packed_tiles), heaviest first, the q heads of each fastest.
-template <class Tr, bool kLowerEnds, bool kPacked>
+// kSplitsTail: index counts blocks of work, each split tile's parts in turn
+// after the whole tiles; a part takes its share of the tile's key blocks.
+template <class Tr, bool kLowerEnds, bool kPacked, bool kSplitsTail = false>
 __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const Sizes& s = p.sizes;
   if constexpr (kPacked) {
@@ -134,6 +161,14 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
     const int entry = p.packed_tiles[1 + p.by_heads_q.divmod(index, head_q)];
     const int batch = p.by_m_blocks.divmod(entry, m_block);
     return packed_tile<Tr, kLowerEnds>(p, batch, m_block, head_q, p.by_group.div(head_q));
+  }
+  int tail = -1, part = 0;
+  if constexpr (kSplitsTail) {
+    if (p.tail.parts > 1 && index >= p.tail.first) {
+      tail = (index - p.tail.first) / p.tail.parts;
+      part = index - p.tail.first - tail * p.tail.parts;
+      index = p.tail.first + tail;
+    }
   }
   int bh, m_block;
   if (p.heads_fastest) {
@@ -145,9 +180,14 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   int head_q;
   const int batch = p.by_heads_q.divmod(bh, head_q), head_kv = p.by_group.div(head_q);
   const int row0 = m_block * Tr::kBlockM - p.row_shift;
-  const BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p.mask, row0, Tr::kBlockM);
+  BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p.mask, row0, Tr::kBlockM);
+  if (tail >= 0) {
+    const int span = blocks.end - blocks.first;
+    blocks = {blocks.first + span * part / p.tail.parts,
+              blocks.first + span * (part + 1) / p.tail.parts};
+  }
   return {m_block, batch, head_q, head_kv, row0, blocks.first, blocks.end,
-          0, 0, s.seqlen_q, s.seqlen_k};
+          0, 0, s.seqlen_q, s.seqlen_k, tail, part};
 }
 
 // A block's tiles: one per block (gridDim.x = tiles), or, persistent, round r

@@ -1,11 +1,13 @@
-// The last wave's tiles split by keys. A grid of equal tiles, one block an SM,
-// fills whole waves and leaves a last one partly empty (tiles % SMs of them):
-// there the other SMs idle while those tiles run. Split, each of those tiles
-// runs as `parts` blocks, part j walking the j-th share of the tile's key
-// blocks, and the part that finishes last merges the others' partial results
-// (the online softmax's rescale, across parts) and writes the tile. Equal tiles
-// only: a causal grid's last wave holds its lightest tiles (heaviest first), so
-// it is not split.
+// The last wave's tiles split. A grid of equal tiles, one block an SM, fills
+// whole waves and leaves a last one partly empty (tiles % SMs of them): there
+// the other SMs idle while those tiles run. Split, each of those tiles runs as
+// `parts` blocks, part j walking the j-th share of the tile's units of work
+// (the forward's key blocks, the backward's steps over query tiles), and the
+// part that finishes last merges the others' partial results and writes the
+// tile: the forward's by the online softmax's rescale (cuda/sm90/tail_merge.cuh),
+// the backward's dK and dV by adding them (cuda/sm90/backward_kernel.cuh).
+// Equal tiles only: a causal grid's last wave holds its lightest tiles
+// (heaviest first), so it is not split.
 #pragma once
 
 #include <cstdint>
@@ -20,24 +22,33 @@ struct TailSplit {
 };
 
 inline constexpr int kMaxTailParts = 16;
-inline constexpr int kMinPartKeyBlocks = 4;  // a part walks at least this many key blocks
 
-// The split of `tiles` tiles of `key_blocks` key blocks each, one block an SM
-// on `sms`: the part count whose rounds over the last wave's tiles take least
-// time, costed in key blocks (a block's own fixed cost, its Q in, the first
-// K and V waited for and its epilogue, about 1.5 blocks; a part's partial
-// result out and the last part's read-back of the others, about 1 more); none
-// unless it saves a twentieth of the last wave's time.
-inline TailSplit tail_split(int64_t tiles, int sms, int key_blocks) {
+// A kernel's costs of a split, in its units of work: a block's own fixed cost
+// (its loads before the first unit, its epilogue), a part's added cost (its
+// partial result out, the last part's read-back of the others), the fewest
+// units a part walks, and the fewest a tile must have to be split at all.
+struct TailCosts {
+  double block;
+  double part;
+  int min_part_units;
+  int min_tile_units;
+};
+
+// The forward's, in key blocks: Q in, the first K and V waited for and the
+// epilogue about 1.5 blocks; a part's partials out and back about 1 more.
+inline constexpr TailCosts kForwardTailCosts{1.5, 1.0, 4, 8};
+
+// The split of `tiles` tiles of `units` units each, one block an SM on `sms`:
+// the part count whose rounds over the last wave's tiles take least time;
+// none unless it saves a twentieth of the last wave's time.
+inline TailSplit tail_split(int64_t tiles, int sms, int units, const TailCosts& costs) {
   const int64_t last = sms > 0 ? tiles % sms : 0;
-  if (last == 0) return {};
-  constexpr double kBlockCost = 1.5, kPartCost = 1.0;
-  double best_time = 0.95 * (key_blocks + kBlockCost);
+  if (last == 0 || units < costs.min_tile_units) return {};
+  double best_time = 0.95 * (units + costs.block);
   TailSplit best;
-  for (int parts = 2; parts <= kMaxTailParts && parts * kMinPartKeyBlocks <= key_blocks; ++parts) {
+  for (int parts = 2; parts <= kMaxTailParts && parts * costs.min_part_units <= units; ++parts) {
     const int64_t rounds = (last * parts + sms - 1) / sms;
-    const double time =
-        double(rounds) * ((key_blocks + parts - 1) / parts + kBlockCost + kPartCost);
+    const double time = double(rounds) * ((units + parts - 1) / parts + costs.block + costs.part);
     if (time < best_time) {
       best_time = time;
       best = TailSplit{int(tiles - last), parts};

@@ -57,7 +57,7 @@ std::vector<harness::Case> backward_cases(bool gpu) {
 // and several key tiles add into each dQ tile; GQA groups of 4; both causal
 // alignments with seqlen_q on either side of seqlen_k; padded head dims (80,
 // and 160 and 192 in the 256 bucket, whose last panel holds no column); a
-// single query row; and small ones for the sanitizer (Nq70).
+// single query row; small ones for the sanitizer (Nq70); split tails.
 std::vector<harness::Case> wgmma_backward_cases() {
   std::vector<harness::Case> cases = tma_cases(backward_cases(true));
   auto add = [&](harness::Shape shape, DType dtype, Mask mask, bool strided) {
@@ -81,6 +81,12 @@ std::vector<harness::Case> wgmma_backward_cases() {
   add({2, 1, 700, 2, 2, 256}, DType::bf16, Mask::none, false);
   add({1, 70, 300, 4, 2, 256}, DType::bf16, Mask::causal_bottom_right, false);
   add({1, 70, 200, 2, 1, 192}, DType::f16, Mask::none, true);
+  // The last wave's key tiles split by steps (core/tail_split.h: walks of 128
+  // steps and more, GQA groups of 8 here) on a GPU of 132 SMs: 24 key tiles
+  // in 5 parts (d128), 6 ragged ones in 16 (d64), 15 in 8 (d256).
+  add({1, 1100, 1500, 16, 2, 128}, DType::f16, Mask::none, false);
+  add({1, 2000, 700, 8, 1, 64}, DType::bf16, Mask::none, true);
+  add({1, 1000, 900, 8, 1, 256}, DType::bf16, Mask::none, false);
   return cases;
 }
 

@@ -198,26 +198,32 @@ TEST(SoftmaxRules, MergingPartialsKeepsNaN) {
 // The last wave's split (SDXL's 440 tiles of 32 key blocks on 132 SMs: 44 in
 // the last wave, in thirds one round), and where it does not pay.
 TEST(TailSplit, SplitsAHalfEmptyLastWave) {
-  const TailSplit sdxl = tail_split(440, 132, 32);
+  const TailSplit sdxl = tail_split(440, 132, 32, kForwardTailCosts);
   EXPECT_EQ(sdxl.first, 396);
   EXPECT_EQ(sdxl.parts, 3);
   EXPECT_EQ(sdxl.blocks(440), 396 + 44 * 3);
   // One partial wave: a small grid's tiles split up to the SMs.
-  const TailSplit small = tail_split(8, 132, 64);
+  const TailSplit small = tail_split(8, 132, 64, kForwardTailCosts);
   EXPECT_EQ(small.first, 0);
   EXPECT_EQ(small.parts, kMaxTailParts);
-  // Full waves, too few key blocks for two parts, a nearly full last wave.
-  EXPECT_EQ(tail_split(264, 132, 64).parts, 1);
-  EXPECT_EQ(tail_split(140, 132, 7).parts, 1);
-  EXPECT_EQ(tail_split(131, 132, 64).parts, 1);
-  EXPECT_EQ(tail_split(131, 132, 64).blocks(131), 131);
-  for (int tiles = 1; tiles < 600; ++tiles)
-    for (int blocks : {1, 8, 13, 32, 94}) {
-      const TailSplit s = tail_split(tiles, 132, blocks);
-      EXPECT_TRUE(s.parts == 1 || (s.first % 132 == 0 && s.first < tiles &&
-                                   s.parts * kMinPartKeyBlocks <= blocks))
-          << tiles << " tiles of " << blocks;
-    }
+  // Full waves, too few units for two parts, a nearly full last wave.
+  EXPECT_EQ(tail_split(264, 132, 64, kForwardTailCosts).parts, 1);
+  EXPECT_EQ(tail_split(140, 132, 7, kForwardTailCosts).parts, 1);
+  EXPECT_EQ(tail_split(131, 132, 64, kForwardTailCosts).parts, 1);
+  EXPECT_EQ(tail_split(131, 132, 64, kForwardTailCosts).blocks(131), 131);
+  // A tile below the fewest units to split (the backward's 128 steps here).
+  const TailCosts steps{1.5, 0.5, 1, 128};
+  EXPECT_EQ(tail_split(2048, 132, 64, steps).parts, 1);
+  EXPECT_GT(tail_split(2048, 132, 256, steps).parts, 1);
+  for (const TailCosts& costs : {kForwardTailCosts, steps})
+    for (int tiles = 1; tiles < 600; ++tiles)
+      for (int units : {1, 8, 13, 32, 94, 128, 300}) {
+        const TailSplit s = tail_split(tiles, 132, units, costs);
+        EXPECT_TRUE(s.parts == 1 || (s.first % 132 == 0 && s.first < tiles &&
+                                     s.parts * costs.min_part_units <= units &&
+                                     units >= costs.min_tile_units))
+            << tiles << " tiles of " << units;
+      }
 }
 
 // Random123's known-answer vectors for Philox4x32 at 7 rounds (dropout's) and

@@ -10,6 +10,7 @@
 
 #include "core/mask.h"
 #include "core/params.h"
+#include "core/tail_split.h"
 
 namespace flashattn::cuda {
 
@@ -48,6 +49,9 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 // 2% at 256, v6: docs/perf/cuda_mma_backward.md. The falling order as the
 // default cost 1-3% under a causal mask at d128 and d256, where all of a head's
 // key tiles then reach its last query tile at once: cuda_wgmma_backward.md, v12.)
+// A split tail (TailSplit, the default order alone): the block walks steps
+// step0 … step0 + steps − 1 of its key tile's walk, and tail names the tile
+// among the split ones (−1: the block walks the whole tile).
 struct QueryTile;
 struct BackwardWalk {
   int b, hk, n;
@@ -55,8 +59,17 @@ struct BackwardWalk {
   int m_first, m_end, steps;
   int hq_first, hq_end;
   bool falling;
+  int step0 = 0, tail = -1;
   __device__ __forceinline__ QueryTile first() const;
 };
+
+// The backward's costs of a split tail (core/tail_split.h), in steps: a
+// block's own, K and V in and dK and dV out, about 1.5 steps; a part's fp32
+// adds of dK and dV and the last part's read-back about 0.5 more. Walks under
+// 128 steps are not split: there the blocks' ends spread over the last waves,
+// so the last one is not half empty, and splits at 16–64 steps read 0.95–0.99×
+// (d128 and d256, H200; 128 steps 1.01×, 256 steps 1.04×).
+inline constexpr TailCosts kBackwardTailCosts{1.5, 0.5, 1, 128};
 
 // A step of the walk: query head hq, query tile m.
 struct QueryTile {
@@ -69,7 +82,10 @@ struct QueryTile {
 };
 
 __device__ __forceinline__ QueryTile BackwardWalk::first() const {
-  return QueryTile{hq_first, falling ? m_end - 1 : m_first};
+  if (falling) return QueryTile{hq_first, m_end - 1};
+  const int tiles = m_end - m_first;  // > 0 where step0 > 0
+  return step0 == 0 ? QueryTile{hq_first, m_first}
+                    : QueryTile{hq_first + step0 / tiles, m_first + step0 % tiles};
 }
 
 // The block's key tile n and (sequence, kv head). The grid cuts each head's key
@@ -115,15 +131,21 @@ __device__ __forceinline__ QueryTile BackwardWalk::first() const {
 // through HBM: 1.3–2.0× the default's time.)
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int query_tiles,
-                                                      int turn_group, bool adds_from_first) {
+                                                      int turn_group, bool adds_from_first,
+                                                      TailSplit split = {}) {
   const Sizes& s = p.sizes;
+  // The block of the unsplit grid, and which part of it this one is.
+  const bool in_tail = split.parts > 1 && int(blockIdx.x) >= split.first;
+  const int tail = in_tail ? (int(blockIdx.x) - split.first) / split.parts : -1;
+  const int part = in_tail ? (int(blockIdx.x) - split.first) % split.parts : 0;
+  const int grid_block = in_tail ? split.first + tail : int(blockIdx.x);
   const int slices = s.batch * s.heads_kv;
   const int key_tiles = (s.seqlen_k + kBlockN - 1) / kBlockN;
   const int grouped = turn_group > 0 ? turn_group : slices;  // slices per group
   const int chunk = turn_group > 0 ? 1 : p.mask.bounded_above ? min(8, key_tiles) : key_tiles;
-  const int group = int(blockIdx.x) / (grouped * key_tiles);
+  const int group = grid_block / (grouped * key_tiles);
   const int group_slices = min(grouped, slices - group * grouped);
-  const int block = int(blockIdx.x) - group * grouped * key_tiles;
+  const int block = grid_block - group * grouped * key_tiles;
   const int whole_runs = key_tiles / chunk * chunk;  // key tiles in full runs, per head
   int slice, n;
   if (block < whole_runs * group_slices) {
@@ -152,6 +174,12 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   w.steps = (w.m_end - w.m_first) * s.group();
   w.hq_first = w.hk * s.group();
   w.hq_end = w.hq_first + s.group();
+  if (in_tail) {
+    const int begin = w.steps * part / split.parts;
+    w.step0 = begin;
+    w.steps = w.steps * (part + 1) / split.parts - begin;
+    w.tail = tail;
+  }
   return w;
 }
 

@@ -122,18 +122,19 @@ int slices_in_l2(const BwdParams& p, int cols) {
 
 }  // namespace
 
-DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols)
+DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols, size_t extra_bytes)
     : layout_(dq_layout(p, query_tiles, block_m, cols)),
       accum_bytes_(accum_bytes(p, layout_)),
       turn_bytes_(p.grad.deterministic
-                      ? size_t(p.sizes.batch) * p.sizes.heads_q * query_tiles * sizeof(int)
+                      ? (size_t(p.sizes.batch) * p.sizes.heads_q * query_tiles * sizeof(int) + 15) /
+                            16 * 16
                       : 0),
-      scratch_(accum_bytes_ + turn_bytes_, p.device_index, p.stream),
+      scratch_(accum_bytes_ + turn_bytes_ + extra_bytes, p.device_index, p.stream),
       turns_(p.grad.deterministic
                  ? reinterpret_cast<int*>(static_cast<char*>(scratch_.data()) + accum_bytes_)
                  : nullptr),
       turn_group_(slices_in_l2(p, cols)) {
-  FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch_.data(), 0, accum_bytes_ + turn_bytes_,
+  FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch_.data(), 0, accum_bytes_ + turn_bytes_ + extra_bytes,
                                        static_cast<cudaStream_t>(p.stream)));
 }
 

@@ -17,11 +17,14 @@ namespace flashattn::cuda {
 // query tile), else turns() is null. turn_group(): in deterministic mode, how
 // many (sequence, kv head) slices the grid runs side by side (their key tiles
 // interleaved, common/backward_walk.cuh), as many as keep their sums, Q and dO
-// within half of L2 and at least one; 0 in the default mode.
+// within half of L2 and at least one; 0 in the default mode. extra(): another
+// extra_bytes of zeroed scratch for the kernel's own sums (a split tail's dK
+// and dV, common/backward_walk.cuh), 16-byte aligned.
 class DqSums {
  public:
-  DqSums(const BwdParams& p, int query_tiles, int block_m, int cols);
+  DqSums(const BwdParams& p, int query_tiles, int block_m, int cols, size_t extra_bytes = 0);
   float* accum() const { return static_cast<float*>(scratch_.data()); }
+  void* extra() const { return static_cast<char*>(scratch_.data()) + accum_bytes_ + turn_bytes_; }
   int* turns() const { return turns_; }
   int turn_group() const { return turn_group_; }
   int rows_padded() const { return int(layout_.head_rows); }

@@ -80,6 +80,9 @@ struct BackwardKernelParams {
   int turn_group;         // deterministic mode's slices side by side (DqSums); else 0
   bool adds_from_first;   // deterministic mode's order (common/backward_walk.cuh)
   DqLayout dq_layout;     // where a (sequence, q head)'s sums start in dq_accum (packed)
+  TailSplit tail;         // the grid's split last key tiles (core/tail_split.h)
+  float* tail_sums;       // theirs, zeroed: per tile dK's then dV's kBlockN × kHeadDim fp32
+  int* tail_counts;       // per split tile, its parts done; zeroed
 };
 
 // The block's sequence of a packed batch, kept in shared memory by the first
@@ -313,6 +316,61 @@ __device__ __forceinline__ void issue_kmajor(float (&acc)[N / 2], uint64_t a, in
     Wgmma<T, N>::ss(acc, advance(a, (kk / 4) * a_rows * 128 + step),
                     advance(b, (kk / 4) * b_rows * 128 + step), kk > 0);
   }
+}
+
+// A part of a split tile (common/backward_walk.cuh, TailSplit): its dV and
+// scale·dK added into the tile's fp32 sums from the accumulators (a 8-byte
+// reduction per pair of columns); the consumers then count the part done, and
+// the last part to finish reads the sums back from L2 and writes dK and dV,
+// each thread its own fragment's elements.
+template <typename T, class Tr, int kDKValues, int kDVValues>
+__device__ __forceinline__ void finish_tail_part(const BackwardKernelParams& kp,
+                                                 const BackwardWalk& w, const float (&dk)[kDKValues],
+                                                 const float (&dv)[kDVValues], int key_row,
+                                                 int kv_col0, int v_col0, float dv_scale) {
+  constexpr int kD = Tr::kHeadDim, kBlockN = Tr::kBlockN;
+  const BwdParams& p = kp.p;
+  const Sizes& s = p.sizes;
+  const int t = threadIdx.x % 4;
+  float* dk_sums = kp.tail_sums + int64_t(w.tail) * 2 * kBlockN * kD;
+  float* dv_sums = dk_sums + kBlockN * kD;
+  // Element 4j + 2h + e of an accumulator of n values: key row key_row + 8h,
+  // column col0 + 8j + 2t + e.
+  const auto add = [&](float* sums, const auto& acc, int col0, int n, float scale) {
+#pragma unroll
+    for (int j = 0; j < n / 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        atomicAdd(reinterpret_cast<float2*>(sums + (key_row + 8 * h) * kD + col0 + 8 * j + 2 * t),
+                  make_float2(acc[4 * j + 2 * h] * scale, acc[4 * j + 2 * h + 1] * scale));
+  };
+  add(dv_sums, dv, v_col0, kDVValues, dv_scale);
+  add(dk_sums, dk, kv_col0, kDKValues, p.softmax.scale);
+  // One thread counts the part once every consumer thread's adds are
+  // performed (each fenced, then the barrier), and the barrier's reduction
+  // tells all whether it was the last.
+  __threadfence();
+  named_barrier_sync(kKVDone, 256);
+  const bool counts = threadIdx.x == 128;
+  const bool last = named_barrier_any(
+      kKVDone, 256, counts && atomicAdd(kp.tail_counts + w.tail, 1) == kp.tail.parts - 1);
+  if (!last) return;
+  __threadfence();
+  const auto store = [&](const TensorRef& grad, const float* sums, int col0, int n, int width) {
+#pragma unroll
+    for (int j = 0; j < n / 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = w.key0 + key_row + 8 * h, col = col0 + 8 * j + 2 * t;
+        if (key >= s.seqlen_k || col >= width) continue;
+        const float2 x = __ldcg(reinterpret_cast<const float2*>(sums + (key_row + 8 * h) * kD + col));
+        const int64_t at = int64_t(w.b) * grad.batch_stride + int64_t(w.hk) * grad.head_stride +
+                           int64_t(key) * grad.row_stride + col;
+        *reinterpret_cast<uint32_t*>(static_cast<T*>(grad.data) + at) = pack_pair<T>(x.x, x.y);
+      }
+  };
+  store(p.grad.dv, dv_sums, v_col0, kDVValues, s.head_dim_v);
+  store(p.grad.dk, dk_sums, kv_col0, kDKValues, s.head_dim);
 }
 
 // kDQFirst: this step's dQ share is issued before dV's and dK's products (after
@@ -672,11 +730,24 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
     }
   }
 
+  const float dv_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;  // dropout's
+  // A part of a split tile: dK and dV added in fp32, the last part writes
+  // them. Not in packed or dropout kernels (launch_backward splits none there;
+  // the branch made the d64 dropout kernel spill 84 bytes).
+  if constexpr (!kPacked && !Variant::kDropout) {
+    if (w.tail >= 0) {
+      if constexpr (kDQHandedLate) {
+        fence_shared_to_async();
+        named_barrier_arrive(kDQFull + Tr::dq_buffer(w.steps - 1), Tr::kDQMeeting);
+      }
+      finish_tail_part<T, Tr>(kp, w, dk, dv, key_row, kv_col0, v_col0, dv_scale);
+      return;
+    }
+  }
   // dV and scale·dK into V's and K's tiles (this warpgroup's keys and
   // columns), once the other warpgroup's products are done with K; then out by
   // TMA, the panels that hold columns below head_dim (dK) and head_dim_v (dV).
   named_barrier_sync(kKVDone, 256);
-  const float dv_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;  // dropout's
 #pragma unroll
   for (int j = 0; j < kVCols / 8; ++j)
 #pragma unroll
@@ -771,7 +842,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   __syncthreads();
   const BackwardWalk w =
       backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turn_group,
-                                              kp.adds_from_first);
+                                              kp.adds_from_first, kp.tail);
   // Packed, the block's sequence in shared memory; dense batches have none.
   const BlockSequence* block = nullptr;
   if constexpr (kPacked) {

@@ -1,5 +1,6 @@
 // The launch of one instantiation of the Hopper backward: the fp32 dQ sums
-// (and, in deterministic mode, the turn counters) in scratch memory, zeroed;
+// (and, in deterministic mode, the turn counters; with a split tail, its dK
+// and dV sums and counters) in scratch memory, zeroed;
 // TMA descriptors; the key-tile kernel over the grid of common/backward_walk.cuh;
 // then write_dq.
 #pragma once
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "cuda/common/check.h"
 #include "cuda/common/dq_output.h"
+#include "cuda/device.h"
 #include "cuda/sm90/backward.h"
 #include "cuda/sm90/backward_kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -30,8 +32,20 @@ void launch_backward(const BwdParams& p) {
   const int key_tiles = (s.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
   const int64_t blocks = int64_t(key_tiles) * s.batch * s.heads_kv;
   if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: shape too large for cuda_wgmma's grid");
+  // The last wave's key tiles split by steps (core/tail_split.h), where
+  // every walk has the same steps (no mask ends, a dense batch), dQ's adds take
+  // no turns and there is no dropout (the kernel's own rule); past 2^30 blocks,
+  // where it would be a few blocks in many waves, not at all.
+  TailSplit tail;
+  if (!kPacked && !Variant::kDropout && !p.grad.deterministic && !p.mask.bounded_above &&
+      !p.mask.bounded_below && blocks < (int64_t(1) << 30))
+    tail = tail_split(blocks, multiprocessors(p.device_index), query_tiles * s.group(),
+                      kBackwardTailCosts);
+  const int64_t tail_tiles = tail.parts > 1 ? blocks - tail.first : 0;
+  const size_t tail_sum_bytes = size_t(tail_tiles) * 2 * Tr::kBlockN * kHeadDim * sizeof(float);
 
-  const DqSums sums(p, query_tiles, Tr::kBlockM, Tr::kDQWidth);
+  const DqSums sums(p, query_tiles, Tr::kBlockM, Tr::kDQWidth,
+                    tail_sum_bytes + size_t(tail_tiles) * sizeof(int));
 
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   // q, k and dk of head_dim columns, v, dout and dv of head_dim_v: TMA fills
@@ -53,6 +67,9 @@ void launch_backward(const BwdParams& p) {
   kp.dq_layout = sums.layout();
   kp.turns = sums.turns();
   kp.turn_group = sums.turn_group();
+  kp.tail = tail;
+  kp.tail_sums = static_cast<float*>(sums.extra());
+  kp.tail_counts = reinterpret_cast<int*>(static_cast<char*>(sums.extra()) + tail_sum_bytes);
   // Deterministic mode's dQ adds from the first key tile up at d128, where
   // the adds from the last down left a causal slice's longest walks last
   // (v12: 1.12–1.14× the default's time, against 1.00–1.10× in the order from
@@ -64,7 +81,8 @@ void launch_backward(const BwdParams& p) {
   const auto kernel = backward_kernel<T, Tr, Variant, kPacked>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
-  kernel<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
+  const int64_t grid = blocks + tail_tiles * (tail.parts - 1);
+  kernel<<<unsigned(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
   check_launch("cuda_wgmma backward_kernel");
   write_dq(p, sums.accum(), sums.layout());
 }

@@ -171,7 +171,7 @@ template <class Tr>
 void split_tail(const AttnParams& p, KernelParams& kp, std::optional<Scratch>& scratch) {
   if (kp.mask.bounded_above || kp.mask.bounded_below) return;
   const int key_blocks = (p.sizes.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-  kp.tail = tail_split(kp.tiles, multiprocessors(p.device_index), key_blocks);
+  kp.tail = tail_split(kp.tiles, multiprocessors(p.device_index), key_blocks, kForwardTailCosts);
   if (kp.tail.parts == 1) return;
   const size_t count_bytes = size_t(kp.tiles - kp.tail.first) * Tr::kConsumers * sizeof(int);
   const size_t results_offset = (count_bytes + 255) / 256 * 256;

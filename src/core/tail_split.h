@@ -12,13 +12,31 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace flashattn {
+
+// Block `block` of a split grid: the unsplit grid's block it stands for, its
+// place among the split tiles (−1: a whole tile) and which part it is.
+struct TailBlock {
+  int block, tail, part;
+};
 
 struct TailSplit {
   int first = 0;  // tiles before it run whole; from it on, `parts` blocks each
   int parts = 1;  // 1: no split
   // The grid's blocks for `tiles` tiles.
   int64_t blocks(int64_t tiles) const { return first + (tiles - first) * parts; }
+  FLASHATTN_HOST_DEVICE TailBlock at(int block) const {
+    if (parts == 1 || block < first) return {block, -1, 0};
+    const int tail = (block - first) / parts;
+    return {first + tail, tail, block - first - tail * parts};
+  }
+  // Where part `part`'s share of a tile's `units` units begins (part `parts`:
+  // the end); the shares differ by at most one unit.
+  FLASHATTN_HOST_DEVICE int share_begin(int units, int part) const {
+    return int(int64_t(units) * part / parts);
+  }
 };
 
 inline constexpr int kMaxTailParts = 16;

@@ -211,6 +211,18 @@ TEST(TailSplit, SplitsAHalfEmptyLastWave) {
   EXPECT_EQ(tail_split(140, 132, 7, kForwardTailCosts).parts, 1);
   EXPECT_EQ(tail_split(131, 132, 64, kForwardTailCosts).parts, 1);
   EXPECT_EQ(tail_split(131, 132, 64, kForwardTailCosts).blocks(131), 131);
+  // Block 396 + 3·5 + 2 is part 2 of split tile 5, which stands for tile 401;
+  // the shares of 32 key blocks in thirds are 10, 11 and 11, end to end.
+  const TailBlock cut = sdxl.at(396 + 3 * 5 + 2);
+  EXPECT_EQ(cut.block, 401);
+  EXPECT_EQ(cut.tail, 5);
+  EXPECT_EQ(cut.part, 2);
+  EXPECT_EQ(sdxl.at(395).tail, -1);
+  EXPECT_EQ(sdxl.at(395).block, 395);
+  EXPECT_EQ(sdxl.share_begin(32, 0), 0);
+  EXPECT_EQ(sdxl.share_begin(32, 1), 10);
+  EXPECT_EQ(sdxl.share_begin(32, 2), 21);
+  EXPECT_EQ(sdxl.share_begin(32, 3), 32);
   // A tile below the fewest units to split (the backward's 128 steps here).
   const TailCosts steps{1.5, 0.5, 1, 128};
   EXPECT_EQ(tail_split(2048, 132, 64, steps).parts, 1);

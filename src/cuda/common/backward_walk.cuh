@@ -135,10 +135,8 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
                                                       TailSplit split = {}) {
   const Sizes& s = p.sizes;
   // The block of the unsplit grid, and which part of it this one is.
-  const bool in_tail = split.parts > 1 && int(blockIdx.x) >= split.first;
-  const int tail = in_tail ? (int(blockIdx.x) - split.first) / split.parts : -1;
-  const int part = in_tail ? (int(blockIdx.x) - split.first) % split.parts : 0;
-  const int grid_block = in_tail ? split.first + tail : int(blockIdx.x);
+  const TailBlock cut = split.at(int(blockIdx.x));
+  const int grid_block = cut.block;
   const int slices = s.batch * s.heads_kv;
   const int key_tiles = (s.seqlen_k + kBlockN - 1) / kBlockN;
   const int grouped = turn_group > 0 ? turn_group : slices;  // slices per group
@@ -174,11 +172,10 @@ __device__ __forceinline__ BackwardWalk backward_walk(const BwdParams& p, int qu
   w.steps = (w.m_end - w.m_first) * s.group();
   w.hq_first = w.hk * s.group();
   w.hq_end = w.hq_first + s.group();
-  if (in_tail) {
-    const int begin = w.steps * part / split.parts;
-    w.step0 = begin;
-    w.steps = w.steps * (part + 1) / split.parts - begin;
-    w.tail = tail;
+  if (cut.tail >= 0) {
+    w.step0 = split.share_begin(w.steps, cut.part);
+    w.steps = split.share_begin(w.steps, cut.part + 1) - w.step0;
+    w.tail = cut.tail;
   }
   return w;
 }

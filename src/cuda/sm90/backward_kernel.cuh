@@ -318,7 +318,7 @@ __device__ __forceinline__ void issue_kmajor(float (&acc)[N / 2], uint64_t a, in
   }
 }
 
-// A part of a split tile (common/backward_walk.cuh, TailSplit): its dV and
+// A part of a split tile (core/tail_split.h): its dV and
 // scale·dK added into the tile's fp32 sums from the accumulators (a 8-byte
 // reduction per pair of columns); the consumers then count the part done, and
 // the last part to finish reads the sums back from L2 and writes dK and dV,
@@ -346,16 +346,8 @@ __device__ __forceinline__ void finish_tail_part(const BackwardKernelParams& kp,
   };
   add(dv_sums, dv, v_col0, kDVValues, dv_scale);
   add(dk_sums, dk, kv_col0, kDKValues, p.softmax.scale);
-  // One thread counts the part once every consumer thread's adds are
-  // performed (each fenced, then the barrier), and the barrier's reduction
-  // tells all whether it was the last.
-  __threadfence();
-  named_barrier_sync(kKVDone, 256);
-  const bool counts = threadIdx.x == 128;
-  const bool last = named_barrier_any(
-      kKVDone, 256, counts && atomicAdd(kp.tail_counts + w.tail, 1) == kp.tail.parts - 1);
-  if (!last) return;
-  __threadfence();
+  if (!arrive_last(kp.tail_counts + w.tail, kp.tail.parts, kKVDone, 256, threadIdx.x == 128))
+    return;
   const auto store = [&](const TensorRef& grad, const float* sums, int col0, int n, int width) {
 #pragma unroll
     for (int j = 0; j < n / 4; ++j)

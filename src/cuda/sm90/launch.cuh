@@ -11,10 +11,10 @@
 #include <type_traits>
 
 #include "core/mask.h"
+#include "core/tail_split.h"
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/scratch.h"
-#include "core/tail_split.h"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm90/forward.h"
 #include "cuda/sm90/kernel.cuh"

@@ -123,6 +123,21 @@ __device__ __forceinline__ bool named_barrier_any(int id, int threads, bool pred
   return any != 0;
 }
 
+// One arrival of `threads` threads (hardware barrier `id`) counted on
+// `counter` by the thread where `counts` holds, once every thread's earlier
+// global writes are performed (each fenced, then the barrier); returns to all
+// whether it was the `total`-th, the last, whose later reads (after the
+// second fence) then see the other arrivals' writes. The split tails'
+// merges (tail_merge.cuh, backward_kernel.cuh's finish_tail_part).
+__device__ __forceinline__ bool arrive_last(int* counter, int total, int id, int threads,
+                                            bool counts) {
+  __threadfence();
+  named_barrier_sync(id, threads);
+  const bool last = named_barrier_any(id, threads, counts && atomicAdd(counter, 1) == total - 1);
+  if (last) __threadfence();
+  return last;
+}
+
 // Arrives on hardware barrier `id` without waiting for it to complete.
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

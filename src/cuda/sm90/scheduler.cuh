@@ -13,8 +13,8 @@
 #include "core/mask.h"
 #include "core/params.h"
 #include "core/variant.h"
-#include "cuda/common/fast_divisor.h"
 #include "core/tail_split.h"
+#include "cuda/common/fast_divisor.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -162,13 +162,10 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
     const int batch = p.by_m_blocks.divmod(entry, m_block);
     return packed_tile<Tr, kLowerEnds>(p, batch, m_block, head_q, p.by_group.div(head_q));
   }
-  int tail = -1, part = 0;
+  TailBlock split{index, -1, 0};
   if constexpr (kSplitsTail) {
-    if (p.tail.parts > 1 && index >= p.tail.first) {
-      tail = (index - p.tail.first) / p.tail.parts;
-      part = index - p.tail.first - tail * p.tail.parts;
-      index = p.tail.first + tail;
-    }
+    split = p.tail.at(index);
+    index = split.block;
   }
   int bh, m_block;
   if (p.heads_fastest) {
@@ -181,13 +178,13 @@ __device__ __forceinline__ Tile tile_at(const KernelParams& p, int index) {
   const int batch = p.by_heads_q.divmod(bh, head_q), head_kv = p.by_group.div(head_q);
   const int row0 = m_block * Tr::kBlockM - p.row_shift;
   BlockSpan blocks = visible_key_blocks<Tr, kLowerEnds>(p.mask, row0, Tr::kBlockM);
-  if (tail >= 0) {
+  if (split.tail >= 0) {
     const int span = blocks.end - blocks.first;
-    blocks = {blocks.first + span * part / p.tail.parts,
-              blocks.first + span * (part + 1) / p.tail.parts};
+    blocks = {blocks.first + p.tail.share_begin(span, split.part),
+              blocks.first + p.tail.share_begin(span, split.part + 1)};
   }
   return {m_block, batch, head_q, head_kv, row0, blocks.first, blocks.end,
-          0, 0, s.seqlen_q, s.seqlen_k, tail, part};
+          0, 0, s.seqlen_q, s.seqlen_k, split.tail, split.part};
 }
 
 // A block's tiles: one per block (gridDim.x = tiles), or, persistent, round r

@@ -61,17 +61,9 @@ __device__ __forceinline__ void finish_tail_part(const KernelParams& p, const Ti
     own[128 * k] = make_float4(merged[4 * k], merged[4 * k + 1], merged[4 * k + 2],
                                merged[4 * k + 3]);
   own[128 * kChunks] = make_float4(m[0], m[1], l[0], l[1]);
-  // One thread counts the part once every thread's writes are performed (each
-  // fenced, then the barrier); the barrier's reduction tells all whether it
-  // was the last, whose fence then orders its reads after the others' writes.
-  __threadfence();
-  const int barrier = kEpilogueBarrier + warpgroup;
-  named_barrier_sync(barrier, 128);
-  const bool counts = int(threadIdx.x) % 128 == 0;
-  int* arrivals = p.part_arrivals + t.tail * Tr::kConsumers + warpgroup;
-  if (!named_barrier_any(barrier, 128, counts && atomicAdd(arrivals, 1) == p.tail.parts - 1))
+  if (!arrive_last(p.part_arrivals + t.tail * Tr::kConsumers + warpgroup, p.tail.parts,
+                   kEpilogueBarrier + warpgroup, 128, int(threadIdx.x) % 128 == 0))
     return;
-  __threadfence();
   const float c = p.scale_log2;
   for (int part = 0; part < p.tail.parts; ++part) {
     if (part == t.part) continue;

@@ -367,7 +367,7 @@ __device__ __forceinline__ void finish_tail_part(const BackwardKernelParams& kp,
 
 // kDQFirst: this step's dQ share is issued before dV's and dK's products (after
 // the dSᵀ barrier) and written out once it completes, while they run.
-template <typename T, class Tr, class Variant, bool kPacked, bool kDQFirst>
+template <typename T, class Tr, class Variant, bool kPacked, bool kSplitsTail, bool kDQFirst>
 __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp,
                                                   const BackwardWalk& w, const BlockSequence* block,
                                                   uint8_t* smem, BackwardBarriers<Tr>& bar,
@@ -724,9 +724,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
 
   const float dv_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;  // dropout's
   // A part of a split tile: dK and dV added in fp32, the last part writes
-  // them. Not in packed or dropout kernels (launch_backward splits none there;
-  // the branch made the d64 dropout kernel spill 84 bytes).
-  if constexpr (!kPacked && !Variant::kDropout) {
+  // them. Only in the kernels that split (kSplitsTail).
+  if constexpr (kSplitsTail) {
     if (w.tail >= 0) {
       if constexpr (kDQHandedLate) {
         fence_shared_to_async();
@@ -801,10 +800,16 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
   }
 }
 
-template <typename T, class Tr, class Variant, bool kPacked>
+// kSplitsTail: the grid's last key tiles are split (kp.tail, launch_backward);
+// a kernel of its own, so that the split's code costs the unsplit grids
+// nothing (in one kernel, d64's unsplit points read 0.97–0.99× v18's:
+// cuda_wgmma_backward.md, v19).
+template <typename T, class Tr, class Variant, bool kPacked, bool kSplitsTail = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardKernelParams kp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!kSplitsTail || (!kPacked && std::is_same_v<Variant, NoVariant>),
+                "a split tail: dense batches, plain attention");
   static_assert(Tr::kDQInStage ? Tr::kQStages <= 2 : Tr::kDQStages <= 2,
                 "kDQFull + b stays below kDQFree, kDQFree + b below kKVDone");
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -834,7 +839,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   __syncthreads();
   const BackwardWalk w =
       backward_walk<Tr::kBlockM, Tr::kBlockN>(kp.p, kp.query_tiles, kp.turn_group,
-                                              kp.adds_from_first, kp.tail);
+                                              kp.adds_from_first,
+                                              kSplitsTail ? kp.tail : TailSplit{});
   // Packed, the block's sequence in shared memory; dense batches have none.
   const BlockSequence* block = nullptr;
   if constexpr (kPacked) {
@@ -864,10 +870,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // kernels, holding both consumers' bodies, spilled 32–212 bytes with it.
     // Elsewhere one body serves both.
     if constexpr (!Tr::kSplitsColumns && (Tr::kBlockM == 64 || std::is_same_v<Variant, NoVariant>)) {
-      if (warpgroup == 1) backward_consumer<T, Tr, Variant, kPacked, false>(kp, w, block, smem, bar, 0);
-      else backward_consumer<T, Tr, Variant, kPacked, true>(kp, w, block, smem, bar, 1);
+      if (warpgroup == 1) backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, false>(kp, w, block, smem, bar, 0);
+      else backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, true>(kp, w, block, smem, bar, 1);
     } else {
-      backward_consumer<T, Tr, Variant, kPacked, false>(kp, w, block, smem, bar, warpgroup - 1);
+      backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, false>(kp, w, block, smem, bar, warpgroup - 1);
     }
   }
 #endif

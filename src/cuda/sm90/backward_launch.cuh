@@ -34,11 +34,12 @@ void launch_backward(const BwdParams& p) {
   if (blocks > 0x7FFFFFFF) fail(Status::unsupported, "k: shape too large for cuda_wgmma's grid");
   // The last wave's key tiles split by steps (core/tail_split.h), where
   // every walk has the same steps (no mask ends, a dense batch), dQ's adds take
-  // no turns and there is no dropout (the kernel's own rule); past 2^30 blocks,
-  // where it would be a few blocks in many waves, not at all.
+  // no turns and the attention is plain (the split kernel's rule); past 2^30
+  // blocks, where it would be a few blocks in many waves, not at all.
+  constexpr bool kCanSplit = !kPacked && std::is_same_v<Variant, NoVariant>;
   TailSplit tail;
-  if (!kPacked && !Variant::kDropout && !p.grad.deterministic && !p.mask.bounded_above &&
-      !p.mask.bounded_below && blocks < (int64_t(1) << 30))
+  if (kCanSplit && !p.grad.deterministic && !p.mask.bounded_above && !p.mask.bounded_below &&
+      blocks < (int64_t(1) << 30))
     tail = tail_split(blocks, multiprocessors(p.device_index), query_tiles * s.group(),
                       kBackwardTailCosts);
   const int64_t tail_tiles = tail.parts > 1 ? blocks - tail.first : 0;
@@ -78,7 +79,8 @@ void launch_backward(const BwdParams& p) {
   // 1.13–1.19× (v16).
   kp.adds_from_first = kp.turns != nullptr && kHeadDim == 128;
 
-  const auto kernel = backward_kernel<T, Tr, Variant, kPacked>;
+  const auto kernel = tail.parts > 1 ? backward_kernel<T, Tr, Variant, kPacked, kCanSplit>
+                                     : backward_kernel<T, Tr, Variant, kPacked>;
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Tr::kSmemBytes));
   const int64_t grid = blocks + tail_tiles * (tail.parts - 1);

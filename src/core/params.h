@@ -85,12 +85,12 @@ struct AttnParams {
 };
 
 // The backward's tensors beside the forward's. D_i = Σ_c dO_ic·O_ic is computed
-// once per row (cuda::run_backward and the CPU backends do it before their key
+// once per row (each CUDA backward and the CPU backends do it before their key
 // loops) into row_dot; every backend then reads it as a constant of the row.
 struct GradParams {
   TensorRef dout, dq, dk, dv;  // dout read; dq, dk, dv written (q's, k's, v's shapes)
   const float* lse = nullptr;  // the forward's, read: contiguous (batch, heads_q, seqlen_q)
-  float* row_dot = nullptr;    // D: contiguous (batch, heads_q, seqlen_q), fp32; set by the driver
+  float* row_dot = nullptr;    // D: (batch, heads_q, seqlen_q) contiguous, fp32; driver's scratch
   bool deterministic = false;  // a fixed order for every sum that crosses blocks
 };
 

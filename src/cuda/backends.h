@@ -57,9 +57,9 @@ std::string wgmma_unsupported(const AttnParams& p);
 void wgmma_forward(const AttnParams& p);
 
 // Backward entry points: validated BwdParams with batch, seqlen_q and seqlen_k
-// all >= 1 and grad.row_dot filled; any finite scale (no changed q: the
-// backward kernels take P from lse and never form a running max). Run under
-// run_backward (below).
+// all >= 1 and grad.row_dot's scratch, which each fills first
+// (common/row_dot.h); any finite scale (no changed q: the backward kernels
+// take P from lse and never form a running max). Run under run_backward (below).
 void tiled_backward(const BwdParams& p);
 // cuda_mma's backward (mma.sync, FlashAttention-2's schedule): f16/bf16, head_dim
 // up to kMmaBackwardMaxHeadDim.
@@ -83,9 +83,9 @@ void append_to_cache(const AttnParams& p);
 // before it. Only when p has query rows: else the forward does not run.
 bool forward_appends(void (*forward)(const AttnParams&), const AttnParams& p);
 
-// Runs `backward` on p with p's device current: D = rowsum(dO∘O) into scratch
-// first; a problem without query rows or without keys by writing zeros (dk and
-// dv, or dq) without the backend's kernels.
+// Runs `backward` on p with p's device current, with scratch for D =
+// rowsum(dO∘O); a problem without query rows or without keys by writing zeros
+// (dk and dv, or dq) without the backend's kernels.
 void run_backward(void (*backward)(const BwdParams&), const BwdParams& p);
 
 // Runs `forward` (one of the entry points above) on p with p's device current:

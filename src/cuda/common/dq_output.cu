@@ -12,6 +12,7 @@
 #include "cuda/common/element.cuh"
 #include "cuda/common/dq_accum.cuh"
 #include "cuda/common/dq_output.h"
+#include "cuda/common/row_dot.h"
 #include "cuda/device.h"
 
 namespace flashattn::cuda {
@@ -134,8 +135,7 @@ DqSums::DqSums(const BwdParams& p, int query_tiles, int block_m, int cols, size_
                  ? reinterpret_cast<int*>(static_cast<char*>(scratch_.data()) + accum_bytes_)
                  : nullptr),
       turn_group_(slices_in_l2(p, cols)) {
-  FLASHATTN_CUDA_CHECK(cudaMemsetAsync(scratch_.data(), 0, accum_bytes_ + turn_bytes_ + extra_bytes,
-                                       static_cast<cudaStream_t>(p.stream)));
+  launch_row_dot(p, scratch_.data(), accum_bytes_ + turn_bytes_ + extra_bytes);
 }
 
 void write_dq(const BwdParams& p, const float* accum, const DqLayout& layout) {

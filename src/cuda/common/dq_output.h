@@ -11,7 +11,9 @@
 
 namespace flashattn::cuda {
 
-// One call's sums, zeroed on p's stream, in dq_accum.cuh's layout (layout()):
+// One call's sums, zeroed on p's stream by the D pass (row_dot.h: the
+// constructor runs it, so a backend that takes DqSums computes D there), in
+// dq_accum.cuh's layout (layout()):
 // dense, per (batch, q head), rows_padded() = query_tiles · block_m rows of
 // cols floats; in deterministic mode also a turn counter per (sequence, q head,
 // query tile), else turns() is null. turn_group(): in deterministic mode, how

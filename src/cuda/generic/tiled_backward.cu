@@ -27,6 +27,7 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/row_dot.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -266,6 +267,7 @@ void launch(const BwdParams& p) {
 }  // namespace
 
 void tiled_backward(const BwdParams& p) {
+  launch_row_dot(p);
   with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) { launch<decltype(variant)>(p); });
 }
 

@@ -8,11 +8,10 @@
 // backend's kernels. Unlike the forward, no scale needs a changed q: the backward takes P
 // from the forward's lse (P = e^(scale·s − lse)) and keeps no running max.
 // Prefix sums the host did not check are checked first (common/packed_check.h).
-#include <algorithm>
-
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/grid_stride.h"
 #include "cuda/common/packed_check.h"
 #include "cuda/common/scratch.h"
 
@@ -20,11 +19,6 @@ namespace flashattn::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n, int per_block) {
-  constexpr int64_t kMaxBlocks = int64_t(1) << 20;
-  return unsigned(std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks));
-}
 
 // t = 0 over (batch, rows, heads, head_dim).
 template <typename T>
@@ -45,7 +39,7 @@ template <typename T>
 void zero(const TensorRef& t, int batch, int rows, int heads, int head_dim, cudaStream_t stream) {
   const int64_t n = int64_t(batch) * rows * heads * head_dim;
   if (n == 0) return;
-  zero_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(t, batch, rows, heads, head_dim);
+  zero_kernel<T><<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(t, batch, rows, heads, head_dim);
   check_launch("zero_kernel");
 }
 

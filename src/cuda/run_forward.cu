@@ -7,12 +7,12 @@
 // −scale, and scale = 0 as q·0 with scale 1: the same scores, NaN included
 // (q·0 is NaN where q is not finite, and 0·k is NaN where k is not). Prefix
 // sums the host did not check are checked first (common/packed_check.h).
-#include <algorithm>
 #include <cmath>
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/grid_stride.h"
 #include "cuda/common/packed_check.h"
 #include "cuda/common/scratch.h"
 
@@ -20,12 +20,6 @@ namespace flashattn::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over n elements.
-unsigned grid_for(int64_t n) {
-  constexpr int64_t kMaxBlocks = int64_t(1) << 20;
-  return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
 
 // Every row sees no key: out = 0 over (batch, seqlen_q, heads_q, head_dim_v), lse = −inf;
 // over the tensors' own sizes (a packed batch's lse follows them too).
@@ -68,7 +62,7 @@ void attend(void (*forward)(const AttnParams&), const AttnParams& p) {
   if (p.sizes.seqlen_k == 0) {
     with_element_type(p.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      fill_empty_rows_kernel<T><<<grid_for(int64_t(s.batch) * s.heads_q * s.seqlen_q * s.head_dim_v),
+      fill_empty_rows_kernel<T><<<grid_stride_blocks(int64_t(s.batch) * s.heads_q * s.seqlen_q * s.head_dim_v, kThreads),
                                   kThreads, 0, stream>>>(p);
     });
     check_launch("fill_empty_rows_kernel");
@@ -88,7 +82,7 @@ void attend(void (*forward)(const AttnParams&), const AttnParams& p) {
   changed.softmax.scale_log2 = changed.softmax.scale * kLog2e;
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scale_q_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(p, static_cast<T*>(changed_q.data()),
+    scale_q_kernel<T><<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(p, static_cast<T*>(changed_q.data()),
                                                           factor);
   });
   check_launch("scale_q_kernel");

@@ -3,6 +3,11 @@
 // combining them by shuffles, so that even a few rows of wide heads spread over
 // the whole GPU and a merge of many splits waits on few loads in turn (one
 // thread walking every split waited on each: 6–14 µs for 16–128 splits).
+// On sm_90 the merge is a programmatic dependent launch: its blocks are
+// scheduled once every block of the kernel before it has started (or said so,
+// griddepcontrol.launch_dependents) and wait in griddepcontrol.wait until that
+// kernel has finished and its writes are visible, so the launch's latency
+// passes under the splits' work instead of after it.
 #include <cmath>
 
 #include "core/softmax.h"
@@ -10,6 +15,7 @@
 #include "cuda/common/combine.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
+#include "cuda/device.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -36,6 +42,9 @@ __device__ __forceinline__ float group_sum(float x) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     merge_kernel(const AttnParams p, const KeySplit split, bool vec4) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the splits' partials
+#endif
   const Sizes& s = p.sizes;
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
   const int groups = (s.head_dim_v + 3) / 4;
@@ -98,10 +107,18 @@ void merge_key_splits(const AttnParams& p, const KeySplit& split) {
       int64_t(s.batch) * s.heads_q * s.seqlen_q * ((s.head_dim_v + 3) / 4) * kSplitLanes;
   const bool vec4 = s.head_dim_v % 4 == 0 &&
                     (p.dtype != DType::f32 || rows_16b_aligned(p.o, sizeof(float)));
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned((threads + kThreads - 1) / kThreads));
+  config.blockDim = dim3(kThreads);
+  config.stream = static_cast<cudaStream_t>(p.stream);
+  config.attrs = &early;
+  config.numAttrs = compute_capability(p.device_index) >= 90 ? 1 : 0;
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    merge_kernel<T><<<unsigned((threads + kThreads - 1) / kThreads), kThreads, 0,
-                      static_cast<cudaStream_t>(p.stream)>>>(p, split, vec4);
+    FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T>, p, split, vec4));
   });
   check_launch("merge_kernel");
 }

@@ -36,6 +36,12 @@ __device__ __forceinline__ void cp_async_16_or_zeros(uint32_t smem, const void* 
       "l"(gmem), "r"(int(zeros)));
 }
 
+// A whole 16-byte chunk to a shared-memory address: no predicate, for copies
+// known to lie inside their tensor.
+__device__ __forceinline__ void cp_async_16_whole(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
+}
+
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   cp_async_16_partial(smem, gmem, valid ? 16 : 0);
 }

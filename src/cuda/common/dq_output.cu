@@ -10,6 +10,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
+#include "cuda/common/grid_stride.h"
 #include "cuda/common/dq_accum.cuh"
 #include "cuda/common/dq_output.h"
 #include "cuda/common/row_dot.h"
@@ -142,7 +143,7 @@ void write_dq(const BwdParams& p, const float* accum, const DqLayout& layout) {
   const Sizes s = storage_sizes(p);
   const int64_t slots = layout.packed ? s.seqlen_q : (int64_t(s.seqlen_q) + 15) / 16 * 8;
   const int64_t total = int64_t(s.batch) * slots * s.heads_q * ((s.head_dim + 7) / 8);
-  const unsigned blocks = unsigned(std::min<int64_t>((total + kThreads - 1) / kThreads, 1 << 20));
+  const unsigned blocks = grid_stride_blocks(total, kThreads);
   const bool vec16 = rows_16b_aligned(p.grad.dq, 2);
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -1,13 +1,13 @@
 // The backward's D pass (row_dot.h), with the zeroing of a scratch range beside it.
 #include "cuda/common/row_dot.h"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
 #include "cuda/common/fast_divisor.h"
+#include "cuda/common/grid_stride.h"
 #include "cuda/common/lanes.cuh"
 
 namespace flashattn::cuda {
@@ -15,11 +15,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-
-unsigned blocks_for(int64_t n, int per_block) {
-  constexpr int64_t kMaxBlocks = int64_t(1) << 20;
-  return unsigned(std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks));
-}
 
 // This thread's share of [begin, begin + bytes) = 0, over the whole grid: a
 // 16-byte store a step (begin 16-byte aligned), the last bytes % 16 a byte
@@ -113,14 +108,14 @@ void launch(const BwdParams& p, float* row_dot, void* zeroed, size_t zeroed_byte
   const bool chunked = rows < (int64_t(1) << 30) && s.head_dim_v % kPerChunk == 0 &&
                        rows_16b_aligned(p.o, sizeof(T)) && rows_16b_aligned(p.grad.dout, sizeof(T));
   if (!chunked) {
-    row_dot_kernel<T><<<blocks_for(rows, kWarps), kThreads, 0, stream>>>(p, row_dot, zeroed,
+    row_dot_kernel<T><<<grid_stride_blocks(rows, kWarps), kThreads, 0, stream>>>(p, row_dot, zeroed,
                                                                       zeroed_bytes);
     return;
   }
   const int chunks = s.head_dim_v / kPerChunk;
   int lanes = 1;
   while (lanes < chunks && lanes < 32) lanes *= 2;
-  row_dot_chunks_kernel<T><<<blocks_for(rows, kThreads / lanes), kThreads, 0, stream>>>(
+  row_dot_chunks_kernel<T><<<grid_stride_blocks(rows, kThreads / lanes), kThreads, 0, stream>>>(
       p, row_dot, lanes, FastDivisor(s.heads_q), FastDivisor(s.seqlen_q), zeroed, zeroed_bytes);
 }
 

@@ -235,6 +235,18 @@ struct KeyBlockLoader {
     if (!c.paged()) {
       const uint16_t* k_row = k_head + key0 * p.k.row_stride;
       const uint16_t* v_row = v_head + key0 * p.v.row_stride;
+      if (in_head && (n + 1) * kBlockN <= seqlen_k) {
+        // Every row of the block is a key, every chunk inside head_dim: the
+        // copies without the per-row test and source selection (most blocks).
+#pragma unroll
+        for (int pass = 0; pass < kPasses; ++pass) {
+          cp_async_16_whole(k_tile + dst(pass), k_row);
+          cp_async_16_whole(k_tile + Tile::kBytes + dst(pass), v_row);
+          k_row += kRowsPerPass * p.k.row_stride;
+          v_row += kRowsPerPass * p.v.row_stride;
+        }
+        return;
+      }
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
         const bool zeros = !in_head || key0 + pass * kRowsPerPass >= seqlen_k;
@@ -404,6 +416,11 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   const Sizes& s = p.sizes;
   const int group = s.group();
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The merge kernel (combine.cu) may be scheduled from here on: it waits for
+  // this grid's end itself.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   __shared__ DecodeBlock blk;
   if (threadIdx.x == 0) blk = decode_block(p, row_tiles, split.count);
   __syncthreads();
@@ -433,6 +450,7 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     load_rows<KVTile>(k_tile + KVTile::kBytes, keys, s.head_dim, vec16,
                       [&](int r) { return v + key_offset(p, p.v, blk.b, blk.seq, key0 + r); });
   };
+  cp_async_commit();  // Q's copies, a group of their own
 #pragma unroll
   for (int st = 0; st < Shape::kStages - 1; ++st) {
     if (st < n_count) load_stage(st, blk.n_first + st);
@@ -454,6 +472,18 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
                               blk.mask.alignment);
   }
 
+  // Q's A fragments: held in registers through the key loop where they fit
+  // beside the accumulators (d ≤ 128), else read from shared memory per block.
+  constexpr bool kQInRegisters = kD <= 128;
+  uint32_t q_frag[kQInRegisters ? kD / 16 : 1][4];
+  const auto q_lane = QTile::lane(smem_address(q_tile), lane % 16, lane / 16);
+  if constexpr (kQInRegisters) {
+    cp_async_wait<Shape::kStages - 1>();  // Q's group
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) ldmatrix_x4(q_frag[kk], QTile::address(q_lane, 0, kk));
+  }
+
   float acc[1][kOT][4] = {};
   float row_max[1][2] = {{-INFINITY, -INFINITY}};
   sm80::RowSums<1> row_sum{};
@@ -471,14 +501,18 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     const uint32_t v_tile = k_tile + KVTile::kBytes;
     float sc[1][2][4] = {};
     {
-      const auto q_lane = QTile::lane(smem_address(q_tile), lane % 16, lane / 16);
       const auto k_lane = KVTile::lane(k_tile, 8 * (lane / 16) + lane % 8, (lane / 8) % 2);
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        uint32_t a[4], b[4];
-        ldmatrix_x4(a, QTile::address(q_lane, 0, kk));
+        uint32_t b[4];
         ldmatrix_x4(b, KVTile::address(k_lane, kWarpKeys * warp, kk));
-        mma_two_tiles<T>(sc[0][0], sc[0][1], a, b);
+        if constexpr (kQInRegisters) {
+          mma_two_tiles<T>(sc[0][0], sc[0][1], q_frag[kk], b);
+        } else {
+          uint32_t a[4];
+          ldmatrix_x4(a, QTile::address(q_lane, 0, kk));
+          mma_two_tiles<T>(sc[0][0], sc[0][1], a, b);
+        }
       }
     }
     // The variant on every score; the mask where some row's range ends inside

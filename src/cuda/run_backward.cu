@@ -39,7 +39,8 @@ template <typename T>
 void zero(const TensorRef& t, int batch, int rows, int heads, int head_dim, cudaStream_t stream) {
   const int64_t n = int64_t(batch) * rows * heads * head_dim;
   if (n == 0) return;
-  zero_kernel<T><<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(t, batch, rows, heads, head_dim);
+  zero_kernel<T><<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(t, batch, rows, heads,
+                                                                          head_dim);
   check_launch("zero_kernel");
 }
 

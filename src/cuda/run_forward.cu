@@ -62,8 +62,9 @@ void attend(void (*forward)(const AttnParams&), const AttnParams& p) {
   if (p.sizes.seqlen_k == 0) {
     with_element_type(p.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      fill_empty_rows_kernel<T><<<grid_stride_blocks(int64_t(s.batch) * s.heads_q * s.seqlen_q * s.head_dim_v, kThreads),
-                                  kThreads, 0, stream>>>(p);
+      const int64_t elements = int64_t(s.batch) * s.heads_q * s.seqlen_q * s.head_dim_v;
+      fill_empty_rows_kernel<T>
+          <<<grid_stride_blocks(elements, kThreads), kThreads, 0, stream>>>(p);
     });
     check_launch("fill_empty_rows_kernel");
     return;
@@ -82,8 +83,8 @@ void attend(void (*forward)(const AttnParams&), const AttnParams& p) {
   changed.softmax.scale_log2 = changed.softmax.scale * kLog2e;
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scale_q_kernel<T><<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(p, static_cast<T*>(changed_q.data()),
-                                                          factor);
+    scale_q_kernel<T><<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(
+        p, static_cast<T*>(changed_q.data()), factor);
   });
   check_launch("scale_q_kernel");
   forward(changed);

@@ -108,8 +108,8 @@ void launch(const BwdParams& p, float* row_dot, void* zeroed, size_t zeroed_byte
   const bool chunked = rows < (int64_t(1) << 30) && s.head_dim_v % kPerChunk == 0 &&
                        rows_16b_aligned(p.o, sizeof(T)) && rows_16b_aligned(p.grad.dout, sizeof(T));
   if (!chunked) {
-    row_dot_kernel<T><<<grid_stride_blocks(rows, kWarps), kThreads, 0, stream>>>(p, row_dot, zeroed,
-                                                                      zeroed_bytes);
+    row_dot_kernel<T><<<grid_stride_blocks(rows, kWarps), kThreads, 0, stream>>>(
+        p, row_dot, zeroed, zeroed_bytes);
     return;
   }
   const int chunks = s.head_dim_v / kPerChunk;

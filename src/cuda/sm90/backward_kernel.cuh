@@ -803,7 +803,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
 // kSplitsTail: the grid's last key tiles are split (kp.tail, launch_backward);
 // a kernel of its own, so that the split's code costs the unsplit grids
 // nothing (in one kernel, d64's unsplit points read 0.97–0.99× v18's:
-// cuda_wgmma_backward.md, v19).
+// cuda_wgmma_backward.md, v19.1).
 template <typename T, class Tr, class Variant, bool kPacked, bool kSplitsTail = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardKernelParams kp) {
@@ -870,10 +870,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // kernels, holding both consumers' bodies, spilled 32–212 bytes with it.
     // Elsewhere one body serves both.
     if constexpr (!Tr::kSplitsColumns && (Tr::kBlockM == 64 || std::is_same_v<Variant, NoVariant>)) {
-      if (warpgroup == 1) backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, false>(kp, w, block, smem, bar, 0);
-      else backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, true>(kp, w, block, smem, bar, 1);
+      if (warpgroup == 1)
+        backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, false>(kp, w, block, smem, bar, 0);
+      else
+        backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, true>(kp, w, block, smem, bar, 1);
     } else {
-      backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, false>(kp, w, block, smem, bar, warpgroup - 1);
+      backward_consumer<T, Tr, Variant, kPacked, kSplitsTail, false>(kp, w, block, smem, bar,
+                                                                     warpgroup - 1);
     }
   }
 #endif

@@ -153,6 +153,10 @@ void launch(const AttnParams& p) {
   const bool vec16 = rows_aligned(p);
   const bool append = vec16 && p.new_keys.rows > 0;
   const auto kernel = decode_kernel<T, Shape, Variant>;
+  const auto divisors = [&](int splits) {
+    return DecodeGrid{FastDivisor(row_tiles), FastDivisor(s.heads_kv), FastDivisor(s.group()),
+                      FastDivisor(splits)};
+  };
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   const auto slots = [&](int splits) {
@@ -168,12 +172,14 @@ void launch(const AttnParams& p) {
     KeySplit split;
     split.count = choice.count;
     split.in_cluster = true;
-    FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, split, row_tiles, vec16, append));
+    FLASHATTN_CUDA_CHECK(
+        cudaLaunchKernelEx(&config, kernel, p, split, divisors(choice.count), vec16, append));
     check_launch("cuda_mma decode_kernel");
     return;
   }
   run_key_splits(p, choice.count, [&](const KeySplit& split) {
-    kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(p, split, row_tiles, vec16, append);
+    kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(p, split, divisors(split.count), vec16,
+                                                          append);
     check_launch("cuda_mma decode_kernel");
   });
 }

@@ -37,6 +37,7 @@
 #include "core/softmax.h"
 #include "cuda/common/combine.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/fast_divisor.h"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "cuda/sm80/softmax.cuh"
@@ -77,6 +78,13 @@ struct DecodeShape {
   };
 };
 
+// The launch's divisors, set on the host: the row tiles of a (sequence, kv
+// head), the kv heads, the GQA group and the key splits. A block's set-up runs
+// before any of its copies is issued, so its divisions are multiply-highs.
+struct DecodeGrid {
+  FastDivisor row_tiles, heads_kv, group, splits;
+};
+
 // This block's rows and keys, computed once by thread 0 into shared memory.
 struct DecodeBlock {
   int b, hk;
@@ -93,21 +101,20 @@ struct DecodeBlock {
 
 // Which of the sequence's key blocks split `split` of `splits` walks: an equal
 // share of [begin, end) in whole blocks.
-__device__ __forceinline__ void split_blocks(int begin, int end, int split, int splits, int& first,
-                                             int& last) {
-  const int per = (end - begin + splits - 1) / splits;
+__device__ __forceinline__ void split_blocks(int begin, int end, int split,
+                                             const FastDivisor& splits, int& first, int& last) {
+  const int per = splits.div(end - begin + int(splits.divisor) - 1);
   first = min(end, begin + split * per);
   last = min(end, first + per);
 }
 
-__device__ __forceinline__ DecodeBlock decode_block(const AttnParams& p, int row_tiles,
-                                                    int splits) {
+__device__ __forceinline__ DecodeBlock decode_block(const AttnParams& p, const DecodeGrid& grid) {
   const Sizes& s = p.sizes;
-  const int tile = int(blockIdx.x % row_tiles);
-  const int bh = int(blockIdx.x / row_tiles);
+  int tile, hk;
+  const int bh = grid.row_tiles.divmod(int(blockIdx.x), tile);
   DecodeBlock blk;
-  blk.b = bh / s.heads_kv;
-  blk.hk = bh % s.heads_kv;
+  blk.b = grid.heads_kv.divmod(bh, hk);
+  blk.hk = hk;
   const int group = s.group();
   blk.row0 = tile * kRows;
   blk.rows = min(kRows, group * s.seqlen_q - blk.row0);
@@ -115,11 +122,11 @@ __device__ __forceinline__ DecodeBlock decode_block(const AttnParams& p, int row
   blk.valid = !c.present() || c.checked || c.fits(c.seqlens[blk.b]);
   blk.seq = blk.valid ? sequence(p, blk.b) : Sequence{0, 0, s.seqlen_q, 0};
   blk.mask = row_mask(p, blk.seq);
-  blk.first_query = blk.row0 / group;
-  blk.last_query = (blk.row0 + blk.rows - 1) / group;
+  blk.first_query = grid.group.div(blk.row0);
+  blk.last_query = grid.group.div(blk.row0 + blk.rows - 1);
   const int begin = blk.mask.key_begin(blk.first_query) / kBlockN;
   const int end = max(begin, (blk.mask.key_end(blk.last_query) + kBlockN - 1) / kBlockN);
-  split_blocks(begin, end, int(blockIdx.y), splits, blk.n_first, blk.n_end);
+  split_blocks(begin, end, int(blockIdx.y), grid.splits, blk.n_first, blk.n_end);
   blk.key_lo = blk.n_first * kBlockN;
   blk.key_hi = min(blk.seq.seqlen_k, blk.n_end * kBlockN);
   blk.unmasked_begin = (blk.mask.key_begin(blk.last_query) + kBlockN - 1) / kBlockN;
@@ -223,21 +230,18 @@ struct KeyBlockLoader {
 
   // Starts the copies of key block n into the K tile at k_tile (a shared
   // address) and the V tile after it; rows past the sequence's keys and
-  // columns past head_dim are zeros.
+  // columns past head_dim are zeros, rows from first_new on come from
+  // p.new_keys.
   __device__ __forceinline__ void load(const AttnParams& p, const DecodeBlock& blk,
                                        uint32_t k_tile, int n) const {
     const KeyCache& c = p.seqs.cache;
     const int key0 = n * kBlockN + row_in;
-    if ((n + 1) * kBlockN > first_new) {
-      load_with_new_keys(p, blk, k_tile, key0);
-      return;
-    }
     if (!c.paged()) {
       const uint16_t* k_row = k_head + key0 * p.k.row_stride;
       const uint16_t* v_row = v_head + key0 * p.v.row_stride;
-      if (in_head && (n + 1) * kBlockN <= seqlen_k) {
-        // Every row of the block is a key, every chunk inside head_dim: the
-        // copies without the per-row test and source selection (most blocks).
+      if (in_head && (n + 1) * kBlockN <= min(seqlen_k, first_new)) {
+        // Every row of the block is a cached key, every chunk inside head_dim:
+        // the copies without the per-row test and source selection (most blocks).
 #pragma unroll
         for (int pass = 0; pass < kPasses; ++pass) {
           cp_async_16_whole(k_tile + dst(pass), k_row);
@@ -249,18 +253,23 @@ struct KeyBlockLoader {
       }
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
-        const bool zeros = !in_head || key0 + pass * kRowsPerPass >= seqlen_k;
-        cp_async_16_or_zeros(k_tile + dst(pass), zeros ? k_base : k_row, zeros);
-        cp_async_16_or_zeros(k_tile + Tile::kBytes + dst(pass), zeros ? v_base : v_row, zeros);
+        const int key = key0 + pass * kRowsPerPass;
+        const bool zeros = !in_head || key >= seqlen_k, cached = key < first_new;
+        const int64_t fresh = key - int64_t(first_new);  // the row of p.new_keys, if not cached
+        const uint16_t* k_src = cached ? k_row : k_new + fresh * p.new_keys.k.row_stride;
+        cp_async_16_or_zeros(k_tile + dst(pass), zeros ? k_base : k_src, zeros);
+        const uint16_t* v_src = cached ? v_row : v_new + fresh * p.new_keys.v.row_stride;
+        cp_async_16_or_zeros(k_tile + Tile::kBytes + dst(pass), zeros ? v_base : v_src, zeros);
         k_row += kRowsPerPass * p.k.row_stride;
         v_row += kRowsPerPass * p.v.row_stride;
       }
       return;
     }
-    // Paged: the page of each row first (a running page and offset, no
+    // Paged: the page of each cached row first (a running page and offset, no
     // division per row), so that the table's loads are in flight together.
     const int32_t* table = c.block_table + int64_t(blk.b) * c.pages_per_sequence;
     int slot = key0 / c.page_size, in_page = key0 - slot * c.page_size;
+    const int cached_end = min(seqlen_k, first_new);
     int32_t page[kPasses];
     int row_in_page[kPasses];
 #pragma unroll
@@ -269,47 +278,38 @@ struct KeyBlockLoader {
         in_page += kRowsPerPass;
         while (in_page >= c.page_size) in_page -= c.page_size, ++slot;
       }
-      const bool valid = in_head && key0 + pass * kRowsPerPass < seqlen_k;
-      page[pass] = valid ? __ldg(table + slot) : -1;
+      page[pass] = in_head && key0 + pass * kRowsPerPass < cached_end ? __ldg(table + slot) : -1;
       row_in_page[pass] = in_page;
+    }
+    if (in_head && (n + 1) * kBlockN <= cached_end) {  // every row a cached key, as above
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int64_t page_at = page[pass];
+        cp_async_16_whole(k_tile + dst(pass),
+                          k_head + page_at * p.k.batch_stride + row_in_page[pass] * p.k.row_stride);
+        cp_async_16_whole(k_tile + Tile::kBytes + dst(pass),
+                          v_head + page_at * p.v.batch_stride + row_in_page[pass] * p.v.row_stride);
+      }
+      return;
     }
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
-      const bool zeros = page[pass] < 0;
-      const int64_t page_at = page[pass];
+      const int key = key0 + pass * kRowsPerPass;
+      const bool zeros = !in_head || key >= seqlen_k;
+      const int64_t page_at = page[pass], fresh = key - int64_t(first_new);
+      // A row in range without a page is one of this call's new keys.
       cp_async_16_or_zeros(
           k_tile + dst(pass),
-          zeros ? k_base : k_head + page_at * p.k.batch_stride + row_in_page[pass] * p.k.row_stride,
+          zeros          ? k_base
+          : page_at >= 0 ? k_head + page_at * p.k.batch_stride + row_in_page[pass] * p.k.row_stride
+                         : k_new + fresh * p.new_keys.k.row_stride,
           zeros);
       cp_async_16_or_zeros(
           k_tile + Tile::kBytes + dst(pass),
-          zeros ? v_base : v_head + page_at * p.v.batch_stride + row_in_page[pass] * p.v.row_stride,
+          zeros          ? v_base
+          : page_at >= 0 ? v_head + page_at * p.v.batch_stride + row_in_page[pass] * p.v.row_stride
+                         : v_new + fresh * p.new_keys.v.row_stride,
           zeros);
-    }
-  }
-
-  // A key block that reaches this call's new keys: row by row, from the cache
-  // (key_offset, core/params.h) or from p.new_keys. At most a block or two a
-  // sequence, so the per-row addressing costs nothing that shows.
-  __device__ void load_with_new_keys(const AttnParams& p, const DecodeBlock& blk, uint32_t k_tile,
-                                     int key0) const {
-#pragma unroll 1
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int key = key0 + pass * kRowsPerPass;
-      const bool zeros = !in_head || key >= seqlen_k;
-      const uint16_t *k_src = k_base, *v_src = v_base;
-      if (!zeros && key >= first_new) {
-        k_src = k_new + (key - first_new) * p.new_keys.k.row_stride;
-        v_src = v_new + (key - first_new) * p.new_keys.v.row_stride;
-      } else if (!zeros) {
-        const int64_t chunk_column = 8 * (int(threadIdx.x) % Tile::kChunks);
-        k_src = k_base + key_offset(p, p.k, blk.b, blk.seq, key) + blk.hk * p.k.head_stride +
-                chunk_column;
-        v_src = v_base + key_offset(p, p.v, blk.b, blk.seq, key) + blk.hk * p.v.head_stride +
-                chunk_column;
-      }
-      cp_async_16_or_zeros(k_tile + dst(pass), k_src, zeros);
-      cp_async_16_or_zeros(k_tile + Tile::kBytes + dst(pass), v_src, zeros);
     }
   }
 };
@@ -351,9 +351,9 @@ struct OutputRow {
 };
 template <typename T>
 __device__ __forceinline__ OutputRow<T> output_row(const AttnParams& p, const DecodeBlock& blk,
-                                                   int r) {
-  const int group = p.sizes.group();
-  const int packed = blk.row0 + r, i = packed / group, hq = blk.hk * group + packed % group;
+                                                   const FastDivisor& group, int r) {
+  int j;
+  const int i = group.divmod(blk.row0 + r, j), hq = blk.hk * int(group.divisor) + j;
   return {static_cast<T*>(p.o.data) + row_offset(p.o, blk.b, i) + hq * p.o.head_stride,
           p.softmax.lse ? p.softmax.lse + stats_row0(p, blk.b, hq, blk.seq) + i : nullptr};
 }
@@ -365,7 +365,8 @@ __device__ __forceinline__ OutputRow<T> output_row(const AttnParams& p, const De
 // block leaves while another may still read its rows.
 template <typename T, int kD>
 __device__ __forceinline__ void merge_in_cluster(const AttnParams& p, const DecodeBlock& blk,
-                                                 int splits, float* split_out, float* split_lse) {
+                                                 const FastDivisor& group, int splits,
+                                                 float* split_out, float* split_lse) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -394,7 +395,7 @@ __device__ __forceinline__ void merge_in_cluster(const AttnParams& p, const Deco
       o = fmaf(weight, out[j], o);
     }
     const FinishedRow<float> merged = finish_row(lse_top, sum, lse_top == -INFINITY);
-    const OutputRow<T> to = output_row<T>(p, blk, r);
+    const OutputRow<T> to = output_row<T>(p, blk, group, r);
     to.out[col] = from_float<T>(merged.out(o));
     if (col == 0 && to.lse) *to.lse = merged.lse;
   }
@@ -404,7 +405,7 @@ __device__ __forceinline__ void merge_in_cluster(const AttnParams& p, const Deco
 
 template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
-    decode_kernel(const AttnParams p, const KeySplit split, int row_tiles, bool vec16,
+    decode_kernel(const AttnParams p, const KeySplit split, const DecodeGrid grid, bool vec16,
                   bool append) {
   constexpr int kD = Shape::kD, kOT = kD / 8;
   using QTile = typename Shape::QTile;
@@ -414,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   char* const q_tile = smem;
   char* const stages = smem + QTile::kBytes;
   const Sizes& s = p.sizes;
-  const int group = s.group();
+  const int group = int(grid.group.divisor);
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The merge kernel (combine.cu) may be scheduled from here on: it waits for
@@ -422,14 +423,15 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
   __shared__ DecodeBlock blk;
-  if (threadIdx.x == 0) blk = decode_block(p, row_tiles, split.count);
+  if (threadIdx.x == 0) blk = decode_block(p, grid);
   __syncthreads();
   const bool valid = blk.valid && pages_in_range(p, blk);
   const int n_count = valid ? blk.n_end - blk.n_first : 0;
 
   // Q: packed row r is query row i = (row0 + r) / group of head hk·group + j.
   const auto q_row = [&](int r) {
-    const int packed = blk.row0 + r, i = packed / group, hq = blk.hk * group + packed % group;
+    int j;
+    const int i = grid.group.divmod(blk.row0 + r, j), hq = blk.hk * group + j;
     return static_cast<const uint16_t*>(p.q.data) + row_offset(p.q, blk.b, i) +
            hq * p.q.head_stride;
   };
@@ -451,12 +453,12 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
                       [&](int r) { return v + key_offset(p, p.v, blk.b, blk.seq, key0 + r); });
   };
   cp_async_commit();  // Q's copies, a group of their own
-#pragma unroll
+#pragma unroll 1
   for (int st = 0; st < Shape::kStages - 1; ++st) {
     if (st < n_count) load_stage(st, blk.n_first + st);
     cp_async_commit();
   }
-  if (append && blk.valid && blockIdx.x % row_tiles == 0 && blockIdx.y == 0)
+  if (append && blk.valid && blockIdx.x % grid.row_tiles.divisor == 0 && blockIdx.y == 0)
     write_new_keys(p, blk);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -466,9 +468,9 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   typename Variant::Score score[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int packed = blk.row0 + g + 8 * h;
-    query[h] = packed / group;
-    score[h] = Variant::score(p.scores, p.softmax.scale, blk.b, blk.hk * group + packed % group,
+    int j;
+    query[h] = grid.group.divmod(blk.row0 + g + 8 * h, j);
+    score[h] = Variant::score(p.scores, p.softmax.scale, blk.b, blk.hk * group + j,
                               blk.mask.alignment);
   }
 
@@ -587,7 +589,8 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
       weight[w] = fast_exp2((warp_max[w * kRows + r] - exponent_max(m)) * c);
       l = fmaf(weight[w], warp_sum[w * kRows + r], l);
     }
-    const int i = (blk.row0 + r) / group;
+    int j;
+    const int i = grid.group.divmod(blk.row0 + r, j);
     const bool empty = !blk.mask.sees_keys_in(i, blk.key_lo, blk.key_hi);
     FinishedRow<float> row = finish_row(m * p.softmax.scale, l, empty);
     if (!valid) row = {false, NAN, NAN};
@@ -599,13 +602,13 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
       partial = split_out + r * kD;
       lse_to = split_lse + r;
     } else if (split.count > 1) {
-      const int hq = blk.hk * group + (blk.row0 + r) % group;
+      const int hq = blk.hk * group + j;
       const int64_t rows_all = int64_t(s.batch) * s.heads_q * s.seqlen_q;
       const int64_t at = int64_t(blockIdx.y) * rows_all + stats_row0(p, blk.b, hq, blk.seq) + i;
       partial = split.out + at * s.head_dim;
       lse_to = split.lse + at;
     } else {
-      to = output_row<T>(p, blk, r);
+      to = output_row<T>(p, blk, grid.group, r);
       lse_to = to.lse;
     }
     // A loop, not unrolled: a block runs this once, so straight code would only
@@ -633,7 +636,8 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     }
     if (col0 == 0 && lse_to) *lse_to = row.lse;
   }
-  if (split.in_cluster) merge_in_cluster<T, kD>(p, blk, split.count, split_out, split_lse);
+  if (split.in_cluster)
+    merge_in_cluster<T, kD>(p, blk, grid.group, split.count, split_out, split_lse);
 }
 
 }  // namespace flashattn::cuda::decode

@@ -70,8 +70,10 @@ def sequence_values(config, seed, b, rows, device="cuda"):
                        device=device, dtype=DTYPES[config.dtype])
 
 
-def build_cache(config, page_size, seed):
-    """(k_cache, v_cache, block_table or None) holding each sequence's values."""
+def build_cache(config, page_size, seed, page_order="random"):
+    """(k_cache, v_cache, block_table or None) holding each sequence's values; the pages a
+    random permutation of the pool, or with page_order "sequential" each sequence's pages
+    consecutive in it (the memory's placement as a variable apart from the paging)."""
     capacity = config.capacity(page_size)
     shape_tail = (config.heads_kv, config.head_dim)
     dtype = DTYPES[config.dtype]
@@ -83,7 +85,10 @@ def build_cache(config, page_size, seed):
         pages_per_sequence = capacity // page_size
         pages = config.batch * pages_per_sequence
         generator = torch.Generator(device="cuda").manual_seed(seed)
-        table = torch.randperm(pages, generator=generator, device="cuda").to(torch.int32)
+        if page_order == "sequential":
+            table = torch.arange(pages, device="cuda", dtype=torch.int32)
+        else:
+            table = torch.randperm(pages, generator=generator, device="cuda").to(torch.int32)
         table = table.view(config.batch, pages_per_sequence)
         k_cache = torch.empty(pages, page_size, *shape_tail, device="cuda", dtype=dtype)
         v_cache = torch.empty_like(k_cache)
@@ -99,10 +104,10 @@ def build_cache(config, page_size, seed):
     return k_cache, v_cache, table
 
 
-def cache_copies(config, page_size, seed, copies):
+def cache_copies(config, page_size, seed, copies, page_order="random"):
     """`copies` caches holding the same values (the first built, the rest its clones), to
     rotate a step's inputs among."""
-    first = build_cache(config, page_size, seed)
+    first = build_cache(config, page_size, seed, page_order)
     return [first] + [tuple(None if t is None else t.clone() for t in first)
                       for _ in range(copies - 1)]
 

@@ -39,11 +39,12 @@ struct SplitChoice {
 // device keeps that many clusters resident (cluster_slots(splits): the blocks
 // that clusters of that many splits keep resident, 0 where it takes none);
 // with more, on the H200, clusters of 4 or more ran slower than the same
-// splits merged by the kernel. One block per SM streams a paged cache slower
-// (B8 × 8k keys in 2 clusters: 1.42× the contiguous time, against 1.04× with
-// 4 splits merged by the kernel; with each block's pages looked up a key
-// block ahead of its copies, 1.66–1.72×): paged caches take no clusters. The
-// cheapest count up to kMaxKeySplits is taken. (Costed by keys per split
+// splits merged by the kernel. Paged caches take clusters where a page holds
+// whole key blocks, whose rows the kernel steps through as a contiguous
+// cache's; with a page lookup per row, one block per SM streamed a paged
+// cache 1.4× slower than a contiguous one (B8 × 8k keys in 2 splits on the
+// H200), so smaller pages take none. The cheapest count up to kMaxKeySplits
+// is taken. (Costed by keys per split
 // alone, B1 × 8k keys took 32 splits and the merge kernel, 27.0 µs on the
 // H200, where 16 in clusters take 23.1.)
 template <typename ClusterSlots>
@@ -52,7 +53,8 @@ SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
   const int key_blocks = std::max(1, (p.sizes.seqlen_k + kBlockN - 1) / kBlockN);
   const int sms = multiprocessors(p.device_index);
   const auto clustered = [&](int splits) {
-    return !p.seqs.cache.paged() && splits > 1 && splits <= kMaxClusterSplits &&
+    const KeyCache& c = p.seqs.cache;
+    return (!c.paged() || c.page_size % kBlockN == 0) && splits > 1 && splits <= kMaxClusterSplits &&
            blocks * splits <= sms && blocks * splits <= cluster_slots(splits);
   };
   const int asked = p.seqs.cache.key_splits;

@@ -228,6 +228,20 @@ struct KeyBlockLoader {
     else return Tile::offset(row_in + pass * kRowsPerPass, int(threadIdx.x) % Tile::kChunks);
   }
 
+  // Starts the copies of a key block whose rows all exist, this thread's chunk
+  // of its first K and V rows at k_row and v_row, the next rows a row stride on.
+  __device__ __forceinline__ void copy_whole_block(const AttnParams& p, uint32_t k_tile,
+                                                   const uint16_t* k_row,
+                                                   const uint16_t* v_row) const {
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      cp_async_16_whole(k_tile + dst(pass), k_row);
+      cp_async_16_whole(k_tile + Tile::kBytes + dst(pass), v_row);
+      k_row += kRowsPerPass * p.k.row_stride;
+      v_row += kRowsPerPass * p.v.row_stride;
+    }
+  }
+
   // Starts the copies of key block n into the K tile at k_tile (a shared
   // address) and the V tile after it; rows past the sequence's keys and
   // columns past head_dim are zeros, rows from first_new on come from
@@ -242,13 +256,7 @@ struct KeyBlockLoader {
       if (in_head && (n + 1) * kBlockN <= min(seqlen_k, first_new)) {
         // Every row of the block is a cached key, every chunk inside head_dim:
         // the copies without the per-row test and source selection (most blocks).
-#pragma unroll
-        for (int pass = 0; pass < kPasses; ++pass) {
-          cp_async_16_whole(k_tile + dst(pass), k_row);
-          cp_async_16_whole(k_tile + Tile::kBytes + dst(pass), v_row);
-          k_row += kRowsPerPass * p.k.row_stride;
-          v_row += kRowsPerPass * p.v.row_stride;
-        }
+        copy_whole_block(p, k_tile, k_row, v_row);
         return;
       }
 #pragma unroll
@@ -265,11 +273,23 @@ struct KeyBlockLoader {
       }
       return;
     }
-    // Paged: the page of each cached row first (a running page and offset, no
-    // division per row), so that the table's loads are in flight together.
     const int32_t* table = c.block_table + int64_t(blk.b) * c.pages_per_sequence;
-    int slot = key0 / c.page_size, in_page = key0 - slot * c.page_size;
     const int cached_end = min(seqlen_k, first_new);
+    if (c.page_size % kBlockN == 0 && in_head && (n + 1) * kBlockN <= cached_end) {
+      // Pages of whole key blocks: the block lies in one page, found by one
+      // table load, and its rows step as a contiguous cache's do. A block alone
+      // on its SM has no other warps to hide a per-row page lookup behind.
+      const int blocks_per_page = c.page_size / kBlockN;
+      const int slot = n / blocks_per_page;
+      const int row = (n - slot * blocks_per_page) * kBlockN + row_in;
+      const int64_t page_at = __ldg(table + slot);
+      copy_whole_block(p, k_tile, k_head + page_at * p.k.batch_stride + row * p.k.row_stride,
+                       v_head + page_at * p.v.batch_stride + row * p.v.row_stride);
+      return;
+    }
+    // Other paged blocks: the page of each cached row first (a running page and
+    // offset, no division per row), so that the table's loads are in flight together.
+    int slot = key0 / c.page_size, in_page = key0 - slot * c.page_size;
     int32_t page[kPasses];
     int row_in_page[kPasses];
 #pragma unroll

@@ -30,15 +30,21 @@ __device__ __forceinline__ void store_output(
   const Sizes& s = p.sizes;
   const sm80::ThreadCoord tc = sm80::thread_coord<Shape>();
   const int g = tc.lane / 4, t = tc.lane % 4;
+  // The lse (a logarithm) only where it is stored: asked of every finish_row, it
+  // ran on every tile, lse or not, about 30 instructions a row that ptxas did
+  // not sink into the store's branch; the first call's lse is unused, so the
+  // compiler drops it, and the branch below finishes the row again for it.
   FinishedRow<float> finished[Shape::kMTiles][2];
+  float sums[Shape::kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = tc.warp_row0 + 16 * mt + g + 8 * h;
-      const float l = sm80::quad_sum(row_sum.l[mt][h]);
-      finished[mt][h] = finish_row(row_max[mt][h] * p.softmax.scale, l,
-                                   finished_empty<kZeroSumEmpty>(info.mask.empty(info.row0 + r), l));
+      sums[mt][h] = sm80::quad_sum(row_sum.l[mt][h]);
+      finished[mt][h] = finish_row(
+          row_max[mt][h] * p.softmax.scale, sums[mt][h],
+          finished_empty<kZeroSumEmpty>(info.mask.empty(info.row0 + r), sums[mt][h]));
       finished[mt][h].inv_l *= out_scale;
     }
   const auto staged = [&](int r, int ot) {
@@ -55,7 +61,8 @@ __device__ __forceinline__ void store_output(
         *staged(r, ot) =
             pack_pair<T>(acc[mt][ot][2 * h] * row.inv_l, acc[mt][ot][2 * h + 1] * row.inv_l);
       if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
-        p.softmax.lse[info.stats_row0 + info.row0 + r] = row.lse;
+        p.softmax.lse[info.stats_row0 + info.row0 + r] =
+            finish_row(row_max[mt][h] * p.softmax.scale, sums[mt][h], row.empty).lse;
     }
   // A row that sees no key outputs 0 whatever acc holds (a masked key's 0·v can
   // leave a NaN there), as FinishedRow::out gives. Such rows are a sequence's

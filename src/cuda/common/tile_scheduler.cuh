@@ -7,14 +7,25 @@
 // that split the keys, the key split (split_key_blocks).
 #pragma once
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/mask.h"
+#include "cuda/common/fast_divisor.h"
 
 namespace flashattn::cuda {
+
+// The divisors that take blockIdx.x to a tile's coordinates (tile_coord), set
+// by the launch: a block's set-up runs while its other threads wait at the
+// first barrier, and a division by a runtime value is some twenty instructions.
+struct TileDivisors {
+  FastDivisor m_blocks, heads_q, group;
+};
 
 struct TileGrid {
   int m_blocks;  // query tiles per (batch, q head)
   dim3 dims;
+  TileDivisors divisors;
 };
 
 // Query tiles of block_m rows per (batch, q head), the last one possibly partial.
@@ -27,7 +38,11 @@ inline TileGrid make_tile_grid(const Sizes& s, int block_m, int slice_cols, cons
   const int64_t slices = (s.head_dim_v + slice_cols - 1) / slice_cols;
   if (blocks > 0x7FFFFFFF || slices > 65535)
     fail(Status::unsupported, "q: shape too large for ", backend, "'s grid");
-  return {m_blocks, dim3{unsigned(blocks), unsigned(slices)}};
+  // (An empty problem's zeros as ones: its grid is never launched.)
+  const int group = s.heads_kv > 0 ? std::max(1, s.group()) : 1;
+  const TileDivisors divisors{FastDivisor(std::max(1, m_blocks)),
+                              FastDivisor(std::max(1, s.heads_q)), FastDivisor(group)};
+  return {m_blocks, dim3{unsigned(blocks), unsigned(slices)}, divisors};
 }
 
 // This block's query tile, batch, q head and the kv head it reads (GQA).
@@ -35,10 +50,11 @@ struct TileCoord {
   int m_block, b, hq, hk;
 };
 
-__device__ __forceinline__ TileCoord tile_coord(const Sizes& s, int m_blocks) {
-  const int bh = int(blockIdx.x / m_blocks);
-  const int hq = bh % s.heads_q;
-  return {m_blocks - 1 - int(blockIdx.x % m_blocks), bh / s.heads_q, hq, hq / s.group()};
+__device__ __forceinline__ TileCoord tile_coord(const TileDivisors& d) {
+  int m, hq;
+  const int bh = d.m_blocks.divmod(int(blockIdx.x), m);
+  const int b = d.heads_q.divmod(bh, hq);
+  return {int(d.m_blocks.divisor) - 1 - m, b, hq, d.group.div(hq)};
 }
 
 // Key blocks [first, end) that one block walks.

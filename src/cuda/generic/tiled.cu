@@ -60,11 +60,11 @@ __device__ __forceinline__ float row_max(float x) { return lanes_max<kSide - 1>(
 __device__ __forceinline__ float row_sum(float x) { return lanes_sum<kSide - 1>(x); }
 
 template <class Variant, typename T>
-__global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, int m_blocks) {
+__global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, const TileDivisors tiles) {
   __shared__ SharedTiles sm;
   const Sizes s = p.sizes;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const auto [m_block, b, hq, hk] = tile_coord(s, m_blocks);
+  const auto [m_block, b, hq, hk] = tile_coord(tiles);
   const int m0 = m_block * kBlockM, col0 = blockIdx.y * kOutCols;
   const Sequence seq = sequence(p, b);
   const int rows = min(kBlockM, seq.seqlen_q - m0);
@@ -174,7 +174,7 @@ void launch(const AttnParams& p) {
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     tiled_kernel<Variant, T><<<grid.dims, dim3(kSide, kSide), 0,
-                               static_cast<cudaStream_t>(p.stream)>>>(p, grid.m_blocks);
+                               static_cast<cudaStream_t>(p.stream)>>>(p, grid.divisors);
     check_launch("tiled_kernel");
   });
 }

@@ -121,13 +121,13 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 template <class Variant, int kD>
-__global__ void __launch_bounds__(kThreads, 2) fp32_tc_kernel(const AttnParams p, int m_blocks,
-                                                           bool vec4) {
+__global__ void __launch_bounds__(kThreads, 2)
+    fp32_tc_kernel(const AttnParams p, const TileDivisors tiles, bool vec4) {
   extern __shared__ float4 smem[];
   SharedTiles<kD>& sm = *reinterpret_cast<SharedTiles<kD>*>(smem);
   const Sizes s = p.sizes;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const auto [m_block, b, hq, hk] = tile_coord(s, m_blocks);
+  const auto [m_block, b, hq, hk] = tile_coord(tiles);
   const int m0 = m_block * kBlockM, col0 = blockIdx.y * kD;
   const int rows = min(kBlockM, s.seqlen_q - m0);
   const int chunks = (s.head_dim + kD - 1) / kD;
@@ -254,7 +254,7 @@ void launch(const AttnParams& p) {
     const auto kernel = fp32_tc_kernel<decltype(variant), kD>;
     FLASHATTN_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, grid.m_blocks,
+    kernel<<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, grid.divisors,
                                                                               fp32_rows_vec4(p));
   });
   check_launch("fp32_tc_kernel");

@@ -26,7 +26,7 @@ void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   grid.dims.y = unsigned(split.count);
   kernel<<<grid.dims, Shape::kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
-      p, grid.m_blocks, vec4, kv, split);
+      p, grid.divisors, vec4, kv, split);
   check_launch("cuda_f16x3 attention_kernel");
 }
 

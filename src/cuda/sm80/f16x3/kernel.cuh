@@ -208,7 +208,7 @@ __device__ __forceinline__ decltype(auto) tile_score(const AttnParams& p, int b,
 
 template <class Variant, typename Shape>
 __global__ void __launch_bounds__(Shape::kThreads, 2)
-    attention_kernel(const AttnParams p, int m_blocks, bool vec4, const SplitKV kv,
+    attention_kernel(const AttnParams p, const TileDivisors tiles, bool vec4, const SplitKV kv,
                      const KeySplit split) {
   constexpr int kD = Shape::kD, kBlockM = Shape::kBlockM, kBlockN = Shape::kBlockN;
   constexpr int kNT = Shape::kNTiles, kOT = Shape::kOTiles;
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
   const int lane = threadIdx.x % 32, warp_row0 = 16 * (threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
 
-  const TileCoord tc = tile_coord(s, m_blocks);
+  const TileCoord tc = tile_coord(tiles);
   if (threadIdx.x == 0) sm.kv_head = int64_t(tc.b) * s.heads_kv + tc.hk;  // read after a barrier
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
   const KeyBlocks blocks = dense_mask(p).key_blocks(row0, rows, kBlockN);

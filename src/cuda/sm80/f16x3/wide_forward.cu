@@ -35,7 +35,7 @@ void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, boo
   grid.dims.y = unsigned(splits);
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   run_key_splits(p, splits, [&](const KeySplit& split) {
-    kernel<<<grid.dims, Shape::kThreads, smem, stream>>>(p, grid.m_blocks, vec4, kv, split);
+    kernel<<<grid.dims, Shape::kThreads, smem, stream>>>(p, grid.divisors, vec4, kv, split);
     check_launch("cuda_f16x3 wide_attention_kernel");
   });
 }

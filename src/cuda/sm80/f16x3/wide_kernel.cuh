@@ -190,8 +190,8 @@ __device__ __forceinline__ void split_q_rows(const AttnParams& p, const float* q
 
 template <class Variant, typename Shape>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
-    wide_attention_kernel(const AttnParams p, int m_blocks, bool vec4, const WideSplitKV kv,
-                          const KeySplit split) {
+    wide_attention_kernel(const AttnParams p, const TileDivisors tiles, bool vec4,
+                          const WideSplitKV kv, const KeySplit split) {
   constexpr int kWarps = Shape::kWarps, kBlockM = Shape::kBlockM, kChunk = Shape::kChunk;
   constexpr int kOT = Shape::kOTiles;
   using QTile = typename Shape::QTile;
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
 
-  const TileCoord tc = tile_coord(s, m_blocks);
+  const TileCoord tc = tile_coord(tiles);
   const int row0 = tc.m_block * kBlockM, rows = min(kBlockM, s.seqlen_q - row0);
   const KeyBlocks blocks = dense_mask(p).key_blocks(row0, rows, kChunk);
   const auto [first, end] = split_key_blocks<Variant::kLowerEnds>(blocks, split.count);

@@ -106,8 +106,9 @@ struct BlockInfo {
 
 // rows <= 0: the tile lies past a shorter sequence of a packed batch.
 template <typename Shape>
-__device__ __forceinline__ BlockInfo block_info(const AttnParams& p, int m_blocks, bool vec16) {
-  const TileCoord tc = tile_coord(p.sizes, m_blocks);
+__device__ __forceinline__ BlockInfo block_info(const AttnParams& p, const TileDivisors& tiles,
+                                                bool vec16) {
+  const TileCoord tc = tile_coord(tiles);
   const Sequence seq = sequence(p, tc.b);
   BlockInfo info;
   info.q_row0 = seq.q_row0;
@@ -160,7 +161,7 @@ __device__ __forceinline__ void load_values(const AttnParams& p, const BlockInfo
 
 template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
-    forward_kernel(const AttnParams p, int m_blocks, bool vec16) {
+    forward_kernel(const AttnParams p, const TileDivisors tiles, bool vec16) {
   constexpr bool kLowerEnds = Variant::kLowerEnds;
   using Score = typename Variant::Score;
   using QTile = typename Shape::QTile;
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __shared__ BlockInfo info;
   __shared__ Score score;  // the head's score functor, read per block from shared memory
   if (threadIdx.x == 0) {
-    info = block_info<Shape>(p, m_blocks, vec16);
+    info = block_info<Shape>(p, tiles, vec16);
     score = Variant::score(p.scores, p.softmax.scale, info.b, info.hq, info.mask.alignment);
   }
   __syncthreads();

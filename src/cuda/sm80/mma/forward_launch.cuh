@@ -58,7 +58,7 @@ void launch_forward(const AttnParams& p) {
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   kernel<<<grid.dims, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(
-      p, grid.m_blocks, vec16);
+      p, grid.divisors, vec16);
   check_launch("cuda_mma forward_kernel");
 }
 

@@ -115,9 +115,9 @@ __device__ __forceinline__ DecodeBlock decode_block(const AttnParams& p, const D
   DecodeBlock blk;
   blk.b = grid.heads_kv.divmod(bh, hk);
   blk.hk = hk;
-  const int group = s.group();
   blk.row0 = tile * kRows;
-  blk.rows = min(kRows, group * s.seqlen_q - blk.row0);
+  // The group's divisor is set on the host; s.group() would divide here.
+  blk.rows = min(kRows, int(grid.group.divisor) * s.seqlen_q - blk.row0);
   const KeyCache& c = p.seqs.cache;
   blk.valid = !c.present() || c.checked || c.fits(c.seqlens[blk.b]);
   blk.seq = blk.valid ? sequence(p, blk.b) : Sequence{0, 0, s.seqlen_q, 0};

@@ -18,7 +18,8 @@
 // is a template parameter: with a score variant every block takes the score
 // step; NoVariant compiles to the plain kernel. K and V of a block are loaded by
 // cp.async into one buffer each, alternating so every load overlaps a product:
-//   wait K_j · load V_j · S = Q·K_jᵀ · mask · wait V_j · load K_{j−1} · softmax · acc += P·V_j.
+//   wait K_j · S = Q·K_jᵀ (V_j's load issued after its first fragments) · mask · wait V_j ·
+//   load K_{j−1} · softmax · acc += P·V_j.
 // P never leaves registers: the accumulator layout of two adjacent 8-key
 // columns of S is the A-operand layout of one 16-key step of P·V.
 #pragma once
@@ -42,10 +43,13 @@ namespace flashattn::cuda::mma {
 using sm80::ThreadCoord;
 using sm80::thread_coord;
 
-// s[mt][n] += Q(warp rows)·K(block)ᵀ over all kD columns.
-template <typename T, typename Shape>
+// s[mt][n] += Q(warp rows)·K(block)ᵀ over all kD columns. issue_after_first_loads()
+// runs once, right after the first Q and K fragments are requested from shared memory
+// (the caller's V loads go there: see attend_block).
+template <typename T, typename Shape, typename IssueAfterFirstLoads>
 __device__ __forceinline__ void scores_mma(uint32_t sq, uint32_t sk, int warp_row0, int lane,
-                                           float (&s)[Shape::kMTiles][Shape::kNTiles][4]) {
+                                           float (&s)[Shape::kMTiles][Shape::kNTiles][4],
+                                           IssueAfterFirstLoads&& issue_after_first_loads) {
   using QTile = typename Shape::QTile;
   using KTile = typename Shape::KTile;
   const auto q_lane = QTile::lane(sq, warp_row0 + lane % 16, lane / 16);
@@ -60,6 +64,7 @@ __device__ __forceinline__ void scores_mma(uint32_t sq, uint32_t sk, int warp_ro
     for (int np = 0; np < Shape::kNTiles / 2; ++np) {
       uint32_t b[4];
       ldmatrix_x4(b, KTile::address(k_lane, 16 * np, kk));
+      if (kk == 0 && np == 0) issue_after_first_loads();
 #pragma unroll
       for (int mt = 0; mt < Shape::kMTiles; ++mt)
         mma_two_tiles<T>(s[mt][2 * np], s[mt][2 * np + 1], a[mt], b);
@@ -208,12 +213,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const int key0 = n * kBlockN;
     cp_async_wait<0>();
     __syncthreads();  // K_n has landed; every warp is done with V_{n+1}
-    load_values<Shape, kExtent>(p, info, v_tile, key0);
-
+    // V_n's copies start once the first products' fragments are requested: issued
+    // before them, the tile's cp.async burst fills the memory-instruction queue and
+    // the first ldmatrix waits behind it (docs/perf/cuda_mma.md, v3.14).
     float sc[kMT][kNT][4] = {};
     {
       const ThreadCoord tc = thread_coord<Shape>();
-      scores_mma<T, Shape>(smem_address(q_tile), smem_address(k_tile), tc.warp_row0, tc.lane, sc);
+      scores_mma<T, Shape>(smem_address(q_tile), smem_address(k_tile), tc.warp_row0, tc.lane, sc,
+                           [&] { load_values<Shape, kExtent>(p, info, v_tile, key0); });
     }
     // Some row's key range ends in the block, or a score variant changes every
     // score (a window alone only the cut blocks').

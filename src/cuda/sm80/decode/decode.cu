@@ -54,8 +54,9 @@ SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
   const int sms = multiprocessors(p.device_index);
   const auto clustered = [&](int splits) {
     const KeyCache& c = p.seqs.cache;
-    return (!c.paged() || c.page_size % kBlockN == 0) && splits > 1 && splits <= kMaxClusterSplits &&
-           blocks * splits <= sms && blocks * splits <= cluster_slots(splits);
+    return (!c.paged() || pages_hold_whole_blocks(c)) && splits > 1 &&
+           splits <= kMaxClusterSplits && blocks * splits <= sms &&
+           blocks * splits <= cluster_slots(splits);
   };
   const int asked = p.seqs.cache.key_splits;
   if (asked > 0) {

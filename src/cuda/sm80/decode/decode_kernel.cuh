@@ -50,6 +50,13 @@ inline constexpr int kThreads = 32 * kWarps;
 inline constexpr int kWarpKeys = 16;
 inline constexpr int kBlockN = kWarpKeys * kWarps;
 
+// Whether each of a paged cache's pages holds whole key blocks: a block then lies
+// in one page, found by one table load, and its rows step as a contiguous
+// cache's do (KeyBlockLoader), so such caches also take clusters (decode.cu).
+__host__ __device__ inline bool pages_hold_whole_blocks(const KeyCache& c) {
+  return c.page_size % kBlockN == 0;
+}
+
 template <int kD_>
 struct DecodeShape {
   static constexpr int kD = kD_;
@@ -275,7 +282,7 @@ struct KeyBlockLoader {
     }
     const int32_t* table = c.block_table + int64_t(blk.b) * c.pages_per_sequence;
     const int cached_end = min(seqlen_k, first_new);
-    if (c.page_size % kBlockN == 0 && in_head && (n + 1) * kBlockN <= cached_end) {
+    if (pages_hold_whole_blocks(c) && in_head && (n + 1) * kBlockN <= cached_end) {
       // Pages of whole key blocks: the block lies in one page, found by one
       // table load, and its rows step as a contiguous cache's do. A block alone
       // on its SM has no other warps to hide a per-row page lookup behind.

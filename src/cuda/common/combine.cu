@@ -1,8 +1,12 @@
-// The merge of key splits (combine.h): kSplitLanes threads per 4 output
-// columns of a query row, each taking every kSplitLanes-th split and the group
-// combining them by shuffles, so that even a few rows of wide heads spread over
-// the whole GPU and a merge of many splits waits on few loads in turn (one
-// thread walking every split waited on each: 6–14 µs for 16–128 splits).
+// The merge of key splits (combine.h). Up to kSplitLanes splits, one thread
+// per 4 output columns of a query row walks them all: with 2 to 8 splits, lanes
+// that each took one split sat idle and multiplied the index arithmetic (18.7 µs
+// for 2 splits of 8,000 rows at head dim 64, 3.3 µs this way). Past that,
+// kSplitLanes threads share a column group, each taking every kSplitLanes-th
+// split, combined by shuffles, so that a merge of many splits waits on few loads
+// in turn (one thread walking every split waited on each: 6–14 µs for 16–128
+// splits). The indices divide by host-set FastDivisors, which is why the grid
+// must stay under 2^31 threads (merge_fits).
 // On sm_90 the merge is a programmatic dependent launch: its blocks are
 // scheduled once every block of the kernel before it has started (or said so,
 // griddepcontrol.launch_dependents) and wait in griddepcontrol.wait until that
@@ -15,57 +19,76 @@
 #include "cuda/common/combine.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
+#include "cuda/common/fast_divisor.h"
 #include "cuda/device.h"
 
 namespace flashattn::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kSplitLanes = 8;  // consecutive lanes of a warp
+constexpr int kSplitLanes = 8;  // consecutive lanes of a warp, past kSplitLanes splits
 
-// Over the kSplitLanes lanes of this thread's group.
+// The lanes that share a column group for `splits` splits.
+int merge_lanes(int splits) { return splits > kSplitLanes ? kSplitLanes : 1; }
+
+// The merge's threads: lanes for every 4 output columns of every query row.
+int64_t merge_threads(const Sizes& s, int splits) {
+  return int64_t(s.batch) * s.heads_q * s.seqlen_q * ((s.head_dim_v + 3) / 4) * merge_lanes(splits);
+}
+
+// A column group's flat index: its row (b, hq, i) and first column.
+struct MergeDivisors {
+  FastDivisor column_groups;  // per row: ⌈head_dim_v / 4⌉
+  FastDivisor seqlen_q;
+  FastDivisor heads_q;
+};
+
+// Over the Lanes lanes of this thread's group.
+template <int Lanes>
 __device__ __forceinline__ float group_lse_max(float x) {
 #pragma unroll
-  for (int width = kSplitLanes / 2; width > 0; width /= 2)
+  for (int width = Lanes / 2; width > 0; width /= 2)
     x = lse_max(x, __shfl_xor_sync(0xffffffffu, x, width));
   return x;
 }
+template <int Lanes>
 __device__ __forceinline__ float group_sum(float x) {
 #pragma unroll
-  for (int width = kSplitLanes / 2; width > 0; width /= 2)
+  for (int width = Lanes / 2; width > 0; width /= 2)
     x += __shfl_xor_sync(0xffffffffu, x, width);
   return x;
 }
 
-// vec4: head_dim_v % 4 == 0, so that partial columns move as float4, and out's
-// rows (fp32) 16-byte aligned, so that output columns do too.
-template <typename T>
+// Lanes: 1 or kSplitLanes threads per column group. vec4: head_dim_v % 4 == 0,
+// so that partial columns move as float4, and out's rows (fp32) 16-byte
+// aligned, so that output columns do too.
+template <typename T, int Lanes>
 __global__ void __launch_bounds__(kThreads)
-    merge_kernel(const AttnParams p, const KeySplit split, bool vec4) {
+    merge_kernel(const AttnParams p, const KeySplit split, const MergeDivisors div, bool vec4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the splits' partials
 #endif
   const Sizes& s = p.sizes;
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
-  const int groups = (s.head_dim_v + 3) / 4;
-  const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  const int lane = int(index % kSplitLanes);
-  const int64_t column_group = index / kSplitLanes;
+  const int index = int(blockIdx.x) * kThreads + int(threadIdx.x);  // < 2^31: merge_fits
+  const int lane = index % Lanes;
+  const int column_group = index / Lanes;
   // Threads past the last row still take part in their group's shuffles.
-  const bool active = column_group < rows * groups;
-  const int64_t row = active ? column_group / groups : 0;  // (b, hq, i)
-  const int c0 = 4 * int(column_group % groups);
+  const bool active = column_group < rows * div.column_groups.divisor;
+  int group_in_row = 0;
+  const int row = active ? div.column_groups.divmod(column_group, group_in_row) : 0;  // (b, hq, i)
+  const int c0 = 4 * group_in_row;
   // Weights relative to the largest split; all zero for a row that saw no key,
   // NaN for a row with a NaN split.
   float lse_top = -INFINITY;
 #pragma unroll 4
-  for (int j = lane; j < split.count; j += kSplitLanes)
+  for (int j = lane; j < split.count; j += Lanes)
     lse_top = lse_max(lse_top, split.lse[j * rows + row]);
-  lse_top = group_lse_max(lse_top);
+  lse_top = group_lse_max<Lanes>(lse_top);
   const int cols = active ? min(4, s.head_dim_v - c0) : 0;
   float o[4] = {}, sum = 0.0f;
 #pragma unroll 4
-  for (int j = lane; j < split.count; j += kSplitLanes) {
+  for (int j = lane; j < split.count; j += Lanes) {
     const float weight = partial_weight(split.lse[j * rows + row], lse_top);
     sum += weight;
     const float* part = split.out + (j * rows + row) * s.head_dim_v + c0;
@@ -77,14 +100,14 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < cols; ++e) o[e] = fmaf(weight, part[e], o[e]);
     }
   }
-  sum = group_sum(sum);
+  sum = group_sum<Lanes>(sum);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) o[e] = group_sum(o[e]);
+  for (int e = 0; e < 4; ++e) o[e] = group_sum<Lanes>(o[e]);
   if (!active || lane != 0) return;
   const bool empty = lse_top == -INFINITY;
   const FinishedRow<float> merged = finish_row(lse_top, sum, empty);
-  const int i = int(row % s.seqlen_q), hq = int(row / s.seqlen_q % s.heads_q);
-  const int b = int(row / (int64_t(s.seqlen_q) * s.heads_q));
+  int i = 0, hq = 0;
+  const int b = div.heads_q.divmod(div.seqlen_q.divmod(row, i), hq);
   T* out = static_cast<T*>(p.o.data) + b * p.o.batch_stride + hq * p.o.head_stride +
            int64_t(i) * p.o.row_stride + c0;
   if constexpr (sizeof(T) == sizeof(float)) {
@@ -101,10 +124,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+bool merge_fits(const Sizes& s, int splits) {
+  return merge_threads(s, splits) + kThreads <= int64_t(INT32_MAX);
+}
+
 void merge_key_splits(const AttnParams& p, const KeySplit& split) {
   const Sizes& s = p.sizes;
-  const int64_t threads =
-      int64_t(s.batch) * s.heads_q * s.seqlen_q * ((s.head_dim_v + 3) / 4) * kSplitLanes;
+  const int64_t threads = merge_threads(s, split.count);
+  const MergeDivisors div{FastDivisor((s.head_dim_v + 3) / 4), FastDivisor(s.seqlen_q),
+                          FastDivisor(s.heads_q)};
   const bool vec4 = s.head_dim_v % 4 == 0 &&
                     (p.dtype != DType::f32 || rows_16b_aligned(p.o, sizeof(float)));
   cudaLaunchAttribute early{};
@@ -118,7 +146,11 @@ void merge_key_splits(const AttnParams& p, const KeySplit& split) {
   config.numAttrs = compute_capability(p.device_index) >= 90 ? 1 : 0;
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T>, p, split, vec4));
+    if (merge_lanes(split.count) == 1)
+      FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T, 1>, p, split, div, vec4));
+    else
+      FLASHATTN_CUDA_CHECK(
+          cudaLaunchKernelEx(&config, merge_kernel<T, kSplitLanes>, p, split, div, vec4));
   });
   check_launch("merge_kernel");
 }

@@ -33,12 +33,17 @@ inline constexpr int kMaxClusterSplits = 16;  // the largest cluster sm_90 takes
 
 // out and lse of p from the count partial results (queued on p.stream).
 void merge_key_splits(const AttnParams& p, const KeySplit& split);
+// Whether the merge of `splits` splits of s fits its grid (under 2^31 threads,
+// for its 32-bit index arithmetic).
+bool merge_fits(const Sizes& s, int splits);
 
 // Runs launch(split) over `splits` key splits: with one, the kernel writes p's
 // output itself; with more, it writes partials into scratch memory, merged after.
+// A problem whose merge would not fit runs unsplit (it has rows enough to fill
+// the GPU without splits).
 template <typename Launch>
 void run_key_splits(const AttnParams& p, int splits, Launch&& launch) {
-  if (splits <= 1) {
+  if (splits <= 1 || !merge_fits(p.sizes, splits)) {
     launch(KeySplit{});
     return;
   }

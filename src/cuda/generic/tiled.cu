@@ -34,6 +34,12 @@ constexpr int kSide = 16;  // threads per block side
 constexpr int kThreads = kSide * kSide;
 constexpr int kPerThread = kBlockM / kSide;  // rows (and S or O columns) per thread
 static_assert(kBlockM == kBlockN && kBlockN == kOutCols, "one 4×4 thread tile for S and O");
+// Two blocks an SM (128 registers): left free, ptxas fitted the kernel in 80
+// registers for three, and a lone block of a grid under one wave then waited on
+// its shared loads (0.75× at 1000 rows, head dim 512, 8 heads). The bias
+// variant, at some 210 registers, would spill under two; its bound stays free.
+template <class Variant>
+inline constexpr int kMinBlocksPerSM = Variant::Score::kBias ? 1 : 2;
 
 struct SharedTiles {
   float q[kDimChunk][kBlockM];      // Q chunk, transposed: broadcast reads along rows
@@ -60,7 +66,7 @@ __device__ __forceinline__ float row_max(float x) { return lanes_max<kSide - 1>(
 __device__ __forceinline__ float row_sum(float x) { return lanes_sum<kSide - 1>(x); }
 
 template <class Variant, typename T>
-__global__ void __launch_bounds__(kThreads) tiled_kernel(const AttnParams p, const TileDivisors tiles) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSM<Variant>) tiled_kernel(const AttnParams p, const TileDivisors tiles) {
   __shared__ SharedTiles sm;
   const Sizes s = p.sizes;
   const int tx = threadIdx.x, ty = threadIdx.y;

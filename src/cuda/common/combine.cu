@@ -7,11 +7,9 @@
 // in turn (one thread walking every split waited on each: 6–14 µs for 16–128
 // splits). The indices divide by host-set FastDivisors, which is why the grid
 // must stay under 2^31 threads (merge_fits).
-// On sm_90 the merge is a programmatic dependent launch: its blocks are
-// scheduled once every block of the kernel before it has started (or said so,
-// griddepcontrol.launch_dependents) and wait in griddepcontrol.wait until that
-// kernel has finished and its writes are visible, so the launch's latency
-// passes under the splits' work instead of after it.
+// On sm_90 the merge is a programmatic dependent launch (common/launch.h): its
+// blocks wait in griddepcontrol.wait until the splits' kernel has finished and
+// its writes are visible, and the launch's latency passes under that kernel.
 #include <cmath>
 
 #include "core/softmax.h"
@@ -20,6 +18,8 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
 #include "cuda/common/fast_divisor.h"
+#include "cuda/common/grid_dependency.cuh"
+#include "cuda/common/launch.h"
 #include "cuda/device.h"
 
 namespace flashattn::cuda {
@@ -65,9 +65,7 @@ __device__ __forceinline__ float group_sum(float x) {
 template <typename T, int Lanes>
 __global__ void __launch_bounds__(kThreads)
     merge_kernel(const AttnParams p, const KeySplit split, const MergeDivisors div, bool vec4) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // the splits' partials
-#endif
+  wait_for_previous_grid();  // the splits' partials
   const Sizes& s = p.sizes;
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;
   const int index = int(blockIdx.x) * kThreads + int(threadIdx.x);  // < 2^31: merge_fits
@@ -135,24 +133,16 @@ void merge_key_splits(const AttnParams& p, const KeySplit& split) {
                           FastDivisor(s.heads_q)};
   const bool vec4 = s.head_dim_v % 4 == 0 &&
                     (p.dtype != DType::f32 || rows_16b_aligned(p.o, sizeof(float)));
-  cudaLaunchAttribute early{};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned((threads + kThreads - 1) / kThreads));
-  config.blockDim = dim3(kThreads);
-  config.stream = static_cast<cudaStream_t>(p.stream);
-  config.attrs = &early;
-  config.numAttrs = compute_capability(p.device_index) >= 90 ? 1 : 0;
+  KernelLaunch launch(dim3(unsigned((threads + kThreads - 1) / kThreads)), dim3(kThreads), 0,
+                      static_cast<cudaStream_t>(p.stream));
+  launch.early_where(runs_sm90a_code(p.device_index));
   with_element_type(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (merge_lanes(split.count) == 1)
-      FLASHATTN_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T, 1>, p, split, div, vec4));
+      launch(merge_kernel<T, 1>, "merge_kernel", p, split, div, vec4);
     else
-      FLASHATTN_CUDA_CHECK(
-          cudaLaunchKernelEx(&config, merge_kernel<T, kSplitLanes>, p, split, div, vec4));
+      launch(merge_kernel<T, kSplitLanes>, "merge_kernel", p, split, div, vec4);
   });
-  check_launch("merge_kernel");
 }
 
 }  // namespace flashattn::cuda

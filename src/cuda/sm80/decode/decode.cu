@@ -4,12 +4,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "cuda/common/check.h"
 #include "cuda/common/head_dim_bucket.h"
+#include "cuda/common/launch.h"
 #include "cuda/device.h"
 #include "cuda/sm80/decode/decode.h"
 #include "cuda/sm80/decode/decode_kernel.cuh"
@@ -85,56 +83,6 @@ SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
   return best;
 }
 
-// The launch of `grid` as clusters of one tile's key splits (the cluster's
-// blocks along y); `cluster` holds the attribute config points to.
-cudaLaunchConfig_t cluster_launch(dim3 grid, int splits, int smem_bytes, cudaStream_t stream,
-                                  cudaLaunchAttribute& cluster) {
-  cluster = cudaLaunchAttribute{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1;
-  cluster.val.clusterDim.y = unsigned(splits);
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = size_t(smem_bytes);
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return config;
-}
-
-// Blocks of `kernel` that clusters of `splits` blocks (one tile's key splits)
-// keep resident on the device at once: 0 without sm_90a code or where no such
-// cluster fits. Asked of the runtime once per device, kernel and size.
-template <typename Kernel>
-int cluster_slots(Kernel kernel, int splits, int smem_bytes, int device_index) {
-#ifdef FLASHATTN_HAS_SM90A
-  if (compute_capability(device_index) != 90) return 0;
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int>, int> known;  // (kernel, device, splits) → slots
-  const std::tuple<const void*, int, int> key{reinterpret_cast<const void*>(kernel), device_index, splits};
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto at = known.find(key);
-  if (at != known.end()) return at->second;
-  // Clusters of more than 8 blocks are sm_90's non-portable sizes, taken on request.
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
-    (void)cudaGetLastError();
-  cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config =
-      cluster_launch(dim3(1, unsigned(splits)), splits, smem_bytes, nullptr, cluster);
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // a size the device does not take: no cluster
-    clusters = 0;
-  }
-  return known[key] = clusters * splits;
-#else
-  (void)kernel, (void)splits, (void)smem_bytes, (void)device_index;
-  return 0;
-#endif
-}
-
 // Whether every row the kernel reads (q, k, v and the new keys) is 16-byte
 // aligned and head_dim a multiple of 8: the kernel's copies are then 16 bytes.
 bool rows_aligned(const AttnParams& p) {
@@ -163,21 +111,18 @@ void launch(const AttnParams& p) {
   FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Shape::kSmemBytes));
   const auto slots = [&](int splits) {
-    return cluster_slots(kernel, splits, Shape::kSmemBytes, p.device_index);
+    return cluster_slots(kernel, splits, kThreads, Shape::kSmemBytes, p.device_index);
   };
   const SplitChoice choice = key_splits(p, blocks, Shape::kMinBlocks, slots);
   const dim3 grid(unsigned(blocks), unsigned(choice.count));
   const auto stream = static_cast<cudaStream_t>(p.stream);
   if (choice.in_cluster) {
-    cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t config =
-        cluster_launch(grid, choice.count, Shape::kSmemBytes, stream, cluster);
     KeySplit split;
     split.count = choice.count;
     split.in_cluster = true;
-    FLASHATTN_CUDA_CHECK(
-        cudaLaunchKernelEx(&config, kernel, p, split, divisors(choice.count), vec16, append));
-    check_launch("cuda_mma decode_kernel");
+    KernelLaunch(grid, kThreads, Shape::kSmemBytes, stream)
+        .cluster_y(choice.count)(kernel, "cuda_mma decode_kernel", p, split,
+                                 divisors(choice.count), vec16, append);
     return;
   }
   run_key_splits(p, choice.count, [&](const KeySplit& split) {

@@ -14,7 +14,7 @@
 // key blocks a block walks may be one split of the sequence's (split-KV, blockIdx.y):
 // each split then writes its rows normalised, with their lse, for the merge of
 // common/combine.h; or, on sm_90, the splits of a tile run as one thread-block
-// cluster and merge there (merge_in_cluster), without the merge kernel, its
+// cluster and merge there (common/cluster_merge.cuh), without the merge kernel, its
 // launch and the partials' trip through global memory.
 //
 // Keys are addressed row by row, so a paged cache's pages need not be a
@@ -31,13 +31,13 @@
 #include <cmath>
 #include <cstdint>
 
-#include <cooperative_groups.h>
-
 #include "core/params.h"
 #include "core/softmax.h"
+#include "cuda/common/cluster_merge.cuh"
 #include "cuda/common/combine.h"
 #include "cuda/common/element.cuh"
 #include "cuda/common/fast_divisor.h"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "cuda/sm80/softmax.cuh"
@@ -385,51 +385,6 @@ __device__ __forceinline__ OutputRow<T> output_row(const AttnParams& p, const De
           p.softmax.lse ? p.softmax.lse + stats_row0(p, blk.b, hq, blk.seq) + i : nullptr};
 }
 
-// The splits of a tile as one cluster (KeySplit::in_cluster): once every
-// split's finished rows are in its shared memory (split_out, split_lse), the
-// block of cluster rank q merges the q-th share of the tile's elements from
-// all of them, as common/combine.cu's merge does, and writes the output; no
-// block leaves while another may still read its rows.
-template <typename T, int kD>
-__device__ __forceinline__ void merge_in_cluster(const AttnParams& p, const DecodeBlock& blk,
-                                                 const FastDivisor& group, int splits,
-                                                 float* split_out, float* split_lse) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int d = p.sizes.head_dim, elements = blk.rows * d;
-  const int share = (elements + splits - 1) / splits, rank = int(cluster.block_rank());
-  const int end = min(elements, (rank + 1) * share);
-  for (int e = rank * share + int(threadIdx.x); e < end; e += kThreads) {
-    const int r = e / d, col = e % d;
-    // Every split's lse and output element loaded at once (a remote load waits
-    // about as long as a miss in L1, so one after another they would add up).
-    float lse[kMaxClusterSplits], out[kMaxClusterSplits];
-#pragma unroll
-    for (int j = 0; j < kMaxClusterSplits; ++j) {
-      lse[j] = j < splits ? cluster.map_shared_rank(split_lse, j)[r] : -INFINITY;
-      out[j] = j < splits ? cluster.map_shared_rank(split_out, j)[r * kD + col] : 0.0f;
-    }
-    float lse_top = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kMaxClusterSplits; ++j) lse_top = lse_max(lse_top, lse[j]);
-    float sum = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxClusterSplits; ++j) {
-      const float weight = partial_weight(lse[j], lse_top);
-      sum += weight;
-      o = fmaf(weight, out[j], o);
-    }
-    const FinishedRow<float> merged = finish_row(lse_top, sum, lse_top == -INFINITY);
-    const OutputRow<T> to = output_row<T>(p, blk, group, r);
-    to.out[col] = from_float<T>(merged.out(o));
-    if (col == 0 && to.lse) *to.lse = merged.lse;
-  }
-  cluster.sync();
-#endif
-}
-
 template <typename T, typename Shape, class Variant>
 __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     decode_kernel(const AttnParams p, const KeySplit split, const DecodeGrid grid, bool vec16,
@@ -444,11 +399,9 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
   const Sizes& s = p.sizes;
   const int group = int(grid.group.divisor);
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The merge kernel (combine.cu) may be scheduled from here on: it waits for
   // this grid's end itself.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  launch_dependent_grids();
   __shared__ DecodeBlock blk;
   if (threadIdx.x == 0) blk = decode_block(p, grid);
   __syncthreads();
@@ -664,7 +617,12 @@ __global__ void __launch_bounds__(kThreads, Shape::kMinBlocks)
     if (col0 == 0 && lse_to) *lse_to = row.lse;
   }
   if (split.in_cluster)
-    merge_in_cluster<T, kD>(p, blk, grid.group, split.count, split_out, split_lse);
+    merge_in_cluster<kThreads>(blk.rows, s.head_dim, kD, split.count, split_out, split_lse,
+                               [&](int r, int col, float out, float lse) {
+                                 const OutputRow<T> to = output_row<T>(p, blk, grid.group, r);
+                                 to.out[col] = from_float<T>(out);
+                                 if (col == 0 && to.lse) *to.lse = lse;
+                               });
 }
 
 }  // namespace flashattn::cuda::decode

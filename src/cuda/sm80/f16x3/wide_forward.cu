@@ -6,6 +6,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/fp32_tile.cuh"
 #include "cuda/common/head_dim_bucket.h"
+#include "cuda/common/launch.h"
 #include "cuda/common/scratch.h"
 #include "cuda/sm80/f16x3/wide.h"
 #include "cuda/sm80/f16x3/wide_kernel.cuh"
@@ -20,7 +21,10 @@ void allow_shared_memory(Kernel kernel, int bytes) {
 }
 
 // The grid's blocks take up to kF16x3MaxKeySplits key splits each, as many as keep
-// it within one wave of resident blocks.
+// it within one wave of resident blocks. The kernel is launched while the split
+// kernel runs (common/launch.h) and waits for it in the kernel. (Merging a
+// tile's splits in a cluster, as decode does, would need all 32 × 4 blocks of
+// head dim 1024's 1000 rows resident as clusters of 4: the H200 keeps 120.)
 template <class Variant, typename Shape>
 void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, bool vec4,
                    const WideSplitKV& kv) {
@@ -33,10 +37,11 @@ void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, boo
   const int64_t wanted = resident / grid.dims.x;
   const int splits = int(std::max<int64_t>(1, std::min<int64_t>({wanted, kF16x3MaxKeySplits, chunks})));
   grid.dims.y = unsigned(splits);
-  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  const bool sm90a = runs_sm90a_code(p.device_index);
   run_key_splits(p, splits, [&](const KeySplit& split) {
-    kernel<<<grid.dims, Shape::kThreads, smem, stream>>>(p, grid.divisors, vec4, kv, split);
-    check_launch("cuda_f16x3 wide_attention_kernel");
+    KernelLaunch(grid.dims, Shape::kThreads, smem, static_cast<cudaStream_t>(p.stream))
+        .early_where(sm90a)(wide_attention_kernel<Variant, Shape>,
+                            "cuda_f16x3 wide_attention_kernel", p, grid.divisors, vec4, kv, split);
   });
 }
 

@@ -30,6 +30,7 @@
 #include <cmath>
 
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/common/split_f16.cuh"
@@ -151,38 +152,48 @@ __device__ __forceinline__ void mma_split3(float (&chain)[2][2][4], const uint32
 
 // Splits the tile's Q rows into the hi/lo tiles, one scale per row: warp w takes
 // rows w, w + kWarps, …; rows past seqlen_q and columns past head_dim are zeros.
+// All of a warp's rows are loaded before any is split (32 float4 a lane at every
+// head dim), so that their loads wait once, not once a row.
 template <typename Shape>
 __device__ __forceinline__ void split_q_rows(const AttnParams& p, const float* q, int rows,
                                              bool vec4, WideShared<Shape>& sm) {
   constexpr int kVecs = Shape::kD / 128;  // float4 per lane and row
+  constexpr int kRows = Shape::kBlockM / Shape::kWarps;
   const int lane = thread_index() % 32, w = thread_index() / 32;
   const int head_dim = p.sizes.head_dim;
-  for (int r = w; r < Shape::kBlockM; r += Shape::kWarps) {
-    const float* row = q + int64_t(r) * p.q.row_stride;
-    float4 x[kVecs];
-    float mx = 0.0f;
+  float4 x[kRows][kVecs];
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      const int col = 4 * (lane + 32 * i);
-      x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i = 0; i < kRows; ++i) {
+    const int r = w + Shape::kWarps * i;
+    const float* row = q + int64_t(r) * p.q.row_stride;
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      const int col = 4 * (lane + 32 * v);
+      x[i][v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (r < rows && col < head_dim) {
         if (vec4) {
-          x[i] = *reinterpret_cast<const float4*>(row + col);
+          x[i][v] = *reinterpret_cast<const float4*>(row + col);
         } else {
-          x[i].x = row[col];
-          if (col + 1 < head_dim) x[i].y = row[col + 1];
-          if (col + 2 < head_dim) x[i].z = row[col + 2];
-          if (col + 3 < head_dim) x[i].w = row[col + 3];
+          x[i][v].x = row[col];
+          if (col + 1 < head_dim) x[i][v].y = row[col + 1];
+          if (col + 2 < head_dim) x[i][v].z = row[col + 2];
+          if (col + 3 < head_dim) x[i][v].w = row[col + 3];
         }
       }
-      mx = fmaxf(mx, max_abs(x[i]));
     }
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int r = w + Shape::kWarps * i;
+    float mx = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) mx = fmaxf(mx, max_abs(x[i][v]));
     const int e = split_exponent(lanes_max<31u>(mx));
     if (lane == 0) sm.q_unscale[r] = exp2_int(-e);
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      const int c4 = lane + 32 * i;  // float4 column: 16-byte chunk c4 / 2, half c4 % 2
-      store_split4(sm.q_hi, sm.q_lo, Shape::QTile::offset(r, c4 / 2) + 8 * (c4 % 2), x[i],
+    for (int v = 0; v < kVecs; ++v) {
+      const int c4 = lane + 32 * v;  // float4 column: 16-byte chunk c4 / 2, half c4 % 2
+      store_split4(sm.q_hi, sm.q_lo, Shape::QTile::offset(r, c4 / 2) + 8 * (c4 % 2), x[i][v],
                    exp2_int(e));
     }
   }
@@ -217,11 +228,16 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __syncthreads();
   UnitStream<Shape> stream(sm, end, first);
   if (end > first) {
-#pragma unroll
-    for (int i = 0; i < Shape::kSlots - 1; ++i) stream.fetch(sm);
     const float* q = static_cast<const float*>(p.q.data) + tc.b * p.q.batch_stride +
                      tc.hq * p.q.head_stride + int64_t(row0) * p.q.row_stride;
     split_q_rows<Shape>(p, q, rows, vec4, sm);
+  }
+  // Launched while the split kernel (wide_split.cuh) may still run: its K and V
+  // are read, and any output written, only from here on.
+  wait_for_previous_grid();
+  if (end > first) {
+#pragma unroll
+    for (int i = 0; i < Shape::kSlots - 1; ++i) stream.fetch(sm);
     __syncthreads();
   }
 

@@ -18,6 +18,7 @@
 
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/fp32_tile.cuh"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/split_f16.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
 #include "core/params.h"
@@ -122,6 +123,10 @@ __device__ __forceinline__ void split_values(const WideSplitStage<kD>& st, Fragm
 template <int kD>
 __global__ void __launch_bounds__(kWideSplitThreads)
     wide_split_kernel(const AttnParams p, const WideSplitKV kv, bool vec4) {
+  // The attention kernel may be scheduled from here on (it waits for this
+  // grid's end before it reads the split K and V): its launch and its Q split
+  // pass under this kernel.
+  launch_dependent_grids();
   extern __shared__ float4 smem[];
   auto& st = *reinterpret_cast<WideSplitStage<kD>*>(smem);
   const Sizes& s = p.sizes;

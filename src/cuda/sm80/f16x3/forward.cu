@@ -1,11 +1,12 @@
 // cuda_f16x3: splits K and V, picks the key splits, runs the attention kernel
-// and, where the keys were split, the merge; head dims above 128 go to the
-// wide-head path (wide_forward.cu).
+// (launched while the split runs, common/launch.h) and, where the keys were
+// split, the merge; head dims above 128 go to the wide-head path (wide_forward.cu).
 #include <algorithm>
 
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/head_dim_bucket.h"
+#include "cuda/common/launch.h"
 #include "cuda/common/scratch.h"
 #include "cuda/sm80/f16x3/kernel.cuh"
 #include "cuda/sm80/f16x3/wide.h"
@@ -25,9 +26,9 @@ void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV&
   FLASHATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   grid.dims.y = unsigned(split.count);
-  kernel<<<grid.dims, Shape::kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(
-      p, grid.divisors, vec4, kv, split);
-  check_launch("cuda_f16x3 attention_kernel");
+  KernelLaunch(grid.dims, Shape::kThreads, smem, static_cast<cudaStream_t>(p.stream))
+      .early_where(runs_sm90a_code(p.device_index))(kernel, "cuda_f16x3 attention_kernel", p,
+                                                    grid.divisors, vec4, kv, split);
 }
 
 // A grid under two blocks per SM splits the keys over as many blocks per query

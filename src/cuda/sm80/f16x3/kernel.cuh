@@ -35,6 +35,7 @@
 #include "core/variant.h"
 #include "cuda/common/combine.h"
 #include "cuda/common/dropout.cuh"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/split_f16.cuh"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
@@ -242,6 +243,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 2)
     __syncthreads();  // the stage is free for K and V; the warp's row scales are written
     q_unscale[0] = sm.q_unscale[warp_row0 + g];
     q_unscale[1] = sm.q_unscale[warp_row0 + g + 8];
+  }
+  // Launched while the split kernel (split_kv.cuh) may still run: its K and V
+  // are read, and any output written, only from here on.
+  wait_for_previous_grid();
+  if (end_block > first_block) {
     load_key_block<Shape>(kv, end_block - 1, 0, sm, (end_block - 1) % 2);
     load_key_block<Shape>(kv, end_block - 1, 1, sm, (end_block - 1) % 2);
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/common/cp_async.cuh"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/fp32_tile.cuh"
 #include "cuda/sm80/f16x3/group_split.cuh"
 #include "core/params.h"
@@ -41,6 +42,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   __shared__ __align__(16) float stage_v[kBlockN][kD + kFp32TilePad];
   __shared__ float warp_max[kSplitThreads / 32];
   constexpr int kWarps = kSplitThreads / 32, kGroups = kBlockN / 8 / kWarps;
+  // The attention kernel may be scheduled from here on (it waits for this
+  // grid's end before it reads the split K and V).
+  launch_dependent_grids();
   const Sizes& s = p.sizes;
   const int blocks_per_head = kv.rows / kBlockN;
   const int key_block = int(blockIdx.x % blocks_per_head);

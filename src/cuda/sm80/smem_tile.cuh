@@ -221,4 +221,14 @@ __device__ __forceinline__ void load_tile(char* base, const T* src, int64_t row_
   }
 }
 
+// 16 bytes at a shared-memory address (a held 32-bit address, where a generic
+// pointer would be converted on every load).
+__device__ __forceinline__ uint4 lds128(uint32_t address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address));
+  return v;
+}
+
 }  // namespace flashattn::cuda

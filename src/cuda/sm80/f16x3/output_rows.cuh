@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/params.h"
 #include "core/softmax.h"
@@ -47,13 +48,22 @@ struct OutputRows {
                        ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
                              tc.hq * p.o.head_stride + int64_t(row) * p.o.row_stride
                        : split.out + (split_rows0 + row) * s.head_dim;
+    // A thread's two adjacent columns as one 8-byte store where the row is 8-byte
+    // aligned (the partials' always; p's output when its base and strides allow):
+    // half the store instructions, and each 32-byte sector written whole by its
+    // four lanes where element stores wrote it in two halves.
+    const bool pairs = reinterpret_cast<uintptr_t>(o_row) % sizeof(float2) == 0;
 #pragma unroll
-    for (int ot = 0; ot < kOT; ++ot)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = col0 + 8 * ot + 2 * t + e;
-        if (col < s.head_dim) o_row[col] = finished.out(acc[ot][2 * h + e]);
+    for (int ot = 0; ot < kOT; ++ot) {
+      const int col = col0 + 8 * ot + 2 * t;
+      const float x = finished.out(acc[ot][2 * h]), y = finished.out(acc[ot][2 * h + 1]);
+      if (pairs && col + 1 < s.head_dim) {
+        *reinterpret_cast<float2*>(o_row + col) = make_float2(x, y);
+      } else {
+        if (col < s.head_dim) o_row[col] = x;
+        if (col + 1 < s.head_dim) o_row[col + 1] = y;
       }
+    }
     if (lse && write_lse) lse[row] = finished.lse;
   }
 };

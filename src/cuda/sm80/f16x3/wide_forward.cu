@@ -70,7 +70,7 @@ void run(const AttnParams& p) {
   Scratch kv_scratch(2 * units * sizeof(FragmentUnit) + scales * sizeof(float), p.device_index,
                      p.stream);
   auto* unit_base = static_cast<FragmentUnit*>(kv_scratch.data());
-  WideSplitKV kv{unit_base, unit_base + units, nullptr, nullptr, rows};
+  WideSplitKV kv{unit_base, nullptr, nullptr, rows};
   kv.k_unscale = reinterpret_cast<float*>(unit_base + 2 * units);
   kv.v_unscale = kv.k_unscale + size_t(kv_heads) * rows;
 

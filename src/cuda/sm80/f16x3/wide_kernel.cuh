@@ -14,11 +14,12 @@
 // window's chunks from its first, softcap and ALiBi on every chunk.
 //
 // K and V never pass through a shared tile: wide_split.cuh writes them in mma
-// fragment order, and each warp streams the units it needs (each read by one
-// warp of the block only) through a ring of kSlots 1 KB slots of its own, one
-// cp.async group per unit, each lane copying and later reading only its own 16
-// bytes of hi and lo: kSlots − 1 units stay in flight without a register or a
-// barrier spent on them.
+// fragment order, each warp's units of a key chunk in one run in the order the
+// warp takes them, and each warp streams its units (each read by one warp of the
+// block only) through a ring of kSlots 1 KB slots of its own, one cp.async group
+// per unit, each lane copying and later reading only its own 16 bytes of hi and
+// lo: kSlots − 1 units stay in flight without a register or a barrier spent on
+// them.
 //
 // Accuracy as in kernel.cuh: each mma chain is at most 12 long (4 steps of 16
 // columns of S, one 16-key step of P·V) before it is added in fp32 with round to
@@ -28,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstddef>
 
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/grid_dependency.cuh"
@@ -62,7 +64,7 @@ struct WideShape {
   static constexpr int kOTiles = 16;            // n8 output tiles per warp
   using QTile = SmemTile<kBlockM, kD>;
   using PTile = SmemTile<kBlockM, kChunk>;
-  static_assert(kD % 128 == 0 && kVUnits <= 64);
+  static_assert(kD % 128 == 0 && kVUnits <= 64 && kVUnits == kKUnits);  // runs: wide_split.cuh
 };
 
 template <typename Shape>
@@ -74,64 +76,62 @@ struct alignas(128) WideShared {
   float v_unscale[kWarps][Shape::kVUnits];  // this warp's V units of the current chunk
   float row_part[kWarps][Shape::kBlockM];      // per warp: row maxima, at the end row sums
   float q_unscale[Shape::kBlockM];
-  // This (batch, kv head)'s split K and V, read from here rather than held in registers.
-  const FragmentUnit *k_units, *v_units;
+  // This (batch, kv head)'s runs of split K and V units (wide_split.cuh) and
+  // scales, read from here rather than held in registers.
+  const FragmentUnit* units;
   const float *k_unscale, *v_unscale_units;
 };
 
 // The warp's units in the order its loops consume them: per chunk n, walked from
-// the last to the first, K units kk = 0 … kKUnits − 1 of keys [16·(n·kWarps + w), +16),
-// then V units (key step n·kWarps + j, column pair 8w + c) for j, then c. The next
-// unit's source advances by a pointer step; only chunk and phase changes look up
-// the block's bases (in shared memory).
+// the last to the first, the warp's run (wide_split.cuh, UnitRuns), whose K units
+// kk = 0 … kKUnits − 1 score keys [16·(n·kWarps + w), +16) and whose V units
+// (key step j, column pair 8w + c), j outer, feed P·V. The source steps one unit
+// at a time within a run and back kWarps + 1 runs from a run's end to the next
+// chunk's; the ring slot's shared address is held, not recomputed per unit.
 template <typename Shape>
 struct UnitStream {
-  static constexpr unsigned kKU = Shape::kKUnits, kEnd = Shape::kUnits;
-  const FragmentUnit* src;  // the next unit to fetch: unit u of chunk n
-  unsigned u;               // kEnd once the walk is done
-  int n, first;
-  unsigned fetched, consumed;  // ring slots: fetched % kSlots, consumed % kSlots
+  static constexpr int kRun = Shape::kUnits;
+  static_assert(kRun % Shape::kSlots == 0);
+  const char* src;  // this lane's 16 bytes of hi in the next unit to fetch
+  int left;         // units still to fetch; past the end it counts on below 0
+  uint32_t ring;    // shared address of this lane's 16 bytes of hi in the warp's slot 0
 
-  __device__ __forceinline__ static const FragmentUnit* k_units(const WideShared<Shape>& sm,
-                                                               int n) {
-    return sm.k_units + (n * Shape::kWarps + thread_index() / 32) * int(kKU);
+  __device__ __forceinline__ UnitStream(WideShared<Shape>& sm, int end, int first) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    const int last = end > first ? end - 1 : 0;
+    src = reinterpret_cast<const char*>(
+        &sm.units[int64_t(last * Shape::kWarps + w) * kRun].hi[lane]);
+    left = end > first ? (end - first) * kRun : 0;
+    ring = smem_address(&sm.ring[w][0].hi[lane]);
   }
 
-  __device__ __forceinline__ UnitStream(const WideShared<Shape>& sm, int end, int first_chunk)
-      : src(k_units(sm, end - 1)), u(end > first_chunk ? 0 : kEnd), n(end - 1),
-        first(first_chunk), fetched(0), consumed(0) {}
+  // The shared address of slot `fetched % kSlots`: left starts at a multiple of
+  // kSlots, so the units fetched so far are −left modulo kSlots.
+  __device__ __forceinline__ uint32_t slot(int fetched) const {
+    return ring + uint32_t(fetched) % Shape::kSlots * uint32_t(sizeof(FragmentUnit));
+  }
 
-  __device__ __forceinline__ void fetch(WideShared<Shape>& sm) {
-    if (u < kEnd) {
-      const int lane = thread_index() % 32;
-      FragmentUnit& slot = sm.ring[thread_index() / 32][fetched++ % Shape::kSlots];
-      cp_async_16(&slot.hi[lane], &src->hi[lane], true);
-      cp_async_16(&slot.lo[lane], &src->lo[lane], true);
-      ++u;
-      if (u < kKU) {
-        ++src;
-      } else if (u == kKU) {
-        src = sm.v_units + n * Shape::kWarps * int(kKU) + 8 * (thread_index() / 32);
-      } else if (u < kEnd) {
-        src += (u - kKU) % 8 == 0 ? kKU - 7 : 1;  // next key step, or next column pair
-      } else if (n > first) {
-        --n, u = 0;
-        src = k_units(sm, n);
-      }
+  __device__ __forceinline__ void fetch() {
+    if (left > 0) {
+      const uint32_t dst = slot(-left);
+      cp_async_16_whole(dst, src);
+      cp_async_16_whole(dst + offsetof(FragmentUnit, lo), src + offsetof(FragmentUnit, lo));
+      src += sizeof(FragmentUnit);
+      if ((left - 1) % kRun == 0) src -= (Shape::kWarps + 1) * kRun * sizeof(FragmentUnit);
     }
+    --left;
     cp_async_commit();  // empty past the end, which keeps the group count
   }
 
-  // The next unit's hi and lo registers; fetches the unit kSlots − 1 further on.
-  __device__ __forceinline__ void next(WideShared<Shape>& sm, uint32_t (&hi)[4],
-                                       uint32_t (&lo)[4]) {
+  // The next unit's hi and lo registers (kSlots − 1 behind the next fetch);
+  // fetches the unit kSlots − 1 further on.
+  __device__ __forceinline__ void next(uint32_t (&hi)[4], uint32_t (&lo)[4]) {
     cp_async_wait<Shape::kSlots - 2>();
-    const int lane = thread_index() % 32;
-    const FragmentUnit& slot = sm.ring[thread_index() / 32][consumed++ % Shape::kSlots];
-    const uint4 h = slot.hi[lane], l = slot.lo[lane];
+    const uint32_t at = slot(-left + 1);
+    const uint4 h = lds128(at), l = lds128(at + offsetof(FragmentUnit, lo));
     hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
     lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
-    fetch(sm);
+    fetch();
   }
 };
 
@@ -220,8 +220,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   if (threadIdx.x == 0) {
     const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk, steps = kv.rows / 16;
-    sm.k_units = kv.k + bh * steps * Shape::kKUnits;
-    sm.v_units = kv.v + bh * steps * Shape::kKUnits;
+    sm.units = kv.units + bh * steps * Shape::kUnits;
     sm.k_unscale = kv.k_unscale + bh * kv.rows;
     sm.v_unscale_units = kv.v_unscale + bh * steps * Shape::kKUnits;
   }
@@ -237,7 +236,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   wait_for_previous_grid();
   if (end > first) {
 #pragma unroll
-    for (int i = 0; i < Shape::kSlots - 1; ++i) stream.fetch(sm);
+    for (int i = 0; i < Shape::kSlots - 1; ++i) stream.fetch();
     __syncthreads();
   }
 
@@ -262,8 +261,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     for (int i = 0; i < kScalesPerLane; ++i) {
       const int unit = lane + 32 * i;  // key step unit / 8, column pair 8w + unit % 8
       if (unit < Shape::kVUnits)
-        v_unscale[i] =
-            sm.v_unscale_units[(n * kWarps + unit / 8) * Shape::kKUnits + 8 * w + unit % 8];
+        v_unscale[i] = sm.v_unscale_units[(n * kWarps + w) * Shape::kVUnits + unit];
     }
     float sc[2][2][4] = {};
     {
@@ -278,7 +276,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
             ldmatrix_x4(a_hi[mt], QTile::address(q_lane, 16 * mt, kk0 + i));
             ldmatrix_x4(a_lo[mt], QTile::address(q_lane, 16 * mt, kk0 + i) + QTile::kBytes);
           }
-          stream.next(sm, b_hi, b_lo);
+          stream.next(b_hi, b_lo);
           mma_split3(chain, a_hi, a_lo, b_hi, b_lo);
         }
 #pragma unroll
@@ -381,7 +379,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 #pragma unroll
       for (int cp = 0; cp < 8; ++cp) {
         uint32_t b_hi[4], b_lo[4];
-        stream.next(sm, b_hi, b_lo);
+        stream.next(b_hi, b_lo);
         float chain[2][2][4] = {};
         mma_split3(chain, a_hi, a_lo, b_hi, b_lo);
         const float unscale = sm.v_unscale[w][8 * j + cp];

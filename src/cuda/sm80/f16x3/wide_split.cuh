@@ -30,13 +30,39 @@ struct FragmentUnit {
   uint4 hi[32], lo[32];
 };
 
-// The split K and V in scratch memory; bh = batch · heads_kv + kv head.
+// The split K and V in scratch memory, in the order the attention kernel's
+// warps consume them: per (batch · kv head, key chunk, warp) one run of units,
+// so that a warp's stream of units only ever steps to the next one within a
+// chunk (wide_kernel.cuh, UnitStream). bh = batch · heads_kv + kv head.
 struct WideSplitKV {
-  FragmentUnit* k;   // [bh][rows / 16][kD / 16]
-  FragmentUnit* v;   // [bh][rows / 16][kD / 16]
-  float* k_unscale;  // [bh][rows]: 2^-e per key
-  float* v_unscale;  // [bh][rows / 16][kD / 16]: 2^-e per V unit
-  int rows;          // seqlen_k rounded up to whole key chunks of the attention kernel
+  FragmentUnit* units;  // [bh][chunk][warp][UnitRuns::kRun]
+  float* k_unscale;     // [bh][rows]: 2^-e per key
+  float* v_unscale;     // [bh][chunk][warp][kD / 16]: 2^-e per V unit, as the run's V units
+  int rows;             // seqlen_k rounded up to whole key chunks of the attention kernel
+};
+
+// Where each unit of (batch · kv head) lies, counted from its first run. The
+// attention kernel's warp w takes, in key chunk n (kWarps key steps of 16):
+// the K units of key step s = n·kWarps + w, column pairs 0 … kD/16 − 1 (its keys
+// of S), then the V units of the chunk's key steps j = 0 … kWarps − 1 at column
+// pairs 8w … 8w + 7 (its output columns of P·V), j outer.
+template <int kD>
+struct UnitRuns {
+  static constexpr int kWarps = kD / 128;  // the attention kernel's warps
+  static constexpr int kPairs = kD / 16;   // units of a phase: 16-column pairs of K; V's j × 8
+  static constexpr int kRun = 2 * kPairs;  // units a warp takes per key chunk
+
+  __device__ static int64_t run(int chunk, int warp) {
+    return (int64_t(chunk) * kWarps + warp) * kRun;
+  }
+  // Unit of key step s and column pair c: of K, of V; and V's scale of it.
+  __device__ static int64_t k_unit(int s, int c) { return run(s / kWarps, s % kWarps) + c; }
+  __device__ static int64_t v_unit(int s, int c) {
+    return run(s / kWarps, c / 8) + kPairs + 8 * (s % kWarps) + c % 8;
+  }
+  __device__ static int64_t v_scale(int s, int c) {
+    return (int64_t(s / kWarps) * kWarps + c / 8) * kPairs + 8 * (s % kWarps) + c % 8;
+  }
 };
 
 constexpr int kWideSplitThreads = 256;
@@ -90,11 +116,12 @@ __device__ __forceinline__ void split_keys(WideSplitStage<kD>& st, FragmentUnit*
   }
 }
 
-// V's units of the staged keys, one scale per unit (its maximum over the warp):
+// V's units of the staged keys (key step `step` of bh, whose units and scales
+// start at units and unscale), one scale per unit (its maximum over the warp):
 // warp w takes units w, w + kWarps, ...
 template <int kD>
 __device__ __forceinline__ void split_values(const WideSplitStage<kD>& st, FragmentUnit* units,
-                                             float* unscale) {
+                                             float* unscale, int step) {
   constexpr int kWarps = kWideSplitThreads / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   for (int cu = warp; cu < kD / 16; cu += kWarps) {
@@ -109,12 +136,12 @@ __device__ __forceinline__ void split_values(const WideSplitStage<kD>& st, Fragm
       for (int i = 0; i < 4; ++i) mx = fmaxf(mx, finite_abs(x[half][i]));
     }
     const int e = split_exponent(lanes_max<31u>(mx));
-    if (lane == 0) unscale[cu] = exp2_int(-e);
+    if (lane == 0) unscale[UnitRuns<kD>::v_scale(step, cu)] = exp2_int(-e);
     uint32_t hi[4], lo[4];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
       split_into(hi, lo, 2 * half, x[half][0], x[half][1], x[half][2], x[half][3], exp2_int(e));
-    store_unit_lane(units + cu, lane, hi, lo);
+    store_unit_lane(units + UnitRuns<kD>::v_unit(step, cu), lane, hi, lo);
   }
 }
 
@@ -143,9 +170,9 @@ __global__ void __launch_bounds__(kWideSplitThreads)
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  const int64_t units = (bh * steps + step) * (kD / 16);
-  if (values) split_values<kD>(st, kv.v + units, kv.v_unscale + units);
-  else split_keys<kD>(st, kv.k + units, kv.k_unscale + bh * kv.rows + key0);
+  FragmentUnit* units = kv.units + bh * steps * (kD / 8);  // bh's runs: 2 · kD/16 units a step
+  if (values) split_values<kD>(st, units, kv.v_unscale + bh * steps * (kD / 16), step);
+  else split_keys<kD>(st, units + UnitRuns<kD>::k_unit(step, 0), kv.k_unscale + bh * kv.rows + key0);
 }
 
 }  // namespace flashattn::cuda::f16x3

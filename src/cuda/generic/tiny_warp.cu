@@ -160,8 +160,11 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
   acc.z = lanes_sum<kGroupBits>(acc.z), acc.w = lanes_sum<kGroupBits>(acc.w);
 
   if (g != 0) return;
-  // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h).
-  FinishedRow<float> finished = finish_row(m * kLn2, sum, finished_empty<Variant::Score::kBias>(key_end <= key_begin, sum));
+  // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h). The lse
+  // (a logarithm, ~25 dependent instructions) is finished again after the
+  // stores, only where it is stored: this call's lse goes unused and is dropped.
+  const bool empty = finished_empty<Variant::Score::kBias>(key_end <= key_begin, sum);
+  FinishedRow<float> finished = finish_row(m * kLn2, sum, empty);
   if constexpr (Variant::kDropout) finished.inv_l *= p.dropout.keep_scale;
   float* out = head_ptr(p.o, b, hq) + row * p.o.row_stride + 4 * c;
   const float4 o = make_float4(finished.out(acc.x), finished.out(acc.y), finished.out(acc.z),
@@ -174,7 +177,8 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
     if (4 * c + 2 < d) out[2] = o.z;
     if (4 * c + 3 < d) out[3] = o.w;
   }
-  if (p.lse && lane == 0) p.lse[(b * p.heads_q + hq) * p.mask.seqlen_q + row] = finished.lse;
+  if (p.lse && lane == 0)
+    p.lse[(b * p.heads_q + hq) * p.mask.seqlen_q + row] = finish_row(m * kLn2, sum, empty).lse;
 }
 
 // Largest element offset of t (strides are non-negative by validation).

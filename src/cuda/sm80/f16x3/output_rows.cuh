@@ -42,7 +42,10 @@ struct OutputRows {
                                         bool write_lse) const {
     const Sizes& s = p.sizes;
     const int t = threadIdx.x % 4;
-    FinishedRow<float> finished = finish_row(row_max * p.softmax.scale - kPLog2Bias * kLn2, l, empty);
+    // The lse (a logarithm) is finished again after the stores, only where it
+    // is stored; this call's lse goes unused and is dropped.
+    const float m_natural = row_max * p.softmax.scale - kPLog2Bias * kLn2;
+    FinishedRow<float> finished = finish_row(m_natural, l, empty);
     finished.inv_l *= p.dropout.keep_scale;  // dropout's (core/dropout.h); 1 without
     float* o_row = split.count == 1
                        ? static_cast<float*>(p.o.data) + tc.b * p.o.batch_stride +
@@ -64,7 +67,7 @@ struct OutputRows {
         if (col + 1 < s.head_dim) o_row[col + 1] = y;
       }
     }
-    if (lse && write_lse) lse[row] = finished.lse;
+    if (lse && write_lse) lse[row] = finish_row(m_natural, l, empty).lse;
   }
 };
 

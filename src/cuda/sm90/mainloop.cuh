@@ -277,9 +277,9 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       const KeyBlocks wg_keys = mask.key_blocks(wg_row0, 64, Tr::kBlockN);
       // A score variant changes every score (a window alone only the cut blocks).
       const bool rescores = !Score::kIdentity && p.scores.any();
-      const auto needs_mask = [&](int n_block) {
-        return rescores || wg_keys.lower_end_in<kLowerEnds>(n_block) ||
-               mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
+      const auto needs_mask = [&](int n_block) {  // two consumers: the tile's KeyBlocks
+        return rescores || (Tr::kConsumers == 2 ? wg_keys.needs_mask<kLowerEnds>(n_block) : (wg_keys.lower_end_in<kLowerEnds>(n_block) ||
+               mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1)));
       };
       const Score score = Variant::score(p.scores, p.scale, t.batch, t.head_q, mask.alignment);
       // Dropout: block n_block's keep bits, made while its scores' wgmma runs;

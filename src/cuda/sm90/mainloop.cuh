@@ -270,16 +270,21 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       // Blocks whose last key lies beyond the keys the warpgroup's first row sees
       // (beyond seqlen_k, or beyond its causal limit) need the score step; the
       // key range's upper end grows with the row, so the other rows see them
-      // too. (Asked this way, per block, rather than of a KeyBlocks held through
-      // the loop or of the first row's clamped key_end: with three consumer
-      // warpgroups at head dim 64 those forms measured 4-6% slower, ncu showing
-      // twice the barrier stalls; docs/perf/cuda_wgmma.md, v4.15.)
+      // too. With three consumer warpgroups (head dim 64) that is asked per
+      // block: the warpgroup's KeyBlocks held through the loop measured 4-6%
+      // slower there, ncu showing twice the barrier stalls (v4.15). With two,
+      // the KeyBlocks answer with one int compare, where the per-block test's
+      // 64-bit product and compare made most of the d256 key loop's growth
+      // beyond 046770d's (docs/perf/cuda_wgmma.md).
       const KeyBlocks wg_keys = mask.key_blocks(wg_row0, 64, Tr::kBlockN);
       // A score variant changes every score (a window alone only the cut blocks).
       const bool rescores = !Score::kIdentity && p.scores.any();
       const auto needs_mask = [&](int n_block) {
-        return rescores || wg_keys.lower_end_in<kLowerEnds>(n_block) ||
-               mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
+        if constexpr (Tr::kConsumers == 2)
+          return rescores || wg_keys.needs_mask<kLowerEnds>(n_block);
+        else
+          return rescores || wg_keys.lower_end_in<kLowerEnds>(n_block) ||
+                 mask.beyond_end(wg_row0, int64_t(n_block + 1) * Tr::kBlockN - 1);
       };
       const Score score = Variant::score(p.scores, p.scale, t.batch, t.head_q, mask.alignment);
       // Dropout: block n_block's keep bits, made while its scores' wgmma runs;

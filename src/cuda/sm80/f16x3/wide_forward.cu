@@ -40,7 +40,7 @@ void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, boo
   const bool sm90a = runs_sm90a_code(p.device_index);
   run_key_splits(p, splits, [&](const KeySplit& split) {
     KernelLaunch(grid.dims, Shape::kThreads, smem, static_cast<cudaStream_t>(p.stream))
-        .early_where(sm90a)(wide_attention_kernel<Variant, Shape>,
+        .early_where(sm90a)(kernel,
                             "cuda_f16x3 wide_attention_kernel", p, grid.divisors, vec4, kv, split);
   });
 }

@@ -90,7 +90,7 @@ struct alignas(128) WideShared {
 // chunk's; the ring slot's shared address is held, not recomputed per unit.
 template <typename Shape>
 struct UnitStream {
-  static constexpr int kRun = Shape::kUnits;
+  static constexpr int kRun = UnitRuns<Shape::kD>::kRun;
   static_assert(kRun % Shape::kSlots == 0);
   const char* src;  // this lane's 16 bytes of hi in the next unit to fetch
   int left;         // units still to fetch; past the end it counts on below 0
@@ -100,7 +100,7 @@ struct UnitStream {
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     const int last = end > first ? end - 1 : 0;
     src = reinterpret_cast<const char*>(
-        &sm.units[int64_t(last * Shape::kWarps + w) * kRun].hi[lane]);
+        &sm.units[UnitRuns<Shape::kD>::run(last, w)].hi[lane]);
     left = end > first ? (end - first) * kRun : 0;
     ring = smem_address(&sm.ring[w][0].hi[lane]);
   }
@@ -220,9 +220,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   if (threadIdx.x == 0) {
     const int64_t bh = int64_t(tc.b) * s.heads_kv + tc.hk, steps = kv.rows / 16;
-    sm.units = kv.units + bh * steps * Shape::kUnits;
+    sm.units = kv.units + UnitRuns<Shape::kD>::head_units(bh, steps);
     sm.k_unscale = kv.k_unscale + bh * kv.rows;
-    sm.v_unscale_units = kv.v_unscale + bh * steps * Shape::kKUnits;
+    sm.v_unscale_units = kv.v_unscale + UnitRuns<Shape::kD>::head_scales(bh, steps);
   }
   __syncthreads();
   UnitStream<Shape> stream(sm, end, first);
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     for (int i = 0; i < kScalesPerLane; ++i) {
       const int unit = lane + 32 * i;  // key step unit / 8, column pair 8w + unit % 8
       if (unit < Shape::kVUnits)
-        v_unscale[i] = sm.v_unscale_units[(n * kWarps + w) * Shape::kVUnits + unit];
+        v_unscale[i] = sm.v_unscale_units[UnitRuns<Shape::kD>::run_scales(n, w) + unit];
     }
     float sc[2][2][4] = {};
     {

@@ -52,8 +52,16 @@ struct UnitRuns {
   static constexpr int kPairs = kD / 16;   // units of a phase: 16-column pairs of K; V's j × 8
   static constexpr int kRun = 2 * kPairs;  // units a warp takes per key chunk
 
+  // bh's first unit and first V scale, of `steps` key steps: a run and a run's
+  // V scales per step.
+  __device__ static int64_t head_units(int64_t bh, int64_t steps) { return bh * steps * kRun; }
+  __device__ static int64_t head_scales(int64_t bh, int64_t steps) { return bh * steps * kPairs; }
+  // The first unit, and the first V scale, of the run of warp w in key chunk n.
   __device__ static int64_t run(int chunk, int warp) {
     return (int64_t(chunk) * kWarps + warp) * kRun;
+  }
+  __device__ static int64_t run_scales(int chunk, int warp) {
+    return (int64_t(chunk) * kWarps + warp) * kPairs;
   }
   // Unit of key step s and column pair c: of K, of V; and V's scale of it.
   __device__ static int64_t k_unit(int s, int c) { return run(s / kWarps, s % kWarps) + c; }
@@ -61,7 +69,7 @@ struct UnitRuns {
     return run(s / kWarps, c / 8) + kPairs + 8 * (s % kWarps) + c % 8;
   }
   __device__ static int64_t v_scale(int s, int c) {
-    return (int64_t(s / kWarps) * kWarps + c / 8) * kPairs + 8 * (s % kWarps) + c % 8;
+    return run_scales(s / kWarps, c / 8) + 8 * (s % kWarps) + c % 8;
   }
 };
 
@@ -170,8 +178,8 @@ __global__ void __launch_bounds__(kWideSplitThreads)
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  FragmentUnit* units = kv.units + bh * steps * (kD / 8);  // bh's runs: 2 · kD/16 units a step
-  if (values) split_values<kD>(st, units, kv.v_unscale + bh * steps * (kD / 16), step);
+  FragmentUnit* units = kv.units + UnitRuns<kD>::head_units(bh, steps);
+  if (values) split_values<kD>(st, units, kv.v_unscale + UnitRuns<kD>::head_scales(bh, steps), step);
   else split_keys<kD>(st, units + UnitRuns<kD>::k_unit(step, 0), kv.k_unscale + bh * kv.rows + key0);
 }
 

@@ -23,6 +23,8 @@ double output_for_d(DType dtype, double modelled, const float* stored) {
   return std::fabs(*stored - modelled) <= 2 * ulp ? *stored : rounded;
 }
 
+double square(double x) { return x * x; }
+
 // F: the arithmetic; round(x): what storing a product's result does. With
 // d_from_output, what a flash backward inherits from its forward is modelled
 // (standard_backward.h, exact_backward_from_stored_output); with stored_out
@@ -49,13 +51,16 @@ HostGradients standard_backward(const HostProblem& p, Round round,
   g.dq_mag.assign(g.dq.size(), 0.0);
   g.dk_mag.assign(g.dk.size(), 0.0);
   g.dv_mag.assign(g.dv.size(), 0.0);
+  g.dq_terms_sq.assign(g.dq.size(), 0.0);
+  g.dk_terms_sq.assign(g.dk.size(), 0.0);
+  g.dv_terms_sq.assign(g.dv.size(), 0.0);
   // Work items: (batch, kv head) slices, each cut into chunks of its rows
   // (query head by query head) where the slices are few (core/parallel.h,
   // sum_over_row_chunks); a chunk sums its rows' parts of dk, dv and their
   // magnitudes, and the chunks' sums are added in chunk order.
   struct KeySums {
     std::vector<F> dk, dv;
-    std::vector<double> dk_mag, dv_mag;
+    std::vector<double> dk_mag, dv_mag, dk_terms_sq, dv_terms_sq;
   };
   // Key j of the slice: its dk and dv (rounded) and magnitudes, the chunks' sums added in order.
   const auto finish = [&](int64_t slice, int64_t j, const KeySums* parts, int64_t count) {
@@ -64,11 +69,14 @@ HostGradients standard_backward(const HostProblem& p, Round round,
       const size_t at = size_t(j) * d + c;
       g.dk[at_k(b, j, hk, d) + c] = round(chunk_total(parts, count, &KeySums::dk, at));
       g.dk_mag[at_k(b, j, hk, d) + c] = chunk_total(parts, count, &KeySums::dk_mag, at);
+      g.dk_terms_sq[at_k(b, j, hk, d) + c] = chunk_total(parts, count, &KeySums::dk_terms_sq, at);
     }
     for (int c = 0; c < dv_cols; ++c) {
       const size_t at = size_t(j) * dv_cols + c;
       g.dv[at_k(b, j, hk, dv_cols) + c] = round(chunk_total(parts, count, &KeySums::dv, at));
       g.dv_mag[at_k(b, j, hk, dv_cols) + c] = chunk_total(parts, count, &KeySums::dv_mag, at);
+      g.dv_terms_sq[at_k(b, j, hk, dv_cols) + c] =
+          chunk_total(parts, count, &KeySums::dv_terms_sq, at);
     }
   };
   const auto part = [&](int64_t slice, int64_t row_begin, int64_t row_end, KeySums& own) {
@@ -77,6 +85,8 @@ HostGradients standard_backward(const HostProblem& p, Round round,
     own.dv.assign(size_t(s.seqlen_k) * dv_cols, F(0));
     own.dk_mag.assign(own.dk.size(), 0.0);
     own.dv_mag.assign(own.dv.size(), 0.0);
+    own.dk_terms_sq.assign(own.dk.size(), 0.0);
+    own.dv_terms_sq.assign(own.dv.size(), 0.0);
     std::vector<F>& dk = own.dk;
     std::vector<F>& dv = own.dv;
     std::vector<F> prob(s.seqlen_k), dp(s.seqlen_k), derivative(s.seqlen_k), kept(s.seqlen_k);
@@ -166,6 +176,7 @@ HostGradients standard_backward(const HostProblem& p, Round round,
       }
       double* dq = &g.dq[at_q(b, i, hq, d)];
       double* dq_mag = &g.dq_mag[at_q(b, i, hq, d)];
+      double* dq_terms_sq = &g.dq_terms_sq[at_q(b, i, hq, d)];
       std::vector<F> dq_row(d, F(0));
       for (int j = key_begin; j < key_end; ++j) {
         const F ds = F(round(prob[j] * (dp[j] - row_dot) * derivative[j])) * F(p.scale);
@@ -174,15 +185,20 @@ HostGradients standard_backward(const HostProblem& p, Round round,
         const float* k = &(*p.k)[at_k(b, j, hk, d)];
         double* dk_mag = &own.dk_mag[size_t(j) * d];
         double* dv_mag = &own.dv_mag[size_t(j) * dv_cols];
+        double* dk_terms_sq = &own.dk_terms_sq[size_t(j) * d];
+        double* dv_terms_sq = &own.dv_terms_sq[size_t(j) * dv_cols];
         for (int c = 0; c < d; ++c) {
           dq_row[c] += ds * F(k[c]);
           dk[size_t(j) * d + c] += ds * F(q[c]);
           dq_mag[c] += ds_mag * std::fabs(k[c]);
           dk_mag[c] += ds_mag * std::fabs(q[c]);
+          dq_terms_sq[c] += square(double(ds) * k[c]);
+          dk_terms_sq[c] += square(double(ds) * q[c]);
         }
         for (int c = 0; c < dv_cols; ++c) {
           dv[size_t(j) * dv_cols + c] += prob[j] * kept[j] * F(dout[c]);
           dv_mag[c] += std::fabs(double(prob[j] * kept[j]) * dout[c]);
+          dv_terms_sq[c] += square(double(prob[j] * kept[j]) * dout[c]);
         }
       }
       for (int c = 0; c < d; ++c) dq[c] = round(dq_row[c]);

@@ -28,6 +28,10 @@ struct HostGradients {
   // with one visible key has ds = 0 exactly, as the difference of two equal
   // numbers). standard_backward_float64 only.
   std::vector<double> dq_mag, dk_mag, dv_mag;
+  // The sums of the terms' squares (ds·k, ds·q, p·dO): a 16-bit backward rounds
+  // each term's factor (ds, p) to the dtype, so its error is that rounding of
+  // each term, whatever the sum's cancellation leaves. standard_backward_float64 only.
+  std::vector<double> dq_terms_sq, dk_terms_sq, dv_terms_sq;
 };
 
 struct HostProblem {

@@ -49,9 +49,10 @@ class GradProblem {
   // Scores the gradients against the library's reference backward (float64),
   // or, for the reference backend itself, against the harness's own float64
   // standard backward (standard_backward.h). fp32: each within the larger of 1e-5
-  // and twice the baseline's error; 16-bit: the larger of twice the baseline's
-  // error and the most the dtype's rounding of each term of the sums can give to
-  // two-term sums, plus the output's rounding. The baseline is the worse of standard attention's backward
+  // and twice the baseline's error; 16-bit: twice the baseline's error plus the
+  // output's rounding, and where the gradient's terms sit on 8 elements or fewer
+  // at least the most that the dtype's rounding of each term and of the result
+  // can move them. The baseline is the worse of standard attention's backward
   // in the dtype and the exact gradient with D from the dtype-rounded output.
   GradAccuracy evaluate(Backend backend);
 

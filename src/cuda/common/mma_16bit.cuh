@@ -84,4 +84,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1/x on the special-function unit, within an ulp of the rounded reciprocal
+// (subnormal x flushed: 1/0 = +inf); for results rounded to 16 bits.
+__device__ __forceinline__ float fast_reciprocal(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace flashattn::cuda

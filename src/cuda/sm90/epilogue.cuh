@@ -75,23 +75,26 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
                                          int warp, int lane, float out_scale) {
-  // The lse (a logarithm) only where it is stored: asked of every finish_row,
-  // it ran on every tile, lse or not, as ptxas did not sink it past the
-  // barriers below (~6% of a 128-key tile's instructions at d 64, ncu); the
-  // first call's lse is unused, so the compiler drops it.
-  FinishedRow<float> finished[2];
-  float lse[2];
+  // Both rows' sums and reciprocals in one branch-free stretch: out = acc / l
+  // needs 1/l only to a 16-bit rounding, so one MUFU.RCP (fast_reciprocal)
+  // stands for finish_row's correctly rounded one, whose range test and slow
+  // path put two branches on every tile's path (with the lse's tests, ~10% of
+  // a 128-key tile's stall samples at d 64, ncu; docs/perf/cuda_wgmma.md,
+  // v4.30). Empty rows get 0, as finish_row gives; the lse (a logarithm) is
+  // computed by finish_row only where it is stored.
+  float l[2], inv_l[2];
+  bool row_empty[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float l = row_sum[half];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const bool row_empty = finished_empty<kZeroSumEmpty>(
-        empty || mask.empty(t.row0 + at.row0 + 8 * half), l);
-    finished[half] = finish_row(row_max[half] * p.scale, l, row_empty);
-    finished[half].inv_l *= out_scale;
-    lse[half] = 0.0f;
-    if (p.lse != nullptr) lse[half] = finish_row(row_max[half] * p.scale, l, row_empty).lse;
+    l[half] = row_sum[half];
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    row_empty[half] = finished_empty<kZeroSumEmpty>(
+        empty || mask.empty(t.row0 + at.row0 + 8 * half), l[half]);
+    inv_l[half] = row_empty[half] ? 0.0f : fast_reciprocal(l[half]) * out_scale;
   }
   const ConsumerPart<Tr> part(warpgroup);
   const bool storer = warp == 0 && lane == 0;
@@ -109,10 +112,11 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const float inv_l = finished[q % 2].inv_l;
-      r[q] = empty || (kZeroSumEmpty && finished[q % 2].empty)
+      const float row_inv_l = inv_l[q % 2];
+      r[q] = empty || (kZeroSumEmpty && row_empty[q % 2])
                  ? 0u
-                 : pack_pair<T>(acc[8 * jj + 2 * q] * inv_l, acc[8 * jj + 2 * q + 1] * inv_l);
+                 : pack_pair<T>(acc[8 * jj + 2 * q] * row_inv_l,
+                                acc[8 * jj + 2 * q + 1] * row_inv_l);
     }
     stmatrix_x4(chunk(jj), r[0], r[1], r[2], r[3]);
   }
@@ -154,7 +158,8 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = t.row0 + at.row0 + 8 * half;
-      if (row >= 0 && row < t.seqlen_q) p.lse[lse_row0 + row] = lse[half];
+      if (row >= 0 && row < t.seqlen_q)
+        p.lse[lse_row0 + row] = finish_row(row_max[half] * p.scale, l[half], row_empty[half]).lse;
     }
   }
 }

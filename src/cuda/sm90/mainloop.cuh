@@ -99,14 +99,16 @@ __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64
   }
 }
 
-// acc[64 × kAccCols] += P·V(stage), issued; the caller commits.
+// acc[64 × kAccCols] += P·V(stage), issued; the caller commits. accumulate
+// false: acc = P·V, whatever acc held (a tile's first P·V).
 template <typename T, class Tr>
 __device__ __forceinline__ void issue_values(float (&acc)[Tr::kAccCols / 2],
                                              const uint32_t (&p)[Tr::kBlockN / 16][4],
-                                             uint64_t v_desc) {
+                                             uint64_t v_desc, bool accumulate) {
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-    Wgmma<T, Tr::kAccCols>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128), 1);
+    Wgmma<T, Tr::kAccCols>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128),
+                               kk > 0 || accumulate);
 }
 
 // A consumer warpgroup: its 64 rows of each of the block's tiles. In the turn
@@ -173,6 +175,10 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   float acc[Tr::kAccCols / 2];
 #pragma unroll
   for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
+  // acc holds no tile's sum yet: the next P·V overwrites it instead of adding
+  // (wgmma's scale-d), in place of zeroing acc after every epilogue, which
+  // took a 128-key tile 62 instructions at d 64 (docs/perf/cuda_wgmma.md, v4.30).
+  bool acc_fresh = true;
   float row_max[2], row_sum[2];
   float s[Tr::kBlockN / 2];
   uint32_t probs[Tr::kBlockN / 16][4];
@@ -186,7 +192,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   Tile owed_tile{};
   const auto issue_owed = [&] {
     wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
-    issue_values<T, Tr>(acc, probs, v_desc(owed.stage()));
+    issue_values<T, Tr>(acc, probs, v_desc(owed.stage()), !acc_fresh);
+    acc_fresh = false;
   };
   // A tile's rows out with their row statistics: a split tile's part to the
   // merge, any other tile through the epilogue. at_end (a std::bool_constant):
@@ -211,8 +218,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     RowMask owed_mask;
     write_rows(owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), tile_max, tile_sum, false,
                at_end);
-#pragma unroll
-    for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
+    acc_fresh = true;
     pv_owed = false;
   };
 
@@ -351,7 +357,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
         wgmma_commit();
         wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
-        issue_values<T, Tr>(acc, probs, v_desc(prev.stage()));
+        issue_values<T, Tr>(acc, probs, v_desc(prev.stage()), !acc_fresh);
+        acc_fresh = false;
         wgmma_commit();
         turns.hand_over();
         kept = keep_bits(n_block);

@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM<Variant>) tiled_kern
     for (int e = 0; e < kPerThread; ++e) acc[a][e] = 0.0f;
   }
   // Keys outside [n_begin, n_end) are seen by no row of the tile.
-  const int n_begin = mask.key_blocks(m0, rows, kBlockN).first<Variant::kLowerEnds>() * kBlockN;
+  const int n_begin =
+      mask.key_blocks(m0, rows, kBlockN).template first<Variant::kLowerEnds>() * kBlockN;
   const int n_end = mask.key_end(m0 + rows - 1);
 
   for (int n0 = n_begin; n0 < n_end; n0 += kBlockN) {

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc[kD / 8][4] = {};
   // Keys outside [n_begin, n_end) are seen by no row of the tile.
   const int n_begin =
-      mask.key_blocks(m0, rows, block_n(kD)).first<Variant::kLowerEnds>() * block_n(kD);
+      mask.key_blocks(m0, rows, block_n(kD)).template first<Variant::kLowerEnds>() * block_n(kD);
   const int n_end = mask.key_end(m0 + rows - 1);
 
   if (chunks == 1) {

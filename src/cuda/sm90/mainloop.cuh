@@ -175,10 +175,6 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   float acc[Tr::kAccCols / 2];
 #pragma unroll
   for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
-  // acc holds no tile's sum yet: the next P·V overwrites it instead of adding
-  // (wgmma's scale-d), in place of zeroing acc after every epilogue, which
-  // took a 128-key tile 62 instructions at d 64 (docs/perf/cuda_wgmma.md, v4.30).
-  bool acc_fresh = true;
   float row_max[2], row_sum[2];
   float s[Tr::kBlockN / 2];
   uint32_t probs[Tr::kBlockN / 16][4];
@@ -187,13 +183,17 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   // `owed_tile`, whose row statistics are still in row_max and row_sum. The
   // tile is kept, not its index: tile_at's divisions cost its epilogue about
   // 100 instructions (docs/perf/cuda_wgmma.md, v4.17).
-  bool pv_owed = false;
+  // A tile's first P·V overwrites acc (wgmma's scale-d) instead of adding to
+  // zeros: zeroing acc after every epilogue took a 128-key tile 62
+  // instructions at d 64 (docs/perf/cuda_wgmma.md, v4.30). The walk's first
+  // P·V is the tile's first; the owed one adds unless the walk had no other
+  // (owed_adds).
+  bool pv_owed = false, owed_adds = false;
   RingPosition<Tr::kStages> owed{0};
   Tile owed_tile{};
   const auto issue_owed = [&] {
     wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
-    issue_values<T, Tr>(acc, probs, v_desc(owed.stage()), !acc_fresh);
-    acc_fresh = false;
+    issue_values<T, Tr>(acc, probs, v_desc(owed.stage()), owed_adds);
   };
   // A tile's rows out with their row statistics: a split tile's part to the
   // merge, any other tile through the epilogue. at_end (a std::bool_constant):
@@ -218,7 +218,6 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     RowMask owed_mask;
     write_rows(owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), tile_max, tile_sum, false,
                at_end);
-    acc_fresh = true;
     pv_owed = false;
   };
 
@@ -282,7 +281,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       // the KeyBlocks answer with one int compare, where the per-block test's
       // 64-bit product and compare made most of the d256 key loop's growth
       // beyond 046770d's (docs/perf/cuda_wgmma.md).
-      const KeyBlocks wg_keys = mask.key_blocks(wg_row0, 64, Tr::kBlockN);
+      const KeyBlocks wg_keys = mask.key_blocks<kLowerEnds>(wg_row0, 64, Tr::kBlockN);
       // A score variant changes every score (a window alone only the cut blocks).
       const bool rescores = !Score::kIdentity && p.scores.any();
       const auto needs_mask = [&](int n_block) {
@@ -357,8 +356,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
         wgmma_commit();
         wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
-        issue_values<T, Tr>(acc, probs, v_desc(prev.stage()), !acc_fresh);
-        acc_fresh = false;
+        issue_values<T, Tr>(acc, probs, v_desc(prev.stage()), n_block != wg_end - 2);
         wgmma_commit();
         turns.hand_over();
         kept = keep_bits(n_block);
@@ -378,6 +376,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       }
       release(&bar.q_empty[qs]);  // every Q·Kᵀ of the tile has completed
       pv_owed = true;
+      owed_adds = wg_end - 2 >= t.n_first;
       owed = ring;
       owed_tile = t;
       ++ring.it;

@@ -24,11 +24,13 @@ struct Barriers {
 // Which slot of a kSlots-deep ring the it-th load of the block's run uses, and
 // the phase parities that mark it filled (consumers wait) and free (the producer
 // waits; a fresh barrier counts as free). The K/V ring counts key blocks
-// (Tr::kStages slots), the Q buffers count loaded Qs (Tr::kQStages).
+// (Tr::kStages slots), the Q buffers count loaded Qs (Tr::kQStages). Unsigned:
+// the slot and parity are then a mask and a shift (signed, ~20 instructions of
+// a 128-key tile's path at d 64).
 template <int kSlots>
 struct RingPosition {
-  int it;
-  __device__ __forceinline__ int stage() const { return it % kSlots; }
+  uint32_t it;
+  __device__ __forceinline__ int stage() const { return int(it % kSlots); }
   __device__ __forceinline__ uint32_t filled_parity() const { return (it / kSlots) & 1; }
   __device__ __forceinline__ uint32_t free_parity() const { return filled_parity() ^ 1; }
 };

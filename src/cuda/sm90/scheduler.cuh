@@ -121,9 +121,10 @@ template <class Tr, bool kLowerEnds>
 __device__ __forceinline__ BlockSpan visible_key_blocks(const RowMask& mask, int row0, int rows) {
   const int last_row = min(row0 + rows, mask.seqlen_q) - 1;
   if (last_row < max(row0, 0)) return {0, 0};
-  const int end = (mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN;
+  // Quotients of keys ≥ 0, unsigned (a shift).
+  const int end = int(unsigned(mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN);
   if constexpr (!kLowerEnds) return {0, end};
-  const int first = min(end, mask.key_begin(max(row0, 0)) / Tr::kBlockN);
+  const int first = min(end, int(unsigned(mask.key_begin(max(row0, 0))) / Tr::kBlockN));
   return {first, end};
 }
 

@@ -136,6 +136,26 @@ TEST(RowMaskTest, KeyBlocksMatchBruteForce) {
         }
 }
 
+// Kernels built without lower ends (kLowerEnds false) skip key_begin; on every
+// rule without a lower end their key blocks are the general ones.
+TEST(RowMaskTest, KeyBlocksWithoutLowerEndsMatchTheGeneralOnes) {
+  for (const RowMask& m : masks()) {
+    if (m.bounded_below) continue;
+    for (int block_n : {1, 16, 64, 128})
+      for (int row0 = -130; row0 < m.seqlen_q + 64; row0 += 11)
+        for (int rows : {1, 5, 64, 128}) {
+          const KeyBlocks general = m.key_blocks(row0, rows, block_n);
+          const KeyBlocks upper = m.key_blocks<false>(row0, rows, block_n);
+          const std::string at = "rows [" + std::to_string(row0) + ", +" +
+                                 std::to_string(rows) + ") block_n " + std::to_string(block_n);
+          EXPECT_EQ(upper.begin, general.begin) << at;
+          EXPECT_EQ(upper.end, general.end) << at;
+          EXPECT_EQ(upper.unmasked_begin, general.unmasked_begin) << at;
+          EXPECT_EQ(upper.unmasked_end, general.unmasked_end) << at;
+        }
+  }
+}
+
 TEST(RowMaskTest, RowsSeeingAKeyTileMatchBruteForce) {
   for (const RowMask& m : masks())
     for (int key0 = 0; key0 < m.seqlen_k; key0 += 7)

@@ -102,16 +102,42 @@ struct RowMask {
     const int64_t end = row + upper_offset + 1;
     return end <= 0 ? 0 : (end >= seqlen_k ? seqlen_k : int(end));
   }
-  // key_end for a problem whose rows and keys number at most 2^30 each (so the
-  // sum below fits 32 bits), as selects: the same value, without 64-bit
-  // arithmetic or branches before a latency-bound kernel's loads (cuda_tiled's
-  // one-warp path; test_core checks it against key_end).
+  // Sequences shorter than kSmallSeqlen (2^29) keep row + offset inside 32 bits
+  // for every row a kernel's tiles reach (a tile before row 0 or past seqlen_q):
+  // a bounded side's offset lies within (−seqlen_q, seqlen_k), so the sums stay
+  // within ±(seqlen_q + seqlen_k + a tile). For such problems key_begin_small
+  // and key_end_small give key_begin's and key_end's values as selects, without
+  // 64-bit arithmetic or branches on a latency-bound kernel's path (cuda_tiled's
+  // one-warp path, cuda_wgmma's forward, whose launch holds to the limit;
+  // test_core checks them against the general forms).
+  static constexpr int kSmallSeqlen = 1 << 29;
+  FLASHATTN_HOST_DEVICE static bool small(int64_t seqlen_q, int64_t seqlen_k) {
+    return seqlen_q < kSmallSeqlen && seqlen_k < kSmallSeqlen;
+  }
+  FLASHATTN_HOST_DEVICE int key_begin_small(int row) const {
+    const int begin = row + int(lower_offset);
+    return bounded_below ? clamp_key(begin) : 0;
+  }
   FLASHATTN_HOST_DEVICE int key_end_small(int row) const {
     const int end = row + int(upper_offset) + 1;
+    return bounded_above ? clamp_key(end) : seqlen_k;
+  }
+  // key_begin and key_end, in their small forms where kSmall.
+  template <bool kSmall>
+  FLASHATTN_HOST_DEVICE int key_begin_of(int64_t row) const {
+    if constexpr (kSmall) return key_begin_small(int(row));
+    else return key_begin(row);
+  }
+  template <bool kSmall>
+  FLASHATTN_HOST_DEVICE int key_end_of(int64_t row) const {
+    if constexpr (kSmall) return key_end_small(int(row));
+    else return key_end(row);
+  }
+  FLASHATTN_HOST_DEVICE int clamp_key(int key) const {
 #ifdef __CUDA_ARCH__
-    return bounded_above ? ::max(0, ::min(seqlen_k, end)) : seqlen_k;  // IMNMX, no branch
+    return ::max(0, ::min(seqlen_k, key));  // IMNMX, no branch
 #else
-    return bounded_above ? std::max(0, std::min(seqlen_k, end)) : seqlen_k;
+    return std::max(0, std::min(seqlen_k, key));
 #endif
   }
   // key_end(row) <= key_begin(row), from the resolved row range.
@@ -143,18 +169,19 @@ struct RowMask {
   // 64-bit arithmetic and branches were a tenth of the Hopper kernel's per-tile
   // set-up at 128 keys. The quotients are of keys ≥ 0, divided unsigned (a
   // shift, where a signed one needs the sign's fix-up).
-  template <bool kLowerEnds = true>
+  // kSmall: the key ranges in their small forms (kSmallSeqlen).
+  template <bool kLowerEnds = true, bool kSmall = false>
   FLASHATTN_HOST_DEVICE KeyBlocks key_blocks(int64_t row0, int rows, int block_n) const {
     const int64_t last = row0 + rows - 1;
     const auto blocks = [block_n](int keys) { return int(unsigned(keys) / unsigned(block_n)); };
     KeyBlocks b{};
     if constexpr (kLowerEnds) {
-      b.begin = blocks(key_begin(row0));
-      b.unmasked_begin = blocks(key_begin(last) + block_n - 1);
+      b.begin = blocks(key_begin_of<kSmall>(row0));
+      b.unmasked_begin = blocks(key_begin_of<kSmall>(last) + block_n - 1);
     }
-    b.end = blocks(key_end(last) + block_n - 1);
+    b.end = blocks(key_end_of<kSmall>(last) + block_n - 1);
     if (b.end < b.begin) b.end = b.begin;
-    b.unmasked_end = blocks(key_end(row0));
+    b.unmasked_end = blocks(key_end_of<kSmall>(row0));
     if (b.unmasked_end < b.unmasked_begin) b.unmasked_end = b.unmasked_begin;
     return b;
   }

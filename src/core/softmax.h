@@ -83,14 +83,24 @@ struct FinishedRow {
   FLASHATTN_HOST_DEVICE F out(F acc) const { return empty ? F(0) : acc * inv_l; }
 };
 
-// m_natural: the row's max in natural-log units (m·scale for raw scores, m·ln 2
-// for scores in log2 units, less any bias the probabilities carry). l = 0 on a
+// A row's lse, m_natural + ln l, or −inf when empty. m_natural: the row's max
+// in natural-log units (m·scale for raw scores, m·ln 2 for scores in log2
+// units, less any bias the probabilities carry). l = 0 on a
 // row that is not empty means every visible score was −inf: NaN, as standard
 // attention gives (1/0 · 0); so does l = NaN.
 template <typename F>
+FLASHATTN_HOST_DEVICE F row_lse(F m_natural, F l, bool empty) {
+  if (empty) return F(-INFINITY);
+  return l > F(0) ? m_natural + natural_log(l) : F(NAN);
+}
+
+// The row's output factor and lse together. A kernel that stores the lse only
+// on some rows (or none) finishes the output here and asks row_lse at the
+// store, so that the logarithm runs where it is stored.
+template <typename F>
 FLASHATTN_HOST_DEVICE FinishedRow<F> finish_row(F m_natural, F l, bool empty) {
   if (empty) return {true, F(0), F(-INFINITY)};
-  return {false, reciprocal(l), l > F(0) ? m_natural + natural_log(l) : F(NAN)};
+  return {false, reciprocal(l), row_lse(m_natural, l, false)};
 }
 
 // Whether a finished row is empty: a row the mask leaves without keys, and,

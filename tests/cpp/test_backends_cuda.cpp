@@ -392,6 +392,14 @@ TEST_F(DeviceRulesOnGpu, HopperBackendStatesWhatItNeeds) {
   p.v.shape[1] = 7;
   expect_error(p, Status::unsupported,
                {"k: seqlen stride of 129 elements is not a positive multiple of 16 bytes"});
+  // 2^29 keys, one row read at each (stride 0): past the kernels' 32-bit key ranges.
+  Params far = DeviceProblem(DType::f16, 64).params(Backend::cuda_wgmma);
+  for (TensorView* kv : {&far.k, &far.v}) {
+    kv->shape[1] = int64_t(1) << 29;  // core/mask.h, RowMask::kSmallSeqlen
+    kv->stride[1] = 0;
+  }
+  expect_error(far, Status::unsupported,
+               {"k: seqlen 536870912 is not below 2^29, as cuda_wgmma needs"});
 }
 
 TEST_F(DeviceRulesOnGpu, HostPointersLabelledCudaAreRejected) {

@@ -80,9 +80,41 @@ TEST(RowMaskTest, WideWindowsLeaveTheSideOpen) {
   EXPECT_FALSE(c.bounded_below);
 }
 
-TEST(RowMaskTest, SmallFormAgreesWithKeyEnd) {
-  for (const RowMask& m : masks())
-    for (int i = 0; i < m.seqlen_q; ++i) EXPECT_EQ(m.key_end_small(i), m.key_end(i)) << i;
+// On every row a kernel's tiles reach, before row 0 and past seqlen_q too.
+TEST(RowMaskTest, SmallFormsAgreeWithTheGeneralOnes) {
+  for (const RowMask& m : masks()) {
+    ASSERT_TRUE(RowMask::small(m.seqlen_q, m.seqlen_k));
+    for (int i = -200; i < m.seqlen_q + 200; ++i) {
+      EXPECT_EQ(m.key_end_small(i), m.key_end(i)) << i;
+      EXPECT_EQ(m.key_begin_small(i), m.key_begin(i)) << i;
+      for (const int rows : {1, 64, 128}) {
+        const KeyBlocks general = m.key_blocks(i, rows, 128);
+        const KeyBlocks small = m.key_blocks<true, true>(i, rows, 128);
+        EXPECT_EQ(small.begin, general.begin) << i;
+        EXPECT_EQ(small.end, general.end) << i;
+        EXPECT_EQ(small.unmasked_begin, general.unmasked_begin) << i;
+        EXPECT_EQ(small.unmasked_end, general.unmasked_end) << i;
+      }
+    }
+  }
+}
+
+// At the limit's edge: rows past seqlen_q by a tile, offsets at the extremes a
+// bounded side takes, still in 32 bits.
+TEST(RowMaskTest, SmallFormsHoldAtTheLimit) {
+  constexpr int kLast = RowMask::kSmallSeqlen - 1;
+  EXPECT_FALSE(RowMask::small(RowMask::kSmallSeqlen, 1));
+  EXPECT_FALSE(RowMask::small(1, RowMask::kSmallSeqlen));
+  for (const MaskRule rule : {MaskRule{true, false}, MaskRule{true, true},
+                              MaskRule{false, true, 5, 3}, MaskRule{false, false, kLast - 2, 0}})
+    for (const SequenceLengths seq : {SequenceLengths{kLast, kLast}, SequenceLengths{kLast, 7},
+                                      SequenceLengths{7, kLast}}) {
+      const RowMask m = resolve(rule, seq);
+      for (const int i : {-256, -1, 0, 1, seq.seqlen_q / 2, seq.seqlen_q - 1, seq.seqlen_q + 255}) {
+        EXPECT_EQ(m.key_end_small(i), m.key_end(i)) << i;
+        EXPECT_EQ(m.key_begin_small(i), m.key_begin(i)) << i;
+      }
+    }
 }
 
 // empty() reads the resolved first_nonempty_row; the rule is key_end <= key_begin,
@@ -194,6 +226,21 @@ TEST(SoftmaxRules, NonEmptyRowFollowsTheArithmetic) {
   const FinishedRow<float> nan_sum = finish_row(0.0f, std::nanf(""), false);
   EXPECT_TRUE(std::isnan(nan_sum.out(1.0f)));
   EXPECT_TRUE(std::isnan(nan_sum.lse));
+}
+
+TEST(SoftmaxRules, RowLseIsFinishRowsLse) {
+  // Kernels that store the lse on some rows only ask row_lse there.
+  const float nan = std::nanf("");
+  const struct {
+    float m, l;
+    bool empty;
+  } rows[] = {{1.5f, 4.0f, false}, {-kInf, 0.0f, false}, {0.0f, nan, false},
+              {nan, 0.0f, true}, {-3.0f, 1.0f, false}, {2.0f, 0.0f, true}};
+  for (const auto& r : rows) {
+    const float whole = finish_row(r.m, r.l, r.empty).lse, alone = row_lse(r.m, r.l, r.empty);
+    if (std::isnan(whole)) EXPECT_TRUE(std::isnan(alone));
+    else EXPECT_EQ(alone, whole);
+  }
 }
 
 TEST(SoftmaxRules, OnlineRowNeverSubtractsInfinities) {

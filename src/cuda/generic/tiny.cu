@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
       if (lane + 32 * u < d) acc[u] = fmaf(pj, v1[j * 4 * pitch + lane + 32 * u], acc[u]);
   }
   // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h); the lse
-  // is finished again after the stores, only where it is stored (tiny_warp.cu).
+  // by row_lse after the stores, only where it is stored (tiny_warp.cu).
   const bool empty = finished_empty<Variant::Score::kBias>(mask.empty(row), sum);
   FinishedRow<float> finished = finish_row(m * kLn2, sum, empty);
   if constexpr (Variant::kDropout) finished.inv_l *= p.dropout.keep_scale;
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) tiny_kernel(const AttnParams p, bool
     if (lane + 32 * u < d) out[lane + 32 * u] = finished.out(acc[u]);
   if (p.softmax.lse && lane == 0)
     p.softmax.lse[(int64_t(b) * s.heads_q + hq) * s.seqlen_q + row] =
-        finish_row(m * kLn2, sum, empty).lse;
+        row_lse(m * kLn2, sum, empty);
 }
 
 }  // namespace

@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
 
   if (g != 0) return;
   // Scores in log2 units: lse = (m + log2 sum)·ln 2 (core/softmax.h). The lse
-  // (a logarithm, ~25 dependent instructions) is finished again after the
-  // stores, only where it is stored: this call's lse goes unused and is dropped.
+  // (a logarithm, ~25 dependent instructions) by row_lse after the stores,
+  // only where it is stored.
   const bool empty = finished_empty<Variant::Score::kBias>(key_end <= key_begin, sum);
   FinishedRow<float> finished = finish_row(m * kLn2, sum, empty);
   if constexpr (Variant::kDropout) finished.inv_l *= p.dropout.keep_scale;
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(32) tiny_warp_kernel(const WarpParams p) {
     if (4 * c + 3 < d) out[3] = o.w;
   }
   if (p.lse && lane == 0)
-    p.lse[(b * p.heads_q + hq) * p.mask.seqlen_q + row] = finish_row(m * kLn2, sum, empty).lse;
+    p.lse[(b * p.heads_q + hq) * p.mask.seqlen_q + row] = row_lse(m * kLn2, sum, empty);
 }
 
 // Largest element offset of t (strides are non-negative by validation).

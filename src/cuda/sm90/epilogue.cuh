@@ -67,7 +67,8 @@ constexpr int kExchangeBarrier = 4;
 // every output (dropout's keep scale, else 1). mask: the tile's rows'
 // (tile_mask). kPacked: a TMA store drops only rows past the tensor's end, so
 // a warpgroup whose rows run past its sequence's end stores the rows up to it
-// from the staging buffer by hand (store_rows).
+// from the staging buffer by hand (store_rows). row_sum: the thread's part of
+// its rows' sums, or, with Traits::kRowSumsByMma, the whole sums.
 template <typename T, class Tr, bool kZeroSumEmpty, bool kPacked>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
                                          const RowMask& mask, uint8_t* smem,
@@ -81,14 +82,16 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
   // path put two branches on every tile's path (with the lse's tests, ~10% of
   // a 128-key tile's stall samples at d 64, ncu; docs/perf/cuda_wgmma.md,
   // v4.30). Empty rows get 0, as finish_row gives; the lse (a logarithm) is
-  // computed by finish_row only where it is stored.
+  // computed by row_lse only where it is stored.
   float l[2], inv_l[2];
   bool row_empty[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     l[half] = row_sum[half];
-    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
-    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+    if constexpr (!Tr::kRowSumsByMma) {  // else each thread holds its rows' whole sums
+      l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+      l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+    }
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -159,7 +162,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
     for (int half = 0; half < 2; ++half) {
       const int row = t.row0 + at.row0 + 8 * half;
       if (row >= 0 && row < t.seqlen_q)
-        p.lse[lse_row0 + row] = finish_row(row_max[half] * p.scale, l[half], row_empty[half]).lse;
+        p.lse[lse_row0 + row] = row_lse(row_max[half] * p.scale, l[half], row_empty[half]);
     }
   }
 }

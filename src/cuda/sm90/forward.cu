@@ -66,6 +66,11 @@ std::string wgmma_unsupported(const AttnParams& p) {
   if (s.head_dim_v % 8 != 0)
     return "v: head_dim " + std::to_string(s.head_dim_v) +
            " is not a multiple of 8, as cuda_wgmma's TMA rows need";
+  // The kernels' key ranges are in 32-bit arithmetic (core/mask.h, kSmallSeqlen).
+  if (!RowMask::small(s.seqlen_q, 0))
+    return "q: seqlen " + std::to_string(s.seqlen_q) + " is not below 2^29, as cuda_wgmma needs";
+  if (!RowMask::small(0, s.seqlen_k))
+    return "k: seqlen " + std::to_string(s.seqlen_k) + " is not below 2^29, as cuda_wgmma needs";
   const struct {
     const TensorRef* tensor;
     const char* name;

@@ -71,6 +71,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
+  if constexpr (Tr::kRowSumsByMma) {  // the row sums' ones, 16 bytes a producer thread
+    static_assert(Tr::kOnesBytes == 16 * 128, "one chunk per thread of the producer warpgroup");
+    if (threadIdx.x < 128) {
+      const uint32_t ones = pack_pair<__half>(1.0f, 1.0f);  // the sums are fp16 products
+      *reinterpret_cast<uint4*>(smem + Tr::kOnesOffset + 16 * threadIdx.x) =
+          make_uint4(ones, ones, ones, ones);
+      fence_shared_to_async();  // the consumers' wgmma read them (after the sync below)
+    }
+  }
   // Paired, the other block's loads and releases reach these barriers.
   if constexpr (Tr::kCluster == 1) __syncthreads();
   else cluster_sync();

@@ -100,15 +100,24 @@ __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64
 }
 
 // acc[64 × kAccCols] += P·V(stage), issued; the caller commits. accumulate
-// false: acc = P·V, whatever acc held (a tile's first P·V).
+// false: acc = P·V, whatever acc held (a tile's first P·V). kRowSumsByMma:
+// sums[64 × 8] += P·ones likewise, each column the rows' sums, from P in fp16
+// (p16; Traits::kRowSumsByMma says why).
 template <typename T, class Tr>
-__device__ __forceinline__ void issue_values(float (&acc)[Tr::kAccCols / 2],
+__device__ __forceinline__ void issue_values(float (&acc)[Tr::kAccCols / 2], float (&sums)[4],
                                              const uint32_t (&p)[Tr::kBlockN / 16][4],
-                                             uint64_t v_desc, bool accumulate) {
+                                             const uint32_t (&p16)[Tr::kBlockN / 16][4],
+                                             uint64_t v_desc, uint64_t ones_desc,
+                                             bool accumulate) {
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
     Wgmma<T, Tr::kAccCols>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128),
                                kk > 0 || accumulate);
+  if constexpr (Tr::kRowSumsByMma) {
+#pragma unroll
+    for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+      Wgmma<__half, 8>::rs(sums, p16[kk], ones_desc, kk > 0 || accumulate);
+  }
 }
 
 // A consumer warpgroup: its 64 rows of each of the block's tiles. In the turn
@@ -140,6 +149,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
                                          int warpgroup) {
   constexpr bool kLowerEnds = Variant::kLowerEnds;
   constexpr bool kSplits = kSplitsTail<Tr, Variant, kPacked>;
+  static_assert(!Tr::kRowSumsByMma || !Variant::kDropout,
+                "dropout's sums hold the probabilities it drops from P·V");
   using Score = typename Variant::Score;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
@@ -175,9 +186,24 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   float acc[Tr::kAccCols / 2];
 #pragma unroll
   for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
+  // kRowSumsByMma: the rows' sums as the tensor cores add them (issue_values),
+  // every column of a row the same; row_sum is then unused.
+  float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint64_t ones_desc = smem_descriptor(base + Tr::kOnesOffset, 1024, 1024);
   float row_max[2], row_sum[2];
   float s[Tr::kBlockN / 2];
   uint32_t probs[Tr::kBlockN / 16][4];
+  // kRowSumsByMma: P packed to fp16 for the sums (T's own packing where T is fp16).
+  uint32_t half_probs[Tr::kBlockN / 16][4];
+  const auto sum_probs = [&]() -> const uint32_t (&)[Tr::kBlockN / 16][4] {
+    if constexpr (std::is_same_v<T, __half>) return probs;
+    else return half_probs;
+  };
+  const auto pack = [&] {
+    pack_probabilities<T, Tr>(s, probs);
+    if constexpr (Tr::kRowSumsByMma && !std::is_same_v<T, __half>)
+      pack_probabilities<__half, Tr>(s, half_probs);
+  };
   float alpha[2];
   // The owed P·V: probs times V of ring position `owed`, the last of tile
   // `owed_tile`, whose row statistics are still in row_max and row_sum. The
@@ -193,7 +219,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   Tile owed_tile{};
   const auto issue_owed = [&] {
     wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
-    issue_values<T, Tr>(acc, probs, v_desc(owed.stage()), owed_adds);
+    issue_values<T, Tr>(acc, sums, probs, sum_probs(), v_desc(owed.stage()), ones_desc,
+                        owed_adds);
   };
   // A tile's rows out with their row statistics: a split tile's part to the
   // merge, any other tile through the epilogue. at_end (a std::bool_constant):
@@ -212,12 +239,17 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   };
   // Once the owed P·V is done: its V slot freed, its tile written with its
   // final row statistics.
-  const auto retire_owed = [&](const float (&tile_max)[2], float (&tile_sum)[2], auto at_end,
-                               bool free_slot = true) {
+  const auto retire_owed = [&](const float (&tile_max)[2], const float (&tile_sum)[2],
+                               auto at_end, bool free_slot = true) {
     if (free_slot) release_slot(&bar.v_empty[owed.stage()]);
     RowMask owed_mask;
-    write_rows(owed_tile, tile_mask<kPacked>(p, owed_tile, owed_mask), tile_max, tile_sum, false,
-               at_end);
+    const RowMask& mask = tile_mask<kPacked>(p, owed_tile, owed_mask);
+    if constexpr (Tr::kRowSumsByMma) {
+      const float whole[2] = {sums[0], sums[2]};
+      write_rows(owed_tile, mask, tile_max, whole, false, at_end);
+    } else {
+      write_rows(owed_tile, mask, tile_max, tile_sum, false, at_end);
+    }
     pv_owed = false;
   };
 
@@ -250,6 +282,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         turns.hand_over();
         wgmma_wait<0>();
         fence_registers(acc);
+        fence_registers(sums);
         // The owed V slot is freed before this block's V is waited for: a packed
         // sequence's last V block is marked full only once the producer has
         // issued the load after it (producer.cuh, SequenceEnd), which with two
@@ -281,7 +314,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       // the KeyBlocks answer with one int compare, where the per-block test's
       // 64-bit product and compare made most of the d256 key loop's growth
       // beyond 046770d's (docs/perf/cuda_wgmma.md).
-      const KeyBlocks wg_keys = mask.key_blocks<kLowerEnds>(wg_row0, 64, Tr::kBlockN);
+      const KeyBlocks wg_keys = mask.key_blocks<kLowerEnds, true>(wg_row0, 64, Tr::kBlockN);
       // A score variant changes every score (a window alone only the cut blocks).
       const bool rescores = !Score::kIdentity && p.scores.any();
       const auto needs_mask = [&](int n_block) {
@@ -344,8 +377,9 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       drop(kept);
       wgmma_wait<0>();
       fence_registers(acc);
+      fence_registers(sums);
       if (pv_owed) retire_owed(done_max, done_sum, std::false_type{});
-      pack_probabilities<T, Tr>(s, probs);
+      pack();
 
       for (int n_block = wg_end - 2; n_block >= t.n_first; --n_block) {
         const RingPosition<Tr::kStages> prev = ring;  // holds V of the block after n_block
@@ -356,7 +390,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
         wgmma_commit();
         wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
-        issue_values<T, Tr>(acc, probs, v_desc(prev.stage()), n_block != wg_end - 2);
+        issue_values<T, Tr>(acc, sums, probs, sum_probs(), v_desc(prev.stage()), ones_desc,
+                            n_block != wg_end - 2);
         wgmma_commit();
         turns.hand_over();
         kept = keep_bits(n_block);
@@ -370,9 +405,11 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         drop(kept);
         wgmma_wait<0>();
         fence_registers(acc);
+        fence_registers(sums);
         release_slot(&bar.v_empty[prev.stage()]);
-        rescale<Tr>(acc, alpha);
-        pack_probabilities<T, Tr>(s, probs);
+        rescale(acc, alpha);
+        if constexpr (Tr::kRowSumsByMma) rescale(sums, alpha);
+        pack();
       }
       release(&bar.q_empty[qs]);  // every Q·Kᵀ of the tile has completed
       pv_owed = true;
@@ -393,6 +430,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     turns.finish();
     wgmma_wait<0>();
     fence_registers(acc);
+    fence_registers(sums);
     retire_owed(row_max, row_sum, std::true_type{});
   } else {
     turns.finish();

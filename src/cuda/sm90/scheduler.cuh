@@ -113,7 +113,10 @@ __device__ __forceinline__ const RowMask& tile_mask(const KernelParams& p, const
 // The key blocks that hold a key visible to some query row in [row0, row0 + rows):
 // the last real row sees up to the last, the first real row from the first
 // (core/mask.h; without kLowerEnds the walk starts at block 0). Empty when no
-// row of them lies in [0, seqlen_q).
+// row of them lies in [0, seqlen_q). The key ranges are the small forms
+// throughout the kernels: wgmma_unsupported holds the sequences below
+// RowMask::kSmallSeqlen, and the 64-bit forms' arithmetic and branches were a
+// causal tile's largest set-up cost (docs/perf/cuda_wgmma.md, v4.31).
 struct BlockSpan {
   int first, end;
 };
@@ -122,9 +125,9 @@ __device__ __forceinline__ BlockSpan visible_key_blocks(const RowMask& mask, int
   const int last_row = min(row0 + rows, mask.seqlen_q) - 1;
   if (last_row < max(row0, 0)) return {0, 0};
   // Quotients of keys ≥ 0, unsigned (a shift).
-  const int end = int(unsigned(mask.key_end(last_row) + Tr::kBlockN - 1) / Tr::kBlockN);
+  const int end = int(unsigned(mask.key_end_small(last_row) + Tr::kBlockN - 1) / Tr::kBlockN);
   if constexpr (!kLowerEnds) return {0, end};
-  const int first = min(end, int(unsigned(mask.key_begin(max(row0, 0))) / Tr::kBlockN));
+  const int first = min(end, int(unsigned(mask.key_begin_small(max(row0, 0))) / Tr::kBlockN));
   return {first, end};
 }
 

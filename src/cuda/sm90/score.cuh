@@ -20,25 +20,29 @@ template <bool kLowerEnd, class Tr, typename Score, typename Bias>
 __device__ __forceinline__ void mask_scores(float (&s)[Tr::kBlockN / 2], const RowMask& mask,
                                             const FragmentCoord& at, int row_base, int n_block,
                                             const Score& score, const Bias& bias) {
+  // The thread's keys are key0 + 8j + e; each row's range is taken relative to
+  // key0, so that the test per element compares with a constant (no key
+  // arithmetic per element: 32 instructions of a 128-key block).
+  const int key0 = n_block * Tr::kBlockN + at.col0;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int64_t row = int64_t(row_base) + at.row0 + 8 * half;
-    const int key_end = mask.key_end(row);
-    const int key_begin = kLowerEnd ? mask.key_begin(row) : 0;
+    const int row = row_base + at.row0 + 8 * half;
+    const int end = mask.key_end_small(row) - key0;
+    const int begin = kLowerEnd ? mask.key_begin_small(row) - key0 : 0;
     // ALiBi's distance of this thread's first key, stepped by constants across the row.
     float distance0 = 0.0f;
-    if constexpr (!Score::kIdentity) distance0 = score.distance(row, n_block * Tr::kBlockN + at.col0);
+    if constexpr (!Score::kIdentity) distance0 = score.distance(row, key0);
     const auto* bias_row = bias.row_at(row);
 #pragma unroll
     for (int j = 0; j < Tr::kBlockN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int key = n_block * Tr::kBlockN + 8 * j + at.col0 + e;
+        const int key = 8 * j + e;  // past key0
         float& x = s[4 * j + 2 * half + e];
-        const bool masked = key >= key_end || (kLowerEnd && key < key_begin);
+        const bool masked = key >= end || (kLowerEnd && key < begin);
         if constexpr (!Score::kIdentity) x = score.at(x, distance0 - float(8 * j + e));
         if constexpr (Score::kBias) {
-          if (!masked) x += bias.at(bias_row, key);
+          if (!masked) x += bias.at(bias_row, key0 + key);
         }
         if (masked) x = -INFINITY;
       }

@@ -21,7 +21,8 @@ struct FragmentCoord {
 
 // The online-softmax update for one key block: raises the running maxima,
 // turns s into unnormalised probabilities 2^((s − m)·c), adds them to the
-// row sums, and returns each row's rescale factor for acc.
+// row sums (unless the tensor cores sum them, Traits::kRowSumsByMma), and
+// returns each row's rescale factor for acc.
 template <class Tr>
 __device__ __forceinline__ void softmax_update(float (&s)[Tr::kBlockN / 2], float (&row_max)[2],
                                                float (&row_sum)[2], float (&alpha)[2], float c) {
@@ -44,9 +45,9 @@ __device__ __forceinline__ void softmax_update(float (&s)[Tr::kBlockN / 2], floa
       for (int e = 0; e < 2; ++e) {
         float& x = s[4 * j + 2 * half + e];
         x = fast_exp2(fmaf(x, c, -m_scaled));
-        sum += x;
+        if constexpr (!Tr::kRowSumsByMma) sum += x;
       }
-    row_sum[half] = row_sum[half] * alpha[half] + sum;
+    if constexpr (!Tr::kRowSumsByMma) row_sum[half] = row_sum[half] * alpha[half] + sum;
   }
 }
 
@@ -59,10 +60,12 @@ __device__ __forceinline__ void pack_probabilities(const float (&s)[Tr::kBlockN 
     for (int r = 0; r < 4; ++r) p[kk][r] = pack_pair<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
-template <class Tr>
-__device__ __forceinline__ void rescale(float (&acc)[Tr::kAccCols / 2], const float (&alpha)[2]) {
+// Accumulators of a m64nN product (acc, or the row sums of kRowSumsByMma)
+// times their rows' rescale factors.
+template <int N>
+__device__ __forceinline__ void rescale(float (&acc)[N], const float (&alpha)[2]) {
 #pragma unroll
-  for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] *= alpha[(i % 4) / 2];
+  for (int i = 0; i < N; ++i) acc[i] *= alpha[(i % 4) / 2];
 }
 
 }  // namespace flashattn::cuda::sm90

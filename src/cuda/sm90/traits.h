@@ -14,7 +14,8 @@
 namespace flashattn::cuda::sm90 {
 
 template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_, bool kPersistent_ = false,
-          int kCluster_ = 1, int kHeadDimV_ = kHeadDim_, int kHeadDimQK_ = kHeadDim_>
+          int kCluster_ = 1, int kHeadDimV_ = kHeadDim_, int kHeadDimQK_ = kHeadDim_,
+          bool kRowSumsByMma_ = false>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to a multiple of 64
   static constexpr int kHeadDimV = kHeadDimV_;  // head_dim_v, likewise: the P·V width
@@ -51,6 +52,17 @@ struct Traits {
   // A consumer's output columns (its accumulators) and Q·Kᵀ depth.
   static constexpr int kAccCols = kSplitColumns ? kHeadDimV / 2 : kHeadDimV;
   static constexpr int kConsumerDepth = kSplitColumns ? kHeadDimQK / 2 : kHeadDimQK;
+  // The rows' sums l by the tensor cores: with each P·V step one more wgmma,
+  // P times a 16 × 8 tile of ones (m64n8k16), whose 8 columns each hold the
+  // rows' sums, added in fp32 and rescaled with acc; in place of the softmax's
+  // additions (64 FADD a thread per 128 keys) and the epilogue's shuffles.
+  // The sums are then of P rounded to fp16, whatever T: bf16's 8 bits would
+  // move the lse by up to 1e-3 where a row's probabilities round alike
+  // (near-uniform rows), fp16's 11 by at most 2.4e-4. For short tiles, where a
+  // tile's time follows its instruction count and the tensor cores wait
+  // (docs/perf/cuda_wgmma.md, v4.31); the plain kernels only (dropout sums
+  // the probabilities it then drops).
+  static constexpr bool kRowSumsByMma = kRowSumsByMma_;
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels of Q and K
   static constexpr int kPanelsV = kHeadDimV / 64;  // of V and the output
 
@@ -74,7 +86,11 @@ struct Traits {
   // two parities so that one barrier per key block orders the exchange.
   static constexpr uint32_t kExchangeOffset = kVOffset + kStages * kVBytes;
   static constexpr uint32_t kExchangeBytes = kSplitColumns ? 2 * 2 * 64 * kBlockN * 4 : 0;
-  static constexpr uint32_t kBarrierOffset = kExchangeOffset + kExchangeBytes;
+  // kRowSumsByMma: the ones, a wgmma B operand of 16 rows (two 1024-byte
+  // swizzle periods), set once per block.
+  static constexpr uint32_t kOnesOffset = kExchangeOffset + kExchangeBytes;
+  static constexpr uint32_t kOnesBytes = kRowSumsByMma ? 2048 : 0;
+  static constexpr uint32_t kBarrierOffset = kOnesOffset + kOnesBytes;
   static constexpr uint32_t kBarrierBytes = 8 * (2 * kQStages + 5 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
@@ -90,6 +106,8 @@ struct Traits {
   static_assert(kCluster == 1 || kCluster == 2, "tiles run alone or in pairs");
   static_assert(kBoxRows % 8 == 0, "a half block starts on a 1024-byte swizzle period");
   static_assert(kSmemBytes <= 232448, "beyond the 227 KB a Hopper block may opt into");
+  static_assert(!kRowSumsByMma || (!kSplitColumns && kOnesOffset % 1024 == 0),
+                "row sums by wgmma: consumers of whole rows, the ones on a swizzle period");
 };
 
 // Per bucket, measured on the H100 (docs/perf/cuda_wgmma.md §v4). kBlockN: at 128,
@@ -121,12 +139,15 @@ template <> struct PersistentTraitsFor<64> { using type = Traits<64, 128, 2, 3, 
 template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2, true>; };
 
 // Persistent tiles of 128 query rows (two consumers) at d 64, for short keys
-// (at most two key blocks a tile; launch.cuh's walks_few_key_blocks).
+// (at most two key blocks a tile; launch.cuh's walks_few_key_blocks), with the
+// row sums on the tensor cores (kRowSumsByMma).
 template <int kHeadDim>
 struct ShortTraitsFor {
   using type = void;
 };
-template <> struct ShortTraitsFor<64> { using type = Traits<64, 128, 2, 2, true>; };
+template <> struct ShortTraitsFor<64> {
+  using type = Traits<64, 128, 2, 2, true, 1, 64, 64, true>;
+};
 
 // The kernels that take every variant (core/variant.h): the score step runs on
 // every block there, and with the plain shapes at d 64 (three consumers, 160
@@ -160,7 +181,7 @@ template <> struct PairedTraitsFor<128> { using type = Traits<128, 128, 2, 2, tr
 template <class Tr, int kHeadDimQK>
 struct ScoresDepth {
   using type = Traits<Tr::kHeadDim, Tr::kBlockN, Tr::kStages, Tr::kConsumers, Tr::kPersistent,
-                      Tr::kCluster, Tr::kHeadDimV, kHeadDimQK>;
+                      Tr::kCluster, Tr::kHeadDimV, kHeadDimQK, Tr::kRowSumsByMma>;
 };
 template <int kHeadDimQK>
 struct ScoresDepth<void, kHeadDimQK> {

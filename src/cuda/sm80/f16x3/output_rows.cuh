@@ -42,8 +42,7 @@ struct OutputRows {
                                         bool write_lse) const {
     const Sizes& s = p.sizes;
     const int t = threadIdx.x % 4;
-    // The lse (a logarithm) is finished again after the stores, only where it
-    // is stored; this call's lse goes unused and is dropped.
+    // The lse (a logarithm) by row_lse after the stores, only where it is stored.
     const float m_natural = row_max * p.softmax.scale - kPLog2Bias * kLn2;
     FinishedRow<float> finished = finish_row(m_natural, l, empty);
     finished.inv_l *= p.dropout.keep_scale;  // dropout's (core/dropout.h); 1 without
@@ -67,7 +66,7 @@ struct OutputRows {
         if (col + 1 < s.head_dim) o_row[col + 1] = y;
       }
     }
-    if (lse && write_lse) lse[row] = finish_row(m_natural, l, empty).lse;
+    if (lse && write_lse) lse[row] = row_lse(m_natural, l, empty);
   }
 };
 

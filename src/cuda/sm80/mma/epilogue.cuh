@@ -30,10 +30,9 @@ __device__ __forceinline__ void store_output(
   const Sizes& s = p.sizes;
   const sm80::ThreadCoord tc = sm80::thread_coord<Shape>();
   const int g = tc.lane / 4, t = tc.lane % 4;
-  // The lse (a logarithm) only where it is stored: asked of every finish_row, it
-  // ran on every tile, lse or not, about 30 instructions a row that ptxas did
-  // not sink into the store's branch; the first call's lse is unused, so the
-  // compiler drops it, and the branch below finishes the row again for it.
+  // The lse (a logarithm) only where it is stored (row_lse in the branch
+  // below): asked of every row, it ran on every tile, lse or not, about 30
+  // instructions a row that ptxas did not sink into the store's branch.
   FinishedRow<float> finished[Shape::kMTiles][2];
   float sums[Shape::kMTiles][2];
 #pragma unroll
@@ -62,7 +61,7 @@ __device__ __forceinline__ void store_output(
             pack_pair<T>(acc[mt][ot][2 * h] * row.inv_l, acc[mt][ot][2 * h + 1] * row.inv_l);
       if (p.softmax.lse && info.col0 == 0 && t == 0 && r < info.rows)
         p.softmax.lse[info.stats_row0 + info.row0 + r] =
-            finish_row(row_max[mt][h] * p.softmax.scale, sums[mt][h], row.empty).lse;
+            row_lse(row_max[mt][h] * p.softmax.scale, sums[mt][h], row.empty);
     }
   // A row that sees no key outputs 0 whatever acc holds (a masked key's 0·v can
   // leave a NaN there), as FinishedRow::out gives. Such rows are a sequence's

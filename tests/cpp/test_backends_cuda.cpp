@@ -393,7 +393,8 @@ TEST_F(DeviceRulesOnGpu, HopperBackendStatesWhatItNeeds) {
   expect_error(p, Status::unsupported,
                {"k: seqlen stride of 129 elements is not a positive multiple of 16 bytes"});
   // 2^29 keys, one row read at each (stride 0): past the kernels' 32-bit key ranges.
-  Params far = DeviceProblem(DType::f16, 64).params(Backend::cuda_wgmma);
+  DeviceProblem wide(DType::f16, 64);
+  Params far = wide.params(Backend::cuda_wgmma);
   for (TensorView* kv : {&far.k, &far.v}) {
     kv->shape[1] = int64_t(1) << 29;  // core/mask.h, RowMask::kSmallSeqlen
     kv->stride[1] = 0;

@@ -140,13 +140,15 @@ template <> struct PersistentTraitsFor<128> { using type = Traits<128, 128, 2, 2
 
 // Persistent tiles of 128 query rows (two consumers) at d 64, for short keys
 // (at most two key blocks a tile; launch.cuh's walks_few_key_blocks), with the
-// row sums on the tensor cores (kRowSumsByMma).
+// row sums on the tensor cores (kRowSumsByMma) and a 4-stage ring, so that the
+// producer runs two tiles ahead (+2.3% at GPT-2-medium's 256 causal keys over 2
+// stages, docs/perf/cuda_wgmma.md v4.31).
 template <int kHeadDim>
 struct ShortTraitsFor {
   using type = void;
 };
 template <> struct ShortTraitsFor<64> {
-  using type = Traits<64, 128, 2, 2, true, 1, 64, 64, true>;
+  using type = Traits<64, 128, 4, 2, true, 1, 64, 64, true>;
 };
 
 // The kernels that take every variant (core/variant.h): the score step runs on

@@ -53,6 +53,7 @@ LLM_PREFILL = (
     Layer("Qwen2.5-7B prefill 15000", "bf16", 1, 15000, 28, 4, 128, True),
     # Gemma 3's global layers (the local ones are a 1024-key sliding window).
     Layer("Gemma-3-12B global layer 8192", "bf16", 1, 8192, 16, 8, 256, True),
+    Layer("Gemma-3-12B global layer, prompt 500", "bf16", 1, 500, 16, 8, 256, True),
     Layer("Phi-3-mini prefill 4×2000", "bf16", 4, 2000, 32, 32, 96, True),
     Layer("Falcon-7B prefill 2×2048 (MQA)", "bf16", 2, 2048, 71, 1, 64, True),
     Layer("StarCoder2-15B prefill 16k", "bf16", 1, 16384, 48, 4, 128, True),

@@ -258,7 +258,7 @@ def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
         "bench/run", "abc1234", "full", 1)
     assert line["grids"] == {"exercise": 16, "memory": 8, "paper": 72, "exercise_bwd": 12,
                              "wide": 24, "paper_bwd": 144, "wide_bwd": 48, "variants": 44,
-                             "models": 48, "models_bwd": 11}
+                             "models": 49, "models_bwd": 11}
     assert line["timing"] == "fixed order"
     # cuda_tiled at 12 TFLOP/s against flash at 300 at every paper point: 0.04 everywhere.
     assert line["ratios"]["cuda_tiled/flash paper"] == [0.04, 0.04, 0.04, 72, 0]
@@ -890,13 +890,13 @@ def test_head_dims_replace_the_paper_grids_head_dims():
 
 def test_dry_run_lists_the_model_layers():
     listed = dry_run("--grids", "models,models_bwd")
-    assert "models: 48 points" in listed and "models_bwd: 11 points" in listed
+    assert "models: 49 points" in listed and "models_bwd: 11 points" in listed
     assert "Qwen2.5-7B prefill 4×3000: B4 N3000 H28/4 d128 bf16 causal " in listed
     assert "FLUX.1 1024px (4096+512): B1 N4608 H24 d128 bf16 " in listed
     assert "DeepSeek-V3 TP8 MLA prefill 16k: B1 N16384 H16 d192/128 bf16 causal " in listed
     assert ("DeepSeek-V2-Lite MLA fine-tuning 4×2000: B4 N2000 H16 d192/128 bf16 causal "
             "fwd+bwd ") in listed
-    assert "59 points" in listed
+    assert "60 points" in listed
     matched = dry_run("--grids", "models", "--match", "^Llama-3-8B")
     assert "models: 4 points" in matched
     mla = dry_run("--grids", "models,models_bwd", "--match", "d192/128")
@@ -922,12 +922,12 @@ def test_report_sets_each_model_layer_against_the_best_alternative_and_cudnn():
     # flash declines v's head_dim of its own at the MLA layers, and the report says why.
     assert ("- `flash` unsupported at 5 point(s) (models, models_bwd): No available kernel: "
             "v's head_dim") in md
-    assert "- `cuda_tiled`: 0 of 48 layers at least as fast as the best alternative" in md
+    assert "- `cuda_tiled`: 0 of 49 layers at least as fast as the best alternative" in md
     assert "- `auto`: 11 of 11 layers at least as fast as cuDNN" not in md  # 200 < 550
     assert "- `auto`: 0 of 11 layers at least as fast as cuDNN" in md
     line = report.history_line(results, "x.json")
-    assert line["grids"] == {"models": 48, "models_bwd": 11}
-    assert line["ratios"]["cuda_tiled/cudnn models"][3] == 48
+    assert line["grids"] == {"models": 49, "models_bwd": 11}
+    assert line["ratios"]["cuda_tiled/cudnn models"][3] == 49
     assert line["ratios"]["auto/best models fwd+bwd GQA"][3] == 4
     head = report.headline(results)
     assert "cuda_tiled models bf16" in head and "cuda_tiled models f16" in head

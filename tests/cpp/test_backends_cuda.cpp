@@ -172,6 +172,13 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 300, 40, 2, 1, 448}, DType::f16, Mask::causal_bottom_right, false);
   add({2, 1, 700, 2, 2, 512}, DType::f16, Mask::none, true);
   add({1, 257, 1000, 8, 4, 264}, DType::bf16, Mask::causal_top_left, false);
+  // The 192 and 256 buckets' 128-row tiles (two consumers), where the 64-row
+  // tiles of one consumer would not fit one wave of up to 132 SMs (the cases
+  // above at 152-256 all run on those): causal with a ragged end, GQA, Q·Kᵀ
+  // at 160, strided.
+  add({2, 1100, 900, 8, 2, 192}, DType::bf16, Mask::causal_bottom_right, false);
+  add({1, 700, 1300, 16, 4, 256}, DType::f16, Mask::none, true);
+  add({4, 300, 700, 8, 1, 160}, DType::bf16, Mask::causal_top_left, false);
   return cases;
 }
 

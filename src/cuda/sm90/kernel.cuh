@@ -85,11 +85,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   else cluster_sync();
 
   if (warpgroup == 0) {
-    release_registers<Tr::kProducerRegisters>();
+    if constexpr (Tr::kMovesRegisters) release_registers<Tr::kProducerRegisters>();
     if (kPacked ? threadIdx.x < 32 : threadIdx.x == 0)
       producer<Tr, Variant::kLowerEnds, kPacked, kSplitsTail<Tr, Variant, kPacked>>(p, smem, bar);
   } else {
-    claim_registers<Tr::kConsumerRegisters>();
+    if constexpr (Tr::kMovesRegisters) claim_registers<Tr::kConsumerRegisters>();
     consumer<T, Tr, Variant, kPacked>(p, smem, bar, warpgroup - 1);
   }
 #endif

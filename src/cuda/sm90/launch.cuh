@@ -64,6 +64,15 @@ bool walks_few_key_blocks(const AttnParams& p) {
   return p.sizes.seqlen_k <= 2 * Narrow::kBlockN;
 }
 
+// Whether a grid of Tr's tiles fits in one wave, one block an SM (Tr: the one
+// consumer's 64-row tiles, OneWaveTraitsFor).
+template <class Tr>
+bool fits_one_wave(const AttnParams& p) {
+  const Sizes& s = p.sizes;
+  return int64_t(query_tiles(s, Tr::kBlockM)) * s.batch * s.heads_q <=
+         multiprocessors(p.device_index);
+}
+
 // Whether the tiles can run in pairs (Traits::kCluster): non-causal, where
 // every tile of a head visits all its key blocks, and an even number of tiles
 // per head, so that each pair holds two tiles of one head.
@@ -252,7 +261,7 @@ void launch(const AttnParams& p) {
 
 // Plain attention (no variant) with both head dims at one bucket, its scores
 // kHeadDimQK deep (traits.h's ScoresDepth): dense batches on the per-tile,
-// persistent, paired or short shapes (use_persistent and the rest), packed
+// one-wave, persistent, paired or short shapes (use_persistent and the rest), packed
 // ones persistent where a dense batch of the longest sequence's lengths would
 // be (there a block also skips the tiles past its sequences' rows in a few
 // instructions, where a block per tile costs a launch), else per tile.
@@ -263,11 +272,15 @@ void run_plain(const AttnParams& p) {
       typename ScoresDepth<typename PersistentTraitsFor<kHeadDim>::type, kHeadDimQK>::type;
   using Paired = typename ScoresDepth<typename PairedTraitsFor<kHeadDim>::type, kHeadDimQK>::type;
   using Short = typename ScoresDepth<typename ShortTraitsFor<kHeadDim>::type, kHeadDimQK>::type;
+  using OneWave = typename ScoresDepth<typename OneWaveTraitsFor<kHeadDim>::type, kHeadDimQK>::type;
   if (p.seqs.packed()) {
     if constexpr (!std::is_void_v<Persistent>) {
       if (use_persistent(p)) return launch<T, Persistent, NoVariant, true>(p);
     }
     return launch<T, PerTile, NoVariant, true>(p);
+  }
+  if constexpr (!std::is_void_v<OneWave>) {
+    if (fits_one_wave<OneWave>(p)) return launch<T, OneWave, NoVariant>(p);
   }
   if constexpr (!std::is_void_v<Persistent>) {
     if (use_persistent(p)) {

@@ -47,7 +47,8 @@ struct TensorCoreTurns {
 
 // Split by columns (Traits::kSplitColumns), the two consumers issue together:
 // each needs the other's partial scores before its softmax, so turns would
-// only delay the second. The softmax runs under both consumers' P·V.
+// only delay the second. The softmax runs under both consumers' P·V. A lone
+// consumer has no one to take turns with; its softmax runs under its own P·V.
 struct NoTurns {
   __device__ __forceinline__ explicit NoTurns(int) {}
   __device__ __forceinline__ void start() const {}
@@ -179,7 +180,8 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
     else
       for (uint32_t rank = 0; rank < Tr::kCluster; ++rank) arrive_in_cluster(barrier, rank);
   };
-  using Turns = std::conditional_t<Tr::kSplitColumns, NoTurns, TensorCoreTurns<Tr::kConsumers>>;
+  using Turns = std::conditional_t<Tr::kSplitColumns || Tr::kConsumers == 1, NoTurns,
+                                   TensorCoreTurns<Tr::kConsumers>>;
   const Turns turns{warpgroup};
   int exchanges = 0;  // split by columns: the key blocks whose scores were added so far
 
@@ -310,7 +312,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       // key range's upper end grows with the row, so the other rows see them
       // too. With three consumer warpgroups (head dim 64) that is asked per
       // block: the warpgroup's KeyBlocks held through the loop measured 4-6%
-      // slower there, ncu showing twice the barrier stalls (v4.15). With two,
+      // slower there, ncu showing twice the barrier stalls (v4.15). With one or two,
       // the KeyBlocks answer with one int compare, where the per-block test's
       // 64-bit product and compare made most of the d256 key loop's growth
       // beyond 046770d's (docs/perf/cuda_wgmma.md).
@@ -318,7 +320,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       // A score variant changes every score (a window alone only the cut blocks).
       const bool rescores = !Score::kIdentity && p.scores.any();
       const auto needs_mask = [&](int n_block) {
-        if constexpr (Tr::kConsumers == 2)
+        if constexpr (Tr::kConsumers < 3)
           return rescores || wg_keys.needs_mask<kLowerEnds>(n_block);
         else
           return rescores || wg_keys.lower_end_in<kLowerEnds>(n_block) ||

@@ -68,7 +68,9 @@ struct Traits {
 
   // setmaxnreg: the producer keeps 24 registers and the consumers share the
   // rest of the 64K register file: 128·24 + 256·240 = 64512 with two consumer
-  // warpgroups, 128·24 + 384·160 = 64512 with three.
+  // warpgroups, 128·24 + 384·160 = 64512 with three. With one, 256 threads
+  // may hold 255 registers each from the launch on, and nothing is moved.
+  static constexpr bool kMovesRegisters = kConsumers > 1;
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
 
@@ -94,7 +96,7 @@ struct Traits {
   static constexpr uint32_t kBarrierBytes = 8 * (2 * kQStages + 5 * kStages);
   static constexpr uint32_t kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // + base alignment
 
-  static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3");
+  static_assert(kConsumers >= 1 && kConsumers <= 3, "register split defined for 1 to 3");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(kHeadDimQK % 16 == 0 && kHeadDimQK <= kHeadDim, "whole wgmma K steps");
   static_assert(kAccCols <= 256, "wgmma N (the P·V width) is at most 256");
@@ -174,6 +176,22 @@ struct PairedTraitsFor {
   using type = void;
 };
 template <> struct PairedTraitsFor<128> { using type = Traits<128, 128, 2, 2, true, 2>; };
+
+// One consumer's 64-row tiles at d 192 and 256, for grids whose 64-row tiles
+// fit in one wave (launch.cuh's fits_one_wave): there the 128-row tiles leave
+// SMs idle while each runs two warpgroups' products on one SM's tensor cores,
+// so halving a tile halves the time its SM spends on it. The consumer's
+// softmax runs under its own P·V, without turns. BN 128 at 192 (Q 24 KB and a
+// 2-stage ring of 48 KB K and V blocks: 216 KB), 96 at 256 (224 KB). On the
+// H200 (docs/perf/cuda_wgmma.md, v4.32): SD-1.5's d 160 layer (2 × 8 heads ×
+// 256 tokens, 32 tiles of 128 rows on 132 SMs) 1.34× faster, Gemma 3's d 256
+// at a 500-token prompt 1.09×.
+template <int kHeadDim>
+struct OneWaveTraitsFor {
+  using type = void;
+};
+template <> struct OneWaveTraitsFor<192> { using type = Traits<192, 128, 2, 1>; };
+template <> struct OneWaveTraitsFor<256> { using type = Traits<256, 96, 2, 1>; };
 
 // Tr with Q·Kᵀ's depth cut to kHeadDimQK (void stays void): where q's head_dim
 // is well below its bucket's width (40 in the 64 bucket, 72–96 in the 128, 160

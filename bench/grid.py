@@ -354,14 +354,17 @@ def memory_points(seqlens=MEMORY_SEQLENS):
             for n in seqlens]
 
 
-def full_suite(paper_head_dims=PAPER_HEAD_DIMS):
+def full_suite(paper_head_dims=PAPER_HEAD_DIMS, wide_head_dims=WIDE_HEAD_DIMS):
     """Every grid; `paper_head_dims` replaces the paper grids' head dims (bench/run
-    --head-dims: 96 and 192, say, which the tensor-core backwards run padded)."""
+    --head-dims: 96 and 192, say, which the tensor-core backwards run padded), and
+    `wide_head_dims` the wide grids' (--wide-head-dims: 264 or 448, say, inside the 384
+    and 512 buckets)."""
     return {"paper": paper_points(head_dims=paper_head_dims), "exercise": exercise_points(),
             "memory": memory_points(),
             "paper_bwd": paper_bwd_points(head_dims=paper_head_dims),
             "exercise_bwd": exercise_bwd_points(),
-            "wide": wide_points(), "wide_bwd": wide_bwd_points(), "variants": variants_points(),
+            "wide": wide_points(head_dims=wide_head_dims),
+            "wide_bwd": wide_bwd_points(head_dims=wide_head_dims), "variants": variants_points(),
             "models": models_points(), "models_bwd": models_bwd_points(),
             "decode": decode_grid.suite_points(), "varlen": varlen_grid.suite_points()}
 

@@ -888,6 +888,13 @@ def test_head_dims_replace_the_paper_grids_head_dims():
     assert " d64 " not in listed and " d256 " not in listed
 
 
+def test_wide_head_dims_replace_the_wide_grids_head_dims():
+    listed = dry_run("--grids", "wide,wide_bwd", "--wide-head-dims", "264,448")
+    assert "wide: 16 points" in listed and "wide_bwd: 32 points" in listed
+    assert "B2 N8192 H8/4 d264 bf16 causal " in listed and " d448 bf16 fwd+bwd" in listed
+    assert " d384 " not in listed and " d512 " not in listed
+
+
 def test_dry_run_lists_the_model_layers():
     listed = dry_run("--grids", "models,models_bwd")
     assert "models: 49 points" in listed and "models_bwd: 11 points" in listed

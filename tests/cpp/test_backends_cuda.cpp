@@ -172,6 +172,12 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 300, 40, 2, 1, 448}, DType::f16, Mask::causal_bottom_right, false);
   add({2, 1, 700, 2, 2, 512}, DType::f16, Mask::none, true);
   add({1, 257, 1000, 8, 4, 264}, DType::bf16, Mask::causal_top_left, false);
+  // The 384 bucket's Q·Kᵀ 288 and 320 deep (264 and 320 above run them too),
+  // each consumer's half of the depth starting inside a panel; and the full
+  // depth below 384.
+  add({2, 300, 700, 4, 2, 288}, DType::f16, Mask::none, true);
+  add({1, 129, 513, 2, 1, 312}, DType::f16, Mask::causal_bottom_right, false);
+  add({1, 200, 600, 2, 1, 352}, DType::bf16, Mask::none, false);
   // The 192 and 256 buckets' 128-row tiles (two consumers), where the 64-row
   // tiles of one consumer would not fit one wave of up to 132 SMs (the cases
   // above at 152-256 all run on those): causal with a ragged end, GQA, Q·Kᵀ

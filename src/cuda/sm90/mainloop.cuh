@@ -88,15 +88,18 @@ __device__ __forceinline__ void add_partial_scores(float (&s)[Tr::kBlockN / 2], 
 
 // S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ over the first kHeadDimQK
 // columns (the rest of the bucket's are zeros), issued; the caller commits.
-// Split by columns, over the consumer's half from the descriptors on.
+// Split by columns, over the consumer's half: kConsumerDepth columns from the
+// descriptors' panel on, the first `first_step` 16-column steps into it (not
+// 0 where the half depth is not whole panels: 144 of 288 at the 384 bucket).
 template <typename T, class Tr>
 __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64_t q_desc,
-                                             uint64_t k_desc) {
+                                             uint64_t k_desc, uint32_t first_step) {
 #pragma unroll
   for (int kk = 0; kk < Tr::kConsumerDepth / 16; ++kk) {
-    const uint32_t step = (kk % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
-    Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (kk / 4) * Tr::kBlockM * 128 + step),
-                              advance(k_desc, (kk / 4) * Tr::kBlockN * 128 + step), kk > 0);
+    const uint32_t step = first_step + kk;
+    const uint32_t within = (step % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
+    Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (step / 4) * Tr::kBlockM * 128 + within),
+                              advance(k_desc, (step / 4) * Tr::kBlockN * 128 + within), kk > 0);
   }
 }
 
@@ -161,13 +164,18 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   // Dropout (core/dropout.h): the kept probabilities' scale, applied with 1/l.
   const float out_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // Split by columns, the consumer's columns of K and V start at its first panel.
-  const uint32_t kv_part = (part.col0 / 64) * Tr::kBlockN * 128;
+  // Split by columns, the consumer's columns of V start at its first panel, and
+  // its half of Q·Kᵀ's depth at column depth0, a whole number of 16-column steps
+  // into a panel (issue_scores).
+  const uint32_t v_part = (part.col0 / 64) * Tr::kBlockN * 128;
+  const uint32_t depth0 = Tr::kSplitColumns ? uint32_t(warpgroup) * Tr::kConsumerDepth : 0;
+  const uint32_t depth_panel = depth0 / 64, depth_step = (depth0 % 64) / 16;
   const auto k_desc = [&](int stage) {
-    return smem_descriptor(base + Tr::kKOffset + stage * Tr::kKBytes + kv_part, 16, 1024);
+    return smem_descriptor(
+        base + Tr::kKOffset + stage * Tr::kKBytes + depth_panel * Tr::kBlockN * 128, 16, 1024);
   };
   const auto v_desc = [&](int stage) {
-    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kVBytes + kv_part, Tr::kBlockN * 128,
+    return smem_descriptor(base + Tr::kVOffset + stage * Tr::kVBytes + v_part, Tr::kBlockN * 128,
                            1024);
   };
   const auto release = [&](uint64_t* barrier) {
@@ -348,7 +356,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       };
       const uint64_t q_desc =
           smem_descriptor(base + Tr::kQOffset + qs * Tr::kQBytes + 64 * part.group * 128 +
-                              (part.col0 / 64) * Tr::kBlockM * 128,
+                              depth_panel * Tr::kBlockM * 128,
                           16, 1024);
 
       // The first block, with the previous tile's last P·V if owed (the
@@ -357,7 +365,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       turns.wait();
       wgmma_fence();
-      issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
+      issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()), depth_step);
       wgmma_commit();
       if (pv_owed) issue_owed();
       wgmma_commit();
@@ -389,7 +397,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
         turns.wait();
         wgmma_fence();
-        issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()));
+        issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()), depth_step);
         wgmma_commit();
         wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
         issue_values<T, Tr>(acc, sums, probs, sum_probs(), v_desc(prev.stage()), ones_desc,

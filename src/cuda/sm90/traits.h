@@ -101,8 +101,9 @@ struct Traits {
   static_assert(kHeadDimQK % 16 == 0 && kHeadDimQK <= kHeadDim, "whole wgmma K steps");
   static_assert(kAccCols <= 256, "wgmma N (the P·V width) is at most 256");
   static_assert(!kSplitColumns || (kConsumers == 2 && !kPersistent && kHeadDimV == kHeadDim &&
-                                   kHeadDimQK == kHeadDim && kAccCols % 64 == 0),
-                "split by columns: two consumers, per tile, whole panels each");
+                                   kAccCols % 64 == 0 && kConsumerDepth % 16 == 0),
+                "split by columns: two consumers, per tile, whole panels of V each, whole "
+                "wgmma K steps of the depth each");
   static_assert(kPersistent || kHeadDimV <= kHeadDim, "the output is staged in Q's buffer");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the Q·Kᵀ wgmma N");
   static_assert(kCluster == 1 || kCluster == 2, "tiles run alone or in pairs");
@@ -195,9 +196,9 @@ template <> struct OneWaveTraitsFor<256> { using type = Traits<256, 96, 2, 1>; }
 
 // Tr with Q·Kᵀ's depth cut to kHeadDimQK (void stays void): where q's head_dim
 // is well below its bucket's width (40 in the 64 bucket, 72–96 in the 128, 160
-// in the 192), the products of the zero columns are skipped; the loads, the
-// ring and the P·V product stay the bucket's (forward.cu's run_bucket picks
-// the depth).
+// in the 192, 288 and 320 in the 384), the products of the zero columns are
+// skipped; the loads, the ring and the P·V product stay the bucket's
+// (forward.cu's run_bucket picks the depth).
 template <class Tr, int kHeadDimQK>
 struct ScoresDepth {
   using type = Traits<Tr::kHeadDim, Tr::kBlockN, Tr::kStages, Tr::kConsumers, Tr::kPersistent,

@@ -1,0 +1,7 @@
+// One instantiation of the Hopper forward: bf16, head-dim bucket 384 with Q·Kᵀ
+// 320 columns deep (q's head_dim 289-320).
+#include "cuda/sm90/launch.cuh"
+
+namespace flashattn::cuda::sm90 {
+template void run_forward<__nv_bfloat16, 384, 384, 320>(const AttnParams& p);
+}  // namespace flashattn::cuda::sm90

@@ -1103,8 +1103,9 @@ def test_varlen_script_draws_the_lengths_it_always_drew():
     assert (len(lengths), sum(lengths), max(lengths)) == (22, 16384, 2564)
 
 
-def decode_row(point, us, sdpa_us, copy_tb_s=3.0):
-    """A row as decode.run_config writes it, at `us` per step."""
+def decode_row(point, us, sdpa_us, copy_tb_s=3.0, sdpa_append_us=None):
+    """A row as decode.run_config writes it, at `us` per step; sdpa_append_us None: a row from
+    before PyTorch's append was timed."""
     c = point.config
     tb_s = c.kv_bytes_read() / (us * 1e-6) / 1e12
     return {"grid": "decode", "point": c.name, "layout": point.label().split()[-1],
@@ -1114,7 +1115,10 @@ def decode_row(point, us, sdpa_us, copy_tb_s=3.0):
             "host_us": 80.0, "checked_us": us + 100, "graph_us": 0.98 * us,
             "graph_equals_eager": True, "tb_s": tb_s, "of_copy": tb_s / copy_tb_s,
             "graph_over_eager": 0.98, "sdpa_backend": "cudnn", "sdpa_us": sdpa_us,
-            "speedup": sdpa_us / us, "rel_l2": 3e-3}
+            "speedup": sdpa_us / us, "rel_l2": 3e-3,
+            **({} if sdpa_append_us is None else {
+                "sdpa_append_us": sdpa_append_us, "speedup": sdpa_append_us / us,
+                "speedup_attention_alone": sdpa_us / us})}
 
 
 # Synthetic varlen calls: (name, TFLOP/s); None: the call fails.
@@ -1190,6 +1194,20 @@ def test_history_and_headline_carry_the_decode_and_varlen_ratios(tmp_path):
     again = json.loads(path.read_text())
     assert again["decode_rows"] == results["decode_rows"]
     assert again["varlen_rows"] == results["varlen_rows"] and again["rows"] == []
+
+
+def test_decode_headline_is_over_pytorch_doing_the_same_work():
+    """The step appends its keys and values: PyTorch's time for that work (its slice copies
+    and the SDPA call) is the headline's, the SDPA call alone a ratio of its own."""
+    points = grid.full_suite()["decode"][:4]
+    results = dict(synthetic_results({}), rows=[])
+    results["decode_rows"] = [decode_row(p, 100.0, 50.0, sdpa_append_us=125.0) for p in points]
+    ratios = report.history_line(results, "x.json")["ratios"]
+    assert ratios["flashattn/best decode"] == [1.25, 1.25, 1.25, 4, 4]
+    assert ratios["flashattn/best decode, attention alone"] == [0.5, 0.5, 0.5, 4, 0]
+    md = report.markdown(results, "x.json")
+    assert "| SDPA µs | SDPA + append µs | SDPA backend | speedup | vs SDPA alone |" in md
+    assert "| 50.0 | 125.0 | cudnn | 1.25× | 0.50× |" in md
 
 
 def test_dry_run_lists_the_decode_and_varlen_grids():

@@ -328,9 +328,9 @@ def run_config(config, args, copy_tb_s):
             # speedup: over PyTorch doing the step's whole work (its append too, where the
             # step appends); speedup_attention_alone: over the SDPA call alone.
             backend, sdpa_us = sdpa_best
-            same_work_us = sdpa_us if sdpa_append_us is None else sdpa_append_us
             row.update(sdpa_backend=backend, sdpa_us=sdpa_us, sdpa_append_us=sdpa_append_us,
-                       speedup=same_work_us / us, speedup_attention_alone=sdpa_us / us)
+                       speedup_attention_alone=sdpa_us / us)
+            row["speedup"] = decode_report.same_work_us(row) / us
         if page_size is None:
             contiguous_us = us
         else:

@@ -318,13 +318,16 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
                  deterministic, window_left=-1, window_right=-1, softcap=0.0,
                  alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, attn_mask=None, dropout_p=0.0, dropout_seed=0,
-                 dropout_offset=0, lib=None, checked_sequences=True, heads_first=False):
+                 dropout_offset=0, lib=None, checked_sequences=True, heads_first=False,
+                 grads_like_inputs=False):
     """(dq, dk, dv), contiguous in q's dtype with the shapes of q, k and v: the gradients
     for dout (out's shape: q's with v's head_dim), the gradient with respect to the
     forward's out, given that forward's out and lse, and the forward's variants and layout.
     See flashattn.attention_backward and flashattn.varlen_attention_backward. heads_first:
     q, k, v, out and dout are (batch, heads, seqlen, head_dim), as in torch's SDPA; the
-    gradients are then transposed views of (batch, seqlen, heads, head_dim) memory."""
+    gradients are then transposed views of (batch, seqlen, heads, head_dim) memory.
+    grads_like_inputs (autograd's backward): each gradient in its input's memory order
+    instead where the input is dense (gradient_buffer)."""
     mask, backend = check(q, k, v, causal, causal_alignment, backend, alibi_slopes,
                           cu_seqlens_q, cu_seqlens_k)
     geometry = None if attn_mask is None else check_mask(attn_mask, q, k, heads_first)
@@ -348,7 +351,7 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
     # The inputs, the slopes, the prefix sums and the mask stay referenced until the call
     # returns (see run()).
     views = [kernel_tensor(t, heads_first) for t in (q, k, v, out, dout)]
-    grads = [gradient_buffer(t, heads_first) for t in (q, k, v)]
+    grads = [gradient_buffer(t, heads_first, grads_like_inputs) for t in (q, k, v)]
     _library.backward(*(view for _, view in views), lse.data_ptr(),
                       *(view for _, view in grads), scale=scale, mask=mask, backend=backend,
                       deterministic=deterministic,
@@ -357,11 +360,20 @@ def run_backward(dout, q, k, v, out, lse, causal, causal_alignment, scale, backe
     return tuple(grad for grad, _ in grads)
 
 
-def gradient_buffer(t, heads_first):
+def gradient_buffer(t, heads_first, like_input=False):
     """A new buffer for the gradient of input t, in t's dtype (q's: the backward takes the
     dtypes of its forward) and layout, and its view: contiguous (batch, seqlen, heads,
-    head_dim) memory, the gradient a transposed view of it where heads_first."""
+    head_dim) memory, the gradient a transposed view of it where heads_first. like_input
+    (autograd's gradients): t's own memory order where t is dense and the kernels can write
+    it (torch.empty_like), as PyTorch's SDPA gives its gradients, so that autograd takes the
+    buffer as a leaf's .grad without copying it into the leaf's layout (three copies, a
+    third of a small training call's GPU time, before)."""
     shape = seqlen_first(t.shape, heads_first)
+    if like_input and t.numel():
+        grad = torch.empty_like(t)
+        strides = seqlen_first(grad.stride(), heads_first)
+        if _layout.kernels_accept(shape, strides):
+            return grad, tensor_view(grad, shape, strides)
     grad = t.new_empty(shape)
     # Row-major strides: torch's own where there are elements (read once, as kernel_tensor's).
     strides = grad.stride() if grad.numel() else _layout.contiguous_strides(shape)
@@ -441,7 +453,7 @@ def _backward(ctx, grad_out, grad_lse):
     if direct_call_is_safe(*tensors, alibi_slopes, cu_seqlens_q, cu_seqlens_k, attn_mask):
         dq, dk, dv = run_backward(*tensors, lse, *options,
                                   checked_sequences=ctx.checked_sequences,
-                                  heads_first=ctx.heads_first)
+                                  heads_first=ctx.heads_first, grads_like_inputs=True)
     else:
         if ctx.heads_first:  # the op takes (batch, seqlen, heads, head_dim) views
             tensors = tuple(t.transpose(1, 2) for t in tensors)

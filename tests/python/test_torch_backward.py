@@ -156,14 +156,16 @@ def test_eager_training_calls_skip_the_dispatcher_and_equal_the_op():
 
 def test_sdpa_trains_in_its_own_layout_and_equals_the_op():
     """sdpa's eager training call takes (batch, heads, seqlen, head_dim) as it is: no
-    transposes' nodes in the graph, gradients in the inputs' layout, and out and the
-    gradients bit for bit the registered op's on transposed views; with create_graph, the
-    backward goes through the op (transposed there and back) to the same gradients."""
+    transposes' nodes in the graph, gradients in the inputs' layout and memory order (a
+    leaf's .grad then is the buffer, not a copy), and out and the gradients bit for bit the
+    registered op's on transposed views; with create_graph, the backward goes through the
+    op (transposed there and back) to the same gradients."""
     q, k, v = (x.requires_grad_() for x in random_bhsd(2, 9, 12, 4, 2, 16, seed=13))
     out = flashattn.sdpa(q, k, v, is_causal=True, enable_gqa=True)
     assert type(out.grad_fn).__name__ == "_EagerAttentionBackward"
     grads = torch.autograd.grad(out.square().sum(), (q, k, v))
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    assert [g.stride() for g in grads] == [q.stride(), k.stride(), v.stride()]
     op_out, _ = _torch_op.attention_fwd(*(t.transpose(1, 2) for t in (q, k, v)), True,
                                         "top_left", None, None)
     op_grads = torch.autograd.grad(op_out.square().sum(), (q, k, v))

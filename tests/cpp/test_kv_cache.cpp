@@ -91,10 +91,11 @@ std::vector<harness::Case> gpu_cache_cases() {
                            {{9000, 20, 4096}, 1, 9001, 256}));
   }
   for (DType dtype : {DType::f16, DType::bf16}) {
-    // Forced counts: on sm_90 2 to 16 splits of a contiguous cache merge in a
-    // cluster; 17 and 128, and a paged cache's, by the merge kernel.
+    // Forced counts: on sm_90 2 to 16 splits of a contiguous cache, or of pages
+    // the kernel addresses whole (16 and 64 keys), merge in a cluster; 17 and
+    // 128 by the merge kernel.
     for (int splits : {1, 2, 7, 16, 17, 128})
-      for (int page : {0, 64})
+      for (int page : {0, 16, 64})
         cases.push_back(cached({0, 4, 0, 16, 2, 64}, dtype, Mask::causal_bottom_right,
                                {{3000, 700}, 4, 3004, page, true, splits}));
     cases.push_back(cached({0, 1, 0, 8, 1, 256}, dtype, Mask::causal_bottom_right,

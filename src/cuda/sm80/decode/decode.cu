@@ -37,12 +37,12 @@ struct SplitChoice {
 // device keeps that many clusters resident (cluster_slots(splits): the blocks
 // that clusters of that many splits keep resident, 0 where it takes none);
 // with more, on the H200, clusters of 4 or more ran slower than the same
-// splits merged by the kernel. Paged caches take clusters where a page holds
-// whole key blocks, whose rows the kernel steps through as a contiguous
-// cache's; with a page lookup per row, one block per SM streamed a paged
-// cache 1.4× slower than a contiguous one (B8 × 8k keys in 2 splits on the
-// H200), so smaller pages take none. The cheapest count up to kMaxKeySplits
-// is taken. (Costed by keys per split
+// splits merged by the kernel. Paged caches take clusters where the kernel
+// addresses them a page at a time (pages of whole key blocks, or of 16 or 32
+// keys), stepping the rows as a contiguous cache's; with a page lookup per
+// row, one block per SM streamed a paged cache 1.4× slower than a contiguous
+// one (B8 × 8k keys in 2 splits on the H200), so other pages take none. The
+// cheapest count up to kMaxKeySplits is taken. (Costed by keys per split
 // alone, B1 × 8k keys took 32 splits and the merge kernel, 27.0 µs on the
 // H200, where 16 in clusters take 23.1.)
 template <typename ClusterSlots>
@@ -52,7 +52,7 @@ SplitChoice key_splits(const AttnParams& p, int64_t blocks, int blocks_per_sm,
   const int sms = multiprocessors(p.device_index);
   const auto clustered = [&](int splits) {
     const KeyCache& c = p.seqs.cache;
-    return (!c.paged() || pages_hold_whole_blocks(c)) && splits > 1 &&
+    return (!c.paged() || pages_addressed_whole(c)) && splits > 1 &&
            splits <= kMaxClusterSplits && blocks * splits <= sms &&
            blocks * splits <= cluster_slots(splits);
   };

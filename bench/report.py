@@ -194,12 +194,19 @@ def not_run(results):
 
 # ---- the document -------------------------------------------------------------------------
 
+def subset_note(results):
+    """Where the run kept only the points matching --match: which, for the report's first line."""
+    match = results.get("match")
+    return f" of the points matching `{match}` (--match)" if match else ""
+
+
 def preamble(results):
     c, env = results["ceilings"], results.get("environment", {})
     return "\n".join([
         f"# Attention: {results['device']}",
         "",
-        f"Commit `{results['commit']}`, {results['date']}, {results.get('mode', 'full')} run; "
+        f"Commit `{results['commit']}`, {results['date']}, {results.get('mode', 'full')} run"
+        f"{subset_note(results)}; "
         f"torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}, "
         f"driver {env.get('driver')}.",
         "",
@@ -536,6 +543,8 @@ def history_line(results, file=None, git=None):
     if line["kind"] == "bench/run":
         settings = results.get("settings", {})
         line["mode"] = results.get("mode", "full")
+        if results.get("match"):
+            line["match"] = results["match"]
         grids = [g for g in ("exercise", "memory", "paper", "wide", "exercise_bwd",
                              "paper_bwd", "wide_bwd", "variants", "models", "models_bwd")
                  if any(r["grid"] == g for r in rows)]

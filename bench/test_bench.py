@@ -251,6 +251,15 @@ def test_another_build_runs_beside_this_one_among_the_alternatives():
     assert accuracy.rel_l2_err(out, accuracy.reference_rows(q, k, v, True, rows), rows) < 1e-5
 
 
+def test_a_run_of_matching_points_says_so_in_its_report_and_history_line():
+    results = synthetic_results(grid.full_suite())
+    assert "full run;" in report.preamble(results)
+    assert "match" not in report.history_line(results, "gpu.json")
+    results["match"] = "d128 B8 L8k"
+    assert "full run of the points matching `d128 B8 L8k` (--match);" in report.preamble(results)
+    assert report.history_line(results, "gpu.json")["match"] == "d128 B8 L8k"
+
+
 def test_history_line_carries_the_run_and_its_headline_ratios(tmp_path):
     results = synthetic_results(grid.full_suite())
     line = report.history_line(results, "gpu-2026-11-22.json")

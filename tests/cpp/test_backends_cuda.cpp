@@ -172,6 +172,13 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 300, 40, 2, 1, 448}, DType::f16, Mask::causal_bottom_right, false);
   add({2, 1, 700, 2, 2, 512}, DType::f16, Mask::none, true);
   add({1, 257, 1000, 8, 4, 264}, DType::bf16, Mask::causal_top_left, false);
+  // Rows that start off 32-byte sectors (264, 312, 392 columns) with enough
+  // query rows per kv head (4096, causal ones counted half) that K and V are
+  // first copied into aligned rows (sm90/aligned_kv.h): strided, GQA, both
+  // buckets, both dtypes.
+  add({1, 2100, 700, 4, 1, 264}, DType::bf16, Mask::causal_bottom_right, true);
+  add({2, 2100, 300, 4, 2, 312}, DType::f16, Mask::none, false);
+  add({1, 2100, 500, 4, 1, 392}, DType::bf16, Mask::causal_top_left, false);
   // The 384 bucket's Q·Kᵀ 288 and 320 deep (264 and 320 above run them too),
   // each consumer's half of the depth starting inside a panel; and the full
   // depth below 384.

@@ -167,6 +167,27 @@ def test_cuda_graph_capture():
     torch.testing.assert_close(out, flashattn.attention(q, k, v, causal=True), rtol=0, atol=0)
 
 
+def test_wide_rows_off_sectors_give_what_aligned_rows_give():
+    # Head dim 264: rows of 528 bytes start off 32-byte sectors, so on Hopper the
+    # forward first copies K and V into aligned rows (sm90/aligned_kv.h). The same
+    # values in rows padded to 320 columns take no copy; the kernel is the same,
+    # so the outputs are equal bit for bit, eagerly and replayed from a CUDA graph.
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("cuda_wgmma runs on compute capability 9.0 only")
+    q, k, v = random_bshd(1, 2048, 300, 4, 1, 264, dtype=torch.bfloat16, device="cuda", seed=7)
+    k_aligned, v_aligned = (torch.zeros(1, 300, 1, 320, device="cuda", dtype=torch.bfloat16)
+                            [..., :264].copy_(t) for t in (k, v))
+    expected = flashattn.attention(q, k_aligned, v_aligned, causal=True, backend="cuda_wgmma")
+    out = flashattn.attention(q, k, v, causal=True, backend="cuda_wgmma")
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = flashattn.attention(q, k, v, causal=True, backend="cuda_wgmma")
+    replayed.zero_()
+    graph.replay()
+    torch.testing.assert_close(replayed, expected, rtol=0, atol=0)
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_tensors_on_another_gpu():
     q, k, v = random_bshd(1, 64, 64, 2, 2, 32, device="cuda:1", seed=4)

@@ -3,9 +3,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <optional>
+
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/head_dim_bucket.h"
+#include "cuda/sm90/aligned_kv.h"
 #include "cuda/sm90/forward.h"
 #include "cuda/sm90/tensor_map.h"
 
@@ -91,9 +94,14 @@ std::string wgmma_unsupported(const AttnParams& p) {
 }
 
 void wgmma_forward(const AttnParams& p) {
-  if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(p);
-  else if (p.dtype == DType::f16) run_bucket<__half>(p);
-  else fail(Status::internal, "dtype: cuda_wgmma takes f16 or bf16");
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    fail(Status::internal, "dtype: cuda_wgmma takes f16 or bf16");
+  // The aligned copies live until the kernels have run (their release is
+  // queued after them).
+  std::optional<Scratch> copies;
+  const AttnParams aligned = sm90::with_aligned_kv(p, copies);
+  if (p.dtype == DType::bf16) run_bucket<__nv_bfloat16>(aligned);
+  else run_bucket<__half>(aligned);
 }
 
 }  // namespace flashattn::cuda

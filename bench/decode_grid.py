@@ -57,13 +57,14 @@ def layout_name(page_size):
 
 def default_grid():
     """About 40 rows: bf16, 32 query heads on 8 kv heads, d 128, seqlen_q 1 over batch ×
-    length; pages of 16, 64, 256 at three of those; GQA groups 1 and 8, head dims 64 and 256,
+    length; pages of 16, 32, 64, 256 at three of those (32: the sizes under 64 that the
+    kernel addresses a page at a time are 16 and 32); GQA groups 1 and 8, head dims 64 and 256,
     seqlen_q 4 and f16 at two or three."""
     base = dict(dtype="bf16", heads_q=32, heads_kv=8, head_dim=128, seqlen_q=1)
     paged_at = {(8, 8 * K), (32, 32 * K), (1, 128 * K)}
     configs = []
     for batch, length in itertools.product((1, 8, 32, 128), (1 * K, 8 * K, 32 * K, 128 * K)):
-        layouts = (None, 16, 64, 256) if (batch, length) in paged_at else (None,)
+        layouts = (None, 16, 32, 64, 256) if (batch, length) in paged_at else (None,)
         configs.append(Config(**base, batch=batch, length=length, layouts=layouts))
     pairs = ((8, 8 * K), (32, 32 * K))
     for (batch, length), heads_kv in itertools.product(pairs, (32, 4)):

@@ -1042,7 +1042,7 @@ def test_decode_grid_covers_the_issue_ranges_within_max_gb():
     import decode_grid
     points = grid.full_suite()["decode"]
     configs = [p.config for p in points]
-    assert len(points) == 40 and {p.grid for p in points} == {"decode"}
+    assert len(points) == 43 and {p.grid for p in points} == {"decode"}
     assert {c.batch for c in configs} == {1, 8, 32, 128}
     assert {c.length for c in configs} == {1024, 8192, 32768, 131072}
     assert {c.seqlen_q for c in configs} == {1, 4, 8}
@@ -1050,7 +1050,7 @@ def test_decode_grid_covers_the_issue_ranges_within_max_gb():
     assert {c.heads_q // c.heads_kv for c in configs} == {1, 4, 8}
     assert {c.head_dim for c in configs} == {64, 128, 256}
     assert {c.dtype for c in configs} == {"bf16", "f16"}
-    assert {p.page_size for p in points} == {None, 16, 64, 256}
+    assert {p.page_size for p in points} == {None, 16, 32, 64, 256}
     assert {p.page_size for p in points if p.config.dtype == "f16"} == {None, 64}
     assert all(p.cache_bytes() <= decode_grid.MAX_GB * 1e9 for p in points)
     labels = [p.label() for p in points]
@@ -1071,13 +1071,13 @@ def test_decode_points_count_visible_pairs_and_regroup_into_configs():
     points = [p for p in grid.full_suite()["decode"]
               if p.label().startswith("bf16 H32/8 d128 B32 L32k q")]
     assert [p.label().split(" ", 5)[-1] for p in points] == [
-        "q1 contiguous", "q1 paged16", "q1 paged64", "q1 paged256", "q4 contiguous",
-        "q4 paged64", "q8 contiguous"]
+        "q1 contiguous", "q1 paged16", "q1 paged32", "q1 paged64", "q1 paged256",
+        "q4 contiguous", "q4 paged64", "q8 contiguous"]
     assert points[0].flops() == 4 * 32 * 32 * 128 * 32768
     # seqlen_q 4, bottom-right causal: the rows see L-3, L-2, L-1 and L keys.
-    assert points[4].flops() == 4 * 32 * 32 * 128 * (4 * 32768 - 6)
+    assert points[5].flops() == 4 * 32 * 32 * 128 * (4 * 32768 - 6)
     configs = decode_grid.configs_of(points[1:])
-    assert [(c.seqlen_q, c.layouts) for c in configs] == [(1, (16, 64, 256)), (4, (None, 64)),
+    assert [(c.seqlen_q, c.layouts) for c in configs] == [(1, (16, 32, 64, 256)), (4, (None, 64)),
                                                           (8, (None,))]
     assert points[1].cache_bytes() == 2 * 32 * 32768 * 8 * 128 * 2
 
@@ -1170,7 +1170,7 @@ def test_report_gives_the_decode_and_varlen_grids_their_sections():
     assert paged.startswith("| bf16 H32/8 d128 B32 L32k q1 | paged64 | 100.0 | 42.95 | 1432% |")
     assert "| 0.98 |" in paged and "| cudnn | 0.50× |" in paged
     assert "Not measured: bf16 H32/8 d128 B32 L32k q8 contiguous (out of memory (...))." in md
-    assert "- flashattn/best decode 0.50× (0.50-0.50) over 39 rows, 0 at or above 1" in md
+    assert "- flashattn/best decode 0.50× (0.50-0.50) over 42 rows, 0 at or above 1" in md
     for pass_ in ("forward", "forward + backward"):
         assert f"## Variable-length prefill: {pass_} (TFLOP/s)" in md
     point = grid.full_suite()["varlen"][0]
@@ -1186,17 +1186,17 @@ def test_report_gives_the_decode_and_varlen_grids_their_sections():
 def test_history_and_headline_carry_the_decode_and_varlen_ratios(tmp_path):
     results = script_results()
     line = report.history_line(results, "x.json")
-    assert line["kind"] == "bench/run" and line["grids"] == {"decode": 40, "varlen": 6}
+    assert line["kind"] == "bench/run" and line["grids"] == {"decode": 43, "varlen": 6}
     ratios = line["ratios"]
-    assert ratios["flashattn/best decode"] == [0.5, 0.5, 0.5, 39, 0]
-    assert ratios["flashattn/best decode paged"][3] == 11
-    assert ratios["graph/eager decode"] == [1.02, 1.02, 1.02, 39, 39]
-    assert ratios["flashattn/copy decode"][3] == 39
+    assert ratios["flashattn/best decode"] == [0.5, 0.5, 0.5, 42, 0]
+    assert ratios["flashattn/best decode paged"][3] == 14
+    assert ratios["graph/eager decode"] == [1.02, 1.02, 1.02, 42, 42]
+    assert ratios["flashattn/copy decode"][3] == 42
     assert ratios["flashattn/best varlen"] == [2.0, 2.0, 2.0, 3, 3]
     assert ratios["flashattn/dense varlen fwd+bwd"] == [0.75, 0.75, 0.75, 3, 0]
     head = report.headline(results)
     assert "flashattn/best varlen fwd+bwd 2.0× (2.0-2.0) over 3 points, 3 at or above 1" in head
-    assert "graph/eager decode 1.0× (1.0-1.0) over 39 points" in head
+    assert "graph/eager decode 1.0× (1.0-1.0) over 42 points" in head
     suite = pytest.importorskip("suite")  # imports torch and triton
     path = tmp_path / "x.json"
     suite.write_json(results, path)
@@ -1221,7 +1221,7 @@ def test_decode_headline_is_over_pytorch_doing_the_same_work():
 
 def test_dry_run_lists_the_decode_and_varlen_grids():
     listed = dry_run("--grids", "decode,varlen")
-    assert "decode: 40 points" in listed and "varlen: 6 points" in listed
+    assert "decode: 43 points" in listed and "varlen: 6 points" in listed
     assert "bf16 H32/8 d128 B32 L32k q8 contiguous " in listed
     assert "f16 H32/8 d128 B32 L32k q1 paged64 " in listed
     assert " H32/8 d128 bf16 causal fwd+bwd " in listed and "65536 tokens, " in listed
@@ -1249,7 +1249,8 @@ def test_script_grids_put_each_grids_rows_under_its_key(tmp_path, monkeypatch):
         (name, math.nan, math.nan, "no") if rate is None else (name, 1.0, rate, None)
         for name, rate in VARLEN_RATES])
     points = [p for p in grid.full_suite()["decode"] if "B32 L32k q" in p.label() and
-              p.label().startswith("bf16 H32/8 d128") and "paged16" not in p.label()]
+              p.label().startswith("bf16 H32/8 d128") and "paged16" not in p.label()
+              and "paged32" not in p.label()]
     results = dict(synthetic_results({}), rows=[])
     path = tmp_path / "run.json"
     script_grids.run_grid("decode", points, results, path)

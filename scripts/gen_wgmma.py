@@ -9,8 +9,9 @@ import sys
 
 # The BN and head-dim values of sm90/traits.h; 32: a backward consumer's
 # query rows of Sᵀ and dPᵀ at head dim 256 (sm90/backward_traits.h); 8: the
-# forward's row sums as P times a column of ones (Traits::kRowSumsByMma).
-WIDTHS = (8, 32, 64, 80, 96, 112, 128, 176, 192, 256)
+# forward's row sums as P times a column of ones (Traits::kRowSumsByMma); 160:
+# the second consumer's P·V columns at the 384 bucket's width 288 (Traits::kFirstAccCols).
+WIDTHS = (8, 32, 64, 80, 96, 112, 128, 160, 176, 192, 256)
 # Widths of the backward's dQ = dS·K, whose A (dS, stored as dSᵀ) and B (K) are
 # both MN-major (sm90/backward_traits.h).
 MN_MAJOR_WIDTHS = (64, 128)

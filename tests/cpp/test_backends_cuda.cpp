@@ -179,11 +179,16 @@ std::vector<harness::Case> wgmma_cases() {
   add({1, 2100, 700, 4, 1, 264}, DType::bf16, Mask::causal_bottom_right, true);
   add({2, 2100, 300, 4, 2, 312}, DType::f16, Mask::none, false);
   add({1, 2100, 500, 4, 1, 392}, DType::bf16, Mask::causal_top_left, false);
-  // The 384 bucket's Q·Kᵀ 288 and 320 deep (264 and 320 above run them too),
-  // each consumer's half of the depth starting inside a panel; and the full
-  // depth below 384.
+  // The 384 bucket at widths 288 and 320 (264 and 320 above run them too):
+  // Q·Kᵀ that deep and P·V that wide in the consumers' uneven shares (P·V 128
+  // and 160 or 192 columns, the second's last panel part-filled at 288; Q·Kᵀ
+  // 160 or 192 and 128 deep, the second's depth starting inside a panel at
+  // 288); rows that see no key, a two-row tile, strided and GQA; and the full
+  // width below 384.
   add({2, 300, 700, 4, 2, 288}, DType::f16, Mask::none, true);
   add({1, 129, 513, 2, 1, 312}, DType::f16, Mask::causal_bottom_right, false);
+  add({1, 300, 100, 2, 1, 280}, DType::bf16, Mask::causal_bottom_right, false);
+  add({2, 2, 900, 3, 1, 296}, DType::bf16, Mask::causal_bottom_right, true);
   add({1, 200, 600, 2, 1, 352}, DType::bf16, Mask::none, false);
   // The 192 and 256 buckets' 128-row tiles (two consumers), where the 64-row
   // tiles of one consumer would not fit one wave of up to 132 SMs (the cases

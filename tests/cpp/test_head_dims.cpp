@@ -36,7 +36,9 @@ const std::vector<PairSpec> kSpecs = {
     {{1, 1, 300, 4, 1, 128, 64}, Mask::none, false},                    // one query row, MQA
     {{1, 33, 33, 2, 2, 1, 3}, Mask::none, true},                        // the narrowest
     {{1, 70, 90, 1, 1, 256, 512}, Mask::causal_top_left, false},        // beyond 256
-    {{1, 150, 200, 2, 1, 264, 320}, Mask::none, false},                 // 384's Q·Kᵀ at 288
+    {{1, 150, 200, 2, 1, 264, 320}, Mask::none, false},                 // 384's widths at 320
+    {{1, 150, 200, 2, 2, 320, 264}, Mask::causal_top_left, true},       // likewise, v narrower
+    {{1, 100, 130, 2, 1, 280, 384}, Mask::none, false},                 // q within 288, v not
     {{1, 20, 24, 1, 1, 16, 1024}, Mask::none, false},                   // one very wide side
 };
 

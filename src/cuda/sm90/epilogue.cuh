@@ -14,28 +14,40 @@
 
 namespace flashattn::cuda::sm90 {
 
-// A consumer warpgroup's part of a tile: its 64-row group and its first
-// output column. Split by columns (Traits::kSplitColumns), both consumers hold
-// rows 0–63 and consumer w the columns from w · kAccCols; otherwise consumer w
-// holds rows 64·w to +64, every column.
-template <class Tr>
+// A consumer warpgroup's part of a tile: its 64-row group, its kAccCols
+// output columns from col0 (its P·V) and its kDepth columns of Q·Kᵀ's depth
+// from depth0. Split by columns (Traits::kSplitColumns), both consumers hold
+// rows 0–63, consumer 0 the first kFirstAccCols columns and kFirstDepth of the
+// depth, consumer 1 the rest of each (kPart 1 where the shares differ in size,
+// else both kPart 0); otherwise consumer w holds rows 64·w to +64, every
+// column, the whole depth.
+template <class Tr, int kPart>
 struct ConsumerPart {
-  int group, col0;
+  static constexpr int kAccCols = kPart == 0 ? Tr::kFirstAccCols : Tr::kHeadDimPV - Tr::kFirstAccCols;
+  static constexpr int kDepth = kPart == 0 ? Tr::kFirstDepth : Tr::kHeadDimQK - Tr::kFirstDepth;
+  int group, col0;  // col0: a multiple of 64
+  uint32_t depth0;
   __device__ __forceinline__ explicit ConsumerPart(int warpgroup)
       : group(Tr::kSplitColumns ? 0 : warpgroup),
-        col0(Tr::kSplitColumns ? warpgroup * Tr::kAccCols : 0) {}
+        col0(Tr::kSplitColumns ? warpgroup * Tr::kFirstAccCols : 0),
+        depth0(Tr::kSplitColumns ? uint32_t(warpgroup) * Tr::kFirstDepth : 0) {}
 };
+
+// Whether the consumers' column shares differ in size, so that each has its
+// own code (ConsumerPart's kPart).
+template <class Tr>
+inline constexpr bool kUnevenShares =
+    Tr::kSplitColumns && 2 * Tr::kFirstAccCols != Tr::kHeadDimPV;
 
 // The first `rows` (< 64) of a warpgroup's staged output rows, written to the
 // output by the warpgroup's threads in 16-byte chunks (v's head_dim is a
 // multiple of 8, strides of 16 bytes: wgmma_unsupported). Packed batches' rows at a
 // sequence's end, which a TMA store of the warpgroup's 64 would carry into
 // the next sequence's.
-template <typename T, class Tr>
+template <typename T, class Tr, class Part>
 __device__ __forceinline__ void store_rows(const KernelParams& p, const Tile& t,
-                                           const uint8_t* smem, const ConsumerPart<Tr>& part,
-                                           int rows) {
-  constexpr int kChunks = Tr::kAccCols / 8;  // 16-byte chunks of a staged row's part
+                                           const uint8_t* smem, const Part& part, int rows) {
+  constexpr int kChunks = Part::kAccCols / 8;  // 16-byte chunks of a staged row's part
   const int wg_row0 = t.row0 + 64 * part.group;
   T* out = static_cast<T*>(p.out.data) + (t.q_row0 + wg_row0) * p.out.row_stride +
            t.head_q * p.out.head_stride;
@@ -69,10 +81,10 @@ constexpr int kExchangeBarrier = 4;
 // a warpgroup whose rows run past its sequence's end stores the rows up to it
 // from the staging buffer by hand (store_rows). row_sum: the thread's part of
 // its rows' sums, or, with Traits::kRowSumsByMma, the whole sums.
-template <typename T, class Tr, bool kZeroSumEmpty, bool kPacked>
+template <typename T, class Tr, bool kZeroSumEmpty, bool kPacked, int kPart>
 __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
                                          const RowMask& mask, uint8_t* smem,
-                                         const float (&acc)[Tr::kAccCols / 2],
+                                         const float (&acc)[ConsumerPart<Tr, kPart>::kAccCols / 2],
                                          const float (&row_max)[2], const float (&row_sum)[2],
                                          bool empty, const FragmentCoord& at, int warpgroup,
                                          int warp, int lane, float out_scale) {
@@ -99,7 +111,8 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
         empty || mask.empty(t.row0 + at.row0 + 8 * half), l[half]);
     inv_l[half] = row_empty[half] ? 0.0f : fast_reciprocal(l[half]) * out_scale;
   }
-  const ConsumerPart<Tr> part(warpgroup);
+  using Part = ConsumerPart<Tr, kPart>;
+  const Part part(warpgroup);
   const bool storer = warp == 0 && lane == 0;
   if (storer) tma_store_wait_read();  // the previous tile's output has left the buffer
   named_barrier_sync(kEpilogueBarrier + warpgroup, 128);
@@ -111,7 +124,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
     return so + swizzled_offset(stm_row, part.col0 + 16 * jj + 8 * (lane / 16), Tr::kBlockM);
   };
 #pragma unroll
-  for (int jj = 0; jj < Tr::kAccCols / 16; ++jj) {
+  for (int jj = 0; jj < Part::kAccCols / 16; ++jj) {
     uint32_t r[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -133,7 +146,7 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
     __syncwarp();  // the warp's stmatrix writes land before the zeros
     if (mask.empty(t.row0 + stm_row)) {
 #pragma unroll
-      for (int jj = 0; jj < Tr::kAccCols / 16; ++jj) store_zero_16(chunk(jj));
+      for (int jj = 0; jj < Part::kAccCols / 16; ++jj) store_zero_16(chunk(jj));
     }
   }
   fence_shared_to_async();
@@ -143,8 +156,11 @@ __device__ __forceinline__ void epilogue(const KernelParams& p, const Tile& t,
   // sequence's end stores them by hand.
   const bool whole = !kPacked || wg_row0 + 64 <= t.seqlen_q;
   if (storer && wg_row0 >= 0 && whole) {
+    // A share that ends inside a panel (P·V 288 wide) leaves the panel's other
+    // columns stale in the buffer: they lie past v's head_dim, so the store drops them.
+    constexpr int kPanelCols = (Part::kAccCols + 63) / 64 * 64;
 #pragma unroll
-    for (int panel = part.col0 / 64; panel < (part.col0 + Tr::kAccCols) / 64; ++panel)
+    for (int panel = part.col0 / 64; panel < (part.col0 + kPanelCols) / 64; ++panel)
       tma_store(&p.o, 64 * panel, t.q_row0 + wg_row0, t.head_q, kPacked ? 0 : t.batch,
                 smem + Tr::kOOffset + panel * Tr::kBlockM * 128 + 64 * part.group * 128);
     tma_store_commit();

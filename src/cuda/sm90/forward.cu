@@ -21,8 +21,10 @@ void run_bucket(const AttnParams& p) {
   // dim. For plain attention, kernels that skip products on the padding: at
   // q's 192 and v's 128 (multi-head latent attention) each at its own bucket,
   // and Q·Kᵀ only as deep as q's head_dim where that is at most 48 in the 64
-  // bucket (40), 80 or 96 in the 128 (72, 80, 96), 160 in the 192, 288 or 320
-  // in the 384 (each of its two consumers then multiplies 144 or 160 columns).
+  // bucket (40), 80 or 96 in the 128 (72, 80, 96), 160 in the 192; in the 384,
+  // where q's and v's head dims are both at most 288 or 320, Q·Kᵀ that deep and
+  // P·V that wide, in uneven shares of the two consumers (traits.h's
+  // kFirstAccCols).
   const Sizes& s = p.sizes;
   const int bucket = head_dim_bucket(sm90::kHeadDimBuckets, s.widest_head_dim());
   if (!needs_any_variant(p)) {
@@ -32,8 +34,8 @@ void run_bucket(const AttnParams& p) {
     if (bucket == 128 && s.head_dim <= 80) return sm90::run_forward<T, 128, 128, 80>(p);
     if (bucket == 128 && s.head_dim <= 96) return sm90::run_forward<T, 128, 128, 96>(p);
     if (bucket == 192 && s.head_dim <= 160) return sm90::run_forward<T, 192, 192, 160>(p);
-    if (bucket == 384 && s.head_dim <= 288) return sm90::run_forward<T, 384, 384, 288>(p);
-    if (bucket == 384 && s.head_dim <= 320) return sm90::run_forward<T, 384, 384, 320>(p);
+    if (bucket == 384 && s.widest_head_dim() <= 288) return sm90::run_forward<T, 384, 384, 288>(p);
+    if (bucket == 384 && s.widest_head_dim() <= 320) return sm90::run_forward<T, 384, 384, 320>(p);
   }
   switch (bucket) {
     case 64: sm90::run_forward<T, 64>(p); return;

@@ -21,8 +21,8 @@
 // Persistent d-128 tiles may run in pairs, two blocks of a cluster sharing
 // each K and V load (Traits::kCluster).
 // Head dims above 256 (Traits::kSplitColumns): the two consumers share one
-// 64-row tile, each multiplying its half of Q's and K's columns and owning
-// its half of V's and the output's; their partial scores are added through
+// 64-row tile, each multiplying its share of Q's and K's columns and owning
+// its share of V's and the output's; their partial scores are added through
 // shared memory before the softmax, which both compute alike.
 // kPacked: a packed batch (core/seqlen.h), each tile in its sequence's rows
 // and keys, taken from a list of the tiles with rows, heaviest first
@@ -90,7 +90,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       producer<Tr, Variant::kLowerEnds, kPacked, kSplitsTail<Tr, Variant, kPacked>>(p, smem, bar);
   } else {
     if constexpr (Tr::kMovesRegisters) claim_registers<Tr::kConsumerRegisters>();
-    consumer<T, Tr, Variant, kPacked>(p, smem, bar, warpgroup - 1);
+    // Consumers whose column shares differ in size each run their own code.
+    if constexpr (kUnevenShares<Tr>) {
+      if (warpgroup == 1) consumer<T, Tr, Variant, kPacked, 0>(p, smem, bar, 0);
+      else consumer<T, Tr, Variant, kPacked, 1>(p, smem, bar, 1);
+    } else {
+      consumer<T, Tr, Variant, kPacked, 0>(p, smem, bar, warpgroup - 1);
+    }
   }
 #endif
 }

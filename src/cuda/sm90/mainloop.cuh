@@ -88,14 +88,14 @@ __device__ __forceinline__ void add_partial_scores(float (&s)[Tr::kBlockN / 2], 
 
 // S[64 × kBlockN] = Q(warpgroup rows)·K(stage)ᵀ over the first kHeadDimQK
 // columns (the rest of the bucket's are zeros), issued; the caller commits.
-// Split by columns, over the consumer's half: kConsumerDepth columns from the
+// Split by columns, over the consumer's share: Part::kDepth columns from the
 // descriptors' panel on, the first `first_step` 16-column steps into it (not
-// 0 where the half depth is not whole panels: 144 of 288 at the 384 bucket).
-template <typename T, class Tr>
+// 0 where a share is not whole panels: the second's 128 from 160 at width 288).
+template <typename T, class Tr, class Part>
 __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64_t q_desc,
                                              uint64_t k_desc, uint32_t first_step) {
 #pragma unroll
-  for (int kk = 0; kk < Tr::kConsumerDepth / 16; ++kk) {
+  for (int kk = 0; kk < Part::kDepth / 16; ++kk) {
     const uint32_t step = first_step + kk;
     const uint32_t within = (step % 4) * 32;  // 16 columns = 32 bytes into the 128-byte row
     Wgmma<T, Tr::kBlockN>::ss(s, advance(q_desc, (step / 4) * Tr::kBlockM * 128 + within),
@@ -103,19 +103,19 @@ __device__ __forceinline__ void issue_scores(float (&s)[Tr::kBlockN / 2], uint64
   }
 }
 
-// acc[64 × kAccCols] += P·V(stage), issued; the caller commits. accumulate
-// false: acc = P·V, whatever acc held (a tile's first P·V). kRowSumsByMma:
-// sums[64 × 8] += P·ones likewise, each column the rows' sums, from P in fp16
-// (p16; Traits::kRowSumsByMma says why).
-template <typename T, class Tr>
-__device__ __forceinline__ void issue_values(float (&acc)[Tr::kAccCols / 2], float (&sums)[4],
+// acc[64 × Part::kAccCols] += P·V(stage), issued; the caller commits.
+// accumulate false: acc = P·V, whatever acc held (a tile's first P·V).
+// kRowSumsByMma: sums[64 × 8] += P·ones likewise, each column the rows' sums,
+// from P in fp16 (p16; Traits::kRowSumsByMma says why).
+template <typename T, class Tr, class Part>
+__device__ __forceinline__ void issue_values(float (&acc)[Part::kAccCols / 2], float (&sums)[4],
                                              const uint32_t (&p)[Tr::kBlockN / 16][4],
                                              const uint32_t (&p16)[Tr::kBlockN / 16][4],
                                              uint64_t v_desc, uint64_t ones_desc,
                                              bool accumulate) {
 #pragma unroll
   for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
-    Wgmma<T, Tr::kAccCols>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128),
+    Wgmma<T, Part::kAccCols>::rs(acc, p[kk], advance(v_desc, kk * 16 * 128),
                                kk > 0 || accumulate);
   if constexpr (Tr::kRowSumsByMma) {
 #pragma unroll
@@ -148,7 +148,9 @@ __device__ __forceinline__ void issue_values(float (&acc)[Tr::kAccCols / 2], flo
 //
 // A split tile's part (kSplitsTail, tail_merge.cuh) walks its share of the
 // key blocks and hands its rows to finish_tail_part instead of the epilogue.
-template <typename T, class Tr, class Variant, bool kPacked>
+// kPart: the consumer's share of the columns where the shares differ
+// (ConsumerPart), else 0.
+template <typename T, class Tr, class Variant, bool kPacked, int kPart>
 __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, Barriers<Tr>& bar,
                                          int warpgroup) {
   constexpr bool kLowerEnds = Variant::kLowerEnds;
@@ -158,18 +160,18 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   using Score = typename Variant::Score;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
-  const ConsumerPart<Tr> part(warpgroup);
+  using Part = ConsumerPart<Tr, kPart>;
+  const Part part(warpgroup);
   const FragmentCoord at{64 * part.group + 16 * warp + lane / 4, 2 * (lane % 4)};
   const float c = p.scale_log2;
   // Dropout (core/dropout.h): the kept probabilities' scale, applied with 1/l.
   const float out_scale = Variant::kDropout ? p.dropout.keep_scale : 1.0f;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   // Split by columns, the consumer's columns of V start at its first panel, and
-  // its half of Q·Kᵀ's depth at column depth0, a whole number of 16-column steps
-  // into a panel (issue_scores).
+  // its share of Q·Kᵀ's depth at column depth0, a whole number of 16-column
+  // steps into a panel (issue_scores).
   const uint32_t v_part = (part.col0 / 64) * Tr::kBlockN * 128;
-  const uint32_t depth0 = Tr::kSplitColumns ? uint32_t(warpgroup) * Tr::kConsumerDepth : 0;
-  const uint32_t depth_panel = depth0 / 64, depth_step = (depth0 % 64) / 16;
+  const uint32_t depth_panel = part.depth0 / 64, depth_step = (part.depth0 % 64) / 16;
   const auto k_desc = [&](int stage) {
     return smem_descriptor(
         base + Tr::kKOffset + stage * Tr::kKBytes + depth_panel * Tr::kBlockN * 128, 16, 1024);
@@ -193,9 +195,9 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   const Turns turns{warpgroup};
   int exchanges = 0;  // split by columns: the key blocks whose scores were added so far
 
-  float acc[Tr::kAccCols / 2];
+  float acc[Part::kAccCols / 2];
 #pragma unroll
-  for (int i = 0; i < Tr::kAccCols / 2; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < Part::kAccCols / 2; ++i) acc[i] = 0.0f;
   // kRowSumsByMma: the rows' sums as the tensor cores add them (issue_values),
   // every column of a row the same; row_sum is then unused.
   float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -229,7 +231,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
   Tile owed_tile{};
   const auto issue_owed = [&] {
     wait_barrier(&bar.v_full[owed.stage()], owed.filled_parity());
-    issue_values<T, Tr>(acc, sums, probs, sum_probs(), v_desc(owed.stage()), ones_desc,
+    issue_values<T, Tr, Part>(acc, sums, probs, sum_probs(), v_desc(owed.stage()), ones_desc,
                         owed_adds);
   };
   // A tile's rows out with their row statistics: a split tile's part to the
@@ -244,8 +246,9 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         return finish_tail_part<T, Tr>(p, t, mask, smem, acc, tile_max, tile_sum, at, warpgroup,
                                        warp, lane);
     }
-    epilogue<T, Tr, Variant::Score::kBias, kPacked>(p, t, mask, smem, acc, tile_max, tile_sum,
-                                                    empty, at, warpgroup, warp, lane, out_scale);
+    epilogue<T, Tr, Variant::Score::kBias, kPacked, kPart>(p, t, mask, smem, acc, tile_max,
+                                                           tile_sum, empty, at, warpgroup, warp,
+                                                           lane, out_scale);
   };
   // Once the owed P·V is done: its V slot freed, its tile written with its
   // final row statistics.
@@ -365,7 +368,7 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
       wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
       turns.wait();
       wgmma_fence();
-      issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()), depth_step);
+      issue_scores<T, Tr, Part>(s, q_desc, k_desc(ring.stage()), depth_step);
       wgmma_commit();
       if (pv_owed) issue_owed();
       wgmma_commit();
@@ -397,11 +400,11 @@ __device__ __forceinline__ void consumer(const KernelParams& p, uint8_t* smem, B
         wait_barrier(&bar.k_full[ring.stage()], ring.filled_parity());
         turns.wait();
         wgmma_fence();
-        issue_scores<T, Tr>(s, q_desc, k_desc(ring.stage()), depth_step);
+        issue_scores<T, Tr, Part>(s, q_desc, k_desc(ring.stage()), depth_step);
         wgmma_commit();
         wait_barrier(&bar.v_full[prev.stage()], prev.filled_parity());
-        issue_values<T, Tr>(acc, sums, probs, sum_probs(), v_desc(prev.stage()), ones_desc,
-                            n_block != wg_end - 2);
+        issue_values<T, Tr, Part>(acc, sums, probs, sum_probs(), v_desc(prev.stage()),
+                                  ones_desc, n_block != wg_end - 2);
         wgmma_commit();
         turns.hand_over();
         kept = keep_bits(n_block);

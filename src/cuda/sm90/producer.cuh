@@ -53,7 +53,7 @@ __device__ __forceinline__ void zero_past_sequence_end(uint8_t* smem, Barriers<T
   const int lane = int(threadIdx.x) % 32;
   wait_barrier(&bar.v_landed[end.stage], (landed_phases >> end.stage) & 1u);
   landed_phases ^= 1u << end.stage;
-  zero_rows<Tr::kPanelsV, Tr::kBlockN>(smem + Tr::kVOffset + end.stage * Tr::kVBytes, end.keys);
+  zero_rows<Tr::kPanelsPV, Tr::kBlockN>(smem + Tr::kVOffset + end.stage * Tr::kVBytes, end.keys);
   fence_shared_to_async();
   __syncwarp();
   if (lane == 0) arrive(&bar.v_full[end.stage]);
@@ -87,20 +87,20 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
     wait_barrier(&bar.q_empty[qs], q.free_parity());
     ++q.it;
     if (issues) {
-      expect_bytes(&bar.q_full[qs], Tr::kQBytes);
+      expect_bytes(&bar.q_full[qs], Tr::kPanelsQK * Tr::kBlockM * 128);
 #pragma unroll
-      for (int panel = 0; panel < Tr::kPanels; ++panel)
+      for (int panel = 0; panel < Tr::kPanelsQK; ++panel)
         tma_load(smem + Tr::kQOffset + qs * Tr::kQBytes + panel * Tr::kBlockM * 128, &p.q,
                  64 * panel, t.q_row0 + t.row0, t.head_q, batch, &bar.q_full[qs]);
     }
     for (int n_block = t.n_end - 1; n_block >= t.n_first; --n_block, ++ring.it) {
-      // K's kPanels or V's kPanelsV panels of a block (block_bytes) at ring slot
-      // offset + stage · block_bytes.
+      // K's kPanelsQK or V's kPanelsPV panels of a block at ring slot offset +
+      // stage · block_bytes (the slot's size).
       const auto load = [&](const CUtensorMap* map, auto panels, uint32_t block_bytes,
                             uint32_t offset, uint64_t* full, uint64_t* empty) {
         wait_barrier(empty, ring.free_parity());
         if (!issues) return;
-        expect_bytes(full, block_bytes);
+        expect_bytes(full, decltype(panels)::value * Tr::kBlockN * 128);
         uint8_t* dst = smem + offset + ring.stage() * block_bytes + half_row0 * 128;
         const int row = t.k_row0 + n_block * Tr::kBlockN + half_row0;
 #pragma unroll
@@ -114,9 +114,9 @@ __device__ __forceinline__ void producer(const KernelParams& p, uint8_t* smem, B
       };
       const int stage = ring.stage();
       const bool past_end = kPacked && (n_block + 1) * Tr::kBlockN > t.seqlen_k;
-      load(&p.k, std::integral_constant<int, Tr::kPanels>{}, Tr::kKBytes, Tr::kKOffset,
+      load(&p.k, std::integral_constant<int, Tr::kPanelsQK>{}, Tr::kKBytes, Tr::kKOffset,
            &bar.k_full[stage], &bar.k_empty[stage]);
-      load(&p.v, std::integral_constant<int, Tr::kPanelsV>{}, Tr::kVBytes, Tr::kVOffset,
+      load(&p.v, std::integral_constant<int, Tr::kPanelsPV>{}, Tr::kVBytes, Tr::kVOffset,
            past_end ? &bar.v_landed[stage] : &bar.v_full[stage], &bar.v_empty[stage]);
       if constexpr (kPacked) {
         zero_past_sequence_end(smem, bar, pending, landed_phases);

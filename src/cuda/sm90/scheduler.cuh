@@ -69,7 +69,7 @@ struct KernelParams {
 // tile walks every key block (no causal mask).
 template <class Tr, class Variant, bool kPacked>
 inline constexpr bool kSplitsTail = !kPacked && !Tr::kPersistent && Tr::kCluster == 1 &&
-                                    !Tr::kSplitColumns && Tr::kAccCols <= 128 &&
+                                    !Tr::kSplitColumns && Tr::kHeadDimV <= 128 &&
                                     std::is_same_v<Variant, NoVariant>;
 
 // A query tile and the key blocks it visits.

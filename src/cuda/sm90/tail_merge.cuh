@@ -21,11 +21,12 @@
 
 namespace flashattn::cuda::sm90 {
 
-// A warpgroup's partial result: kAccCols / 8 float4 chunks of each thread's
-// accumulators, then one of (m₀, m₁, l₀, l₁), chunk k of all 128 threads side
-// by side (coalesced); slots ordered (split tile, part, consumer).
+// A warpgroup's partial result: kHeadDimV / 8 float4 chunks of each thread's
+// accumulators (a consumer of whole rows holds every column), then one of
+// (m₀, m₁, l₀, l₁), chunk k of all 128 threads side by side (coalesced);
+// slots ordered (split tile, part, consumer).
 template <class Tr>
-inline constexpr int kPartChunks = Tr::kAccCols / 8 + 1;
+inline constexpr int kPartChunks = Tr::kHeadDimV / 8 + 1;
 
 template <class Tr>
 size_t part_results_bytes(const TailSplit& split, int64_t tiles) {
@@ -42,17 +43,20 @@ __device__ __forceinline__ float4* part_slot(const KernelParams& p, int tail, in
 // The warpgroup's rows of split tile t: its part written out and counted;
 // the last part to arrive merges and writes them (epilogue), the others
 // leave.
-template <typename T, class Tr>
+// (kAcc, acc's size, is deduced: the call is compiled in every kernel, whose
+// consumers' accumulators may be other sizes, but runs only in those that split.)
+template <typename T, class Tr, int kAcc>
 __device__ __forceinline__ void finish_tail_part(const KernelParams& p, const Tile& t,
                                                  const RowMask& mask, uint8_t* smem,
-                                                 const float (&acc)[Tr::kAccCols / 2],
+                                                 const float (&acc)[kAcc],
                                                  const float (&row_max)[2],
-                                                 const float (&row_sum)[2], const FragmentCoord& at, int warpgroup, int warp,
-                                                 int lane) {
-  constexpr int kChunks = Tr::kAccCols / 8;
-  float merged[Tr::kAccCols / 2], m[2], l[2];
+                                                 const float (&row_sum)[2], const FragmentCoord& at,
+                                                 int warpgroup, int warp, int lane) {
+  static_assert(!Tr::kSplitColumns && kAcc == Tr::kHeadDimV / 2, "a consumer of whole rows");
+  constexpr int kChunks = Tr::kHeadDimV / 8;
+  float merged[kAcc], m[2], l[2];
 #pragma unroll
-  for (int i = 0; i < Tr::kAccCols / 2; ++i) merged[i] = acc[i];
+  for (int i = 0; i < kAcc; ++i) merged[i] = acc[i];
 #pragma unroll
   for (int half = 0; half < 2; ++half) m[half] = row_max[half], l[half] = row_sum[half];
   float4* own = part_slot<Tr>(p, t.tail, t.part, warpgroup);
@@ -93,8 +97,8 @@ __device__ __forceinline__ void finish_tail_part(const KernelParams& p, const Ti
       }
     }
   }
-  epilogue<T, Tr, false, false>(p, t, mask, smem, merged, m, l, false, at, warpgroup, warp, lane,
-                                1.0f);
+  epilogue<T, Tr, false, false, 0>(p, t, mask, smem, merged, m, l, false, at, warpgroup, warp,
+                                   lane, 1.0f);
 }
 
 }  // namespace flashattn::cuda::sm90

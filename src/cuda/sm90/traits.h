@@ -4,9 +4,10 @@
 // Q and K are kHeadDim columns wide and V and the output kHeadDimV (v's own
 // bucket, where it is narrower: multi-head latent attention's 192 and 128).
 // Above 256 columns (kSplitColumns) the two consumers share one 64-row tile
-// and split its columns instead: each multiplies its half of Q and K into a
-// partial S, the halves are added through shared memory (the exchange), and
-// each computes P·V for its half of V and the output; see mainloop.cuh.
+// and split its columns instead: each multiplies its share of Q's and K's
+// columns into a partial S, the shares are added through shared memory (the
+// exchange), and each computes P·V for its share of V and the output; see
+// mainloop.cuh.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@ namespace flashattn::cuda::sm90 {
 
 template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_, bool kPersistent_ = false,
           int kCluster_ = 1, int kHeadDimV_ = kHeadDim_, int kHeadDimQK_ = kHeadDim_,
-          bool kRowSumsByMma_ = false>
+          bool kRowSumsByMma_ = false, int kHeadDimPV_ = kHeadDimV_>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to a multiple of 64
   static constexpr int kHeadDimV = kHeadDimV_;  // head_dim_v, likewise: the P·V width
@@ -23,6 +24,10 @@ struct Traits {
   // (wgmma's K); the bucket's columns past it are TMA's zeros, so the product
   // skips them (forward.cu lists the depths each bucket has).
   static constexpr int kHeadDimQK = kHeadDimQK_;
+  // P·V's width likewise: the columns of V and the output that may be nonzero
+  // (a multiple of 32); the rest of the output's are past v's head_dim and are
+  // never stored. Below kHeadDimV at the 384 bucket's widths 288 and 320 alone.
+  static constexpr int kHeadDimPV = kHeadDimPV_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;    // K/V ring depth
   static constexpr int kConsumers = kConsumers_;
@@ -49,9 +54,17 @@ struct Traits {
   static constexpr int kRowGroups = kSplitColumns ? 1 : kConsumers;  // 64-row groups of a tile
   static constexpr int kBlockM = 64 * kRowGroups;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // A consumer's output columns (its accumulators) and Q·Kᵀ depth.
-  static constexpr int kAccCols = kSplitColumns ? kHeadDimV / 2 : kHeadDimV;
-  static constexpr int kConsumerDepth = kSplitColumns ? kHeadDimQK / 2 : kHeadDimQK;
+  // The first consumer's output columns (its accumulators, from column 0) and
+  // Q·Kᵀ depth (from column 0); split by columns, the second consumer's are
+  // the rest of each (ConsumerPart). V is wgmma's B operand N-major, in 64-column
+  // swizzle panels, so the second consumer's columns must start on a panel:
+  // the first takes the whole panels of half the width, and the depth is split
+  // so that both issue as many product columns a key (its P·V columns plus its
+  // Q·Kᵀ depth). At 288: P·V 128 and 160, Q·Kᵀ 160 and 128 deep, 288 columns
+  // each where halves of the 384 bucket issued 336 (docs/perf/cuda_wgmma.md, v4.37).
+  static constexpr int kFirstAccCols = kSplitColumns ? kHeadDimPV / 2 / 64 * 64 : kHeadDimPV;
+  static constexpr int kFirstDepth =
+      kSplitColumns ? (kHeadDimQK + kHeadDimPV - 2 * kFirstAccCols) / 2 / 16 * 16 : kHeadDimQK;
   // The rows' sums l by the tensor cores: with each P·V step one more wgmma,
   // P times a 16 × 8 tile of ones (m64n8k16), whose 8 columns each hold the
   // rows' sums, added in fp32 and rescaled with acc; in place of the softmax's
@@ -65,6 +78,10 @@ struct Traits {
   static constexpr bool kRowSumsByMma = kRowSumsByMma_;
   static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels of Q and K
   static constexpr int kPanelsV = kHeadDimV / 64;  // of V and the output
+  // The panels that hold Q·Kᵀ's depth and P·V's width: the producer loads only
+  // those (the rest would be TMA's zeros that no product reads).
+  static constexpr int kPanelsQK = (kHeadDimQK + 63) / 64;
+  static constexpr int kPanelsPV = (kHeadDimPV + 63) / 64;
 
   // setmaxnreg: the producer keeps 24 registers and the consumers share the
   // rest of the 64K register file: 128·24 + 256·240 = 64512 with two consumer
@@ -99,11 +116,15 @@ struct Traits {
   static_assert(kConsumers >= 1 && kConsumers <= 3, "register split defined for 1 to 3");
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(kHeadDimQK % 16 == 0 && kHeadDimQK <= kHeadDim, "whole wgmma K steps");
-  static_assert(kAccCols <= 256, "wgmma N (the P·V width) is at most 256");
+  static_assert(kHeadDimPV % 32 == 0 && kHeadDimPV <= kHeadDimV, "P·V within v's bucket");
+  static_assert(kFirstAccCols <= 256 && kHeadDimPV - kFirstAccCols <= 256,
+                "wgmma N (a consumer's P·V width) is at most 256");
   static_assert(!kSplitColumns || (kConsumers == 2 && !kPersistent && kHeadDimV == kHeadDim &&
-                                   kAccCols % 64 == 0 && kConsumerDepth % 16 == 0),
-                "split by columns: two consumers, per tile, whole panels of V each, whole "
-                "wgmma K steps of the depth each");
+                                   kFirstAccCols % 64 == 0 && kFirstDepth % 16 == 0 &&
+                                   kFirstDepth > 0 && kFirstDepth < kHeadDimQK),
+                "split by columns: two consumers, per tile, the second's V from a panel's "
+                "start, whole wgmma K steps of the depth each");
+  static_assert(kSplitColumns || kHeadDimPV == kHeadDimV, "P·V cut at the split buckets alone");
   static_assert(kPersistent || kHeadDimV <= kHeadDim, "the output is staged in Q's buffer");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the Q·Kᵀ wgmma N");
   static_assert(kCluster == 1 || kCluster == 2, "tiles run alone or in pairs");
@@ -197,12 +218,16 @@ template <> struct OneWaveTraitsFor<256> { using type = Traits<256, 96, 2, 1>; }
 // Tr with Q·Kᵀ's depth cut to kHeadDimQK (void stays void): where q's head_dim
 // is well below its bucket's width (40 in the 64 bucket, 72–96 in the 128, 160
 // in the 192, 288 and 320 in the 384), the products of the zero columns are
-// skipped; the loads, the ring and the P·V product stay the bucket's
-// (forward.cu's run_bucket picks the depth).
+// skipped; the ring and, but for the split buckets, the P·V product stay the
+// bucket's (forward.cu's run_bucket picks the depth). Split by columns, P·V is
+// cut to the same width (forward.cu sends there only heads whose q and v head
+// dims are both within it), so that the consumers' uneven shares save
+// products (Traits::kFirstAccCols).
 template <class Tr, int kHeadDimQK>
 struct ScoresDepth {
   using type = Traits<Tr::kHeadDim, Tr::kBlockN, Tr::kStages, Tr::kConsumers, Tr::kPersistent,
-                      Tr::kCluster, Tr::kHeadDimV, kHeadDimQK, Tr::kRowSumsByMma>;
+                      Tr::kCluster, Tr::kHeadDimV, kHeadDimQK, Tr::kRowSumsByMma,
+                      Tr::kSplitColumns ? kHeadDimQK : Tr::kHeadDimV>;
 };
 template <int kHeadDimQK>
 struct ScoresDepth<void, kHeadDimQK> {

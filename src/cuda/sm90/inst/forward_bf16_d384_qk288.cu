@@ -1,5 +1,5 @@
 // One instantiation of the Hopper forward: bf16, head-dim bucket 384 with Q·Kᵀ
-// 288 columns deep (q's head_dim 257-288).
+// 288 columns deep and P·V 288 wide (q's and v's head dims 257-288).
 #include "cuda/sm90/launch.cuh"
 
 namespace flashattn::cuda::sm90 {

@@ -1,5 +1,5 @@
 // One instantiation of the Hopper forward: bf16, head-dim bucket 384 with Q·Kᵀ
-// 320 columns deep (q's head_dim 289-320).
+// 320 columns deep and P·V 320 wide (q's and v's head dims 289-320).
 #include "cuda/sm90/launch.cuh"
 
 namespace flashattn::cuda::sm90 {

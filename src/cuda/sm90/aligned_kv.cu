@@ -7,7 +7,7 @@
 // kernels read K and V from L2 once per 64-row query tile, and on the same
 // data in 128-byte-aligned rows they ran 1.06–1.25× faster (H200, bf16, 4096
 // and 8192 keys, 8 query heads on 8 or 4 kv heads; docs/perf/cuda_wgmma.md,
-// v4.35). The copy moves K's and V's bytes twice at the copy rate, so it pays
+// v4.36). The copy moves K's and V's bytes twice at the copy rate, so it pays
 // where each kv head has enough query rows to read them often
 // (kMinRowsPerKvHead). Below 257 the kernels were not measured to need it.
 #include "cuda/sm90/aligned_kv.h"
@@ -18,6 +18,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/grid_stride.h"
+#include "cuda/sm90/row_steps.h"
 
 namespace flashattn::cuda::sm90 {
 namespace {
@@ -40,11 +41,7 @@ constexpr int kMinWideHeadDim = 257;
 // Whether some row of t starts off a 32-byte sector.
 bool rows_off_sectors(const TensorRef& t, int seqlen, int heads, int batch) {
   if (reinterpret_cast<uintptr_t>(t.data) % kSectorBytes != 0) return true;
-  const struct {
-    int64_t stride;
-    int extent;
-  } dims[] = {{t.row_stride, seqlen}, {t.head_stride, heads}, {t.batch_stride, batch}};
-  for (const auto& d : dims)
+  for (const RowStep& d : row_steps(t, seqlen, heads, batch))
     if (d.extent > 1 && d.stride * kElementBytes % kSectorBytes != 0) return true;
   return false;
 }
@@ -71,11 +68,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// t's (batch, seqlen, heads, cols) into `to`, dense with rows of `pitch`
-// elements; the view of the copy.
-TensorRef copy_rows(const TensorRef& t, int cols, int pitch, const Sizes& s, void* to,
-                    void* stream) {
-  const int64_t rows = int64_t(s.batch) * s.seqlen_k * s.heads_kv;
+// t's (batch, seqlen, heads, cols), `rows` rows, into `to`, dense with rows of
+// `pitch` elements; the view of the copy.
+TensorRef copy_rows(const TensorRef& t, int64_t rows, int cols, int pitch, const Sizes& s,
+                    void* to, void* stream) {
   constexpr int kChunkElements = 16 / kElementBytes;
   copy_rows_kernel<<<grid_stride_blocks(rows, kWarps), kThreads, 0,
                      static_cast<cudaStream_t>(stream)>>>(
@@ -111,9 +107,10 @@ AttnParams with_aligned_kv(const AttnParams& p, std::optional<Scratch>& scratch)
   scratch.emplace(k_bytes + v_bytes, p.device_index, p.stream);
   char* base = static_cast<char*>(scratch->data());
   AttnParams aligned = p;
-  if (k_off) aligned.k = copy_rows(p.k, s.head_dim, padded(s.head_dim), s, base, p.stream);
+  if (k_off) aligned.k = copy_rows(p.k, rows, s.head_dim, padded(s.head_dim), s, base, p.stream);
   if (v_off)
-    aligned.v = copy_rows(p.v, s.head_dim_v, padded(s.head_dim_v), s, base + k_bytes, p.stream);
+    aligned.v =
+        copy_rows(p.v, rows, s.head_dim_v, padded(s.head_dim_v), s, base + k_bytes, p.stream);
   return aligned;
 }
 

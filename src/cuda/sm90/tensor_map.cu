@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "cuda/common/check.h"
+#include "cuda/sm90/row_steps.h"
 #include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
@@ -38,13 +39,7 @@ std::string tma_unsupported(const TensorRef& t, const char* name, int seqlen, in
                             int batch) {
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
     return std::string(name) + ": data is not 16-byte aligned, as TMA needs";
-  const struct {
-    const char* dim;
-    int64_t stride;
-    int extent;
-  } dims[] = {{"seqlen", t.row_stride, seqlen}, {"heads", t.head_stride, heads},
-              {"batch", t.batch_stride, batch}};
-  for (const auto& d : dims) {
+  for (const RowStep& d : row_steps(t, seqlen, heads, batch)) {
     if (d.extent == 1) continue;
     const uint64_t bytes = uint64_t(d.stride * kElementBytes);
     if (d.stride <= 0 || bytes % 16 != 0 || bytes >= kMaxStrideBytes)

@@ -17,8 +17,9 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
-#include "cuda/common/lanes.cuh"
 #include "cuda/common/fp32_tile.cuh"
+#include "cuda/common/lanes.cuh"
+#include "cuda/common/shared_memory_grant.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -162,8 +163,7 @@ void tiny_forward(const AttnParams& p) {
   const int smem = shared_bytes(s);
   with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) {
     const auto kernel = tiny_kernel<decltype(variant)>;
-    FLASHATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    grant_shared_memory(kernel, smem);
     kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, fp32_rows_vec4(p));
   });
   check_launch("tiny_kernel");

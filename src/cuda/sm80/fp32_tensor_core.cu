@@ -28,6 +28,7 @@
 #include "cuda/common/dropout.cuh"
 #include "cuda/common/fp32_tile.cuh"
 #include "cuda/common/mma_tf32x3.cuh"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/common/tile_scheduler.cuh"
 
 namespace flashattn::cuda {
@@ -252,8 +253,7 @@ void launch(const AttnParams& p) {
   const int smem = int(sizeof(SharedTiles<kD>));
   with_variant<AnyVariant, BiasVariant>(p, [&](auto variant) {
     const auto kernel = fp32_tc_kernel<decltype(variant), kD>;
-    FLASHATTN_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    grant_shared_memory(kernel, smem);
     kernel<<<grid.dims, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p, grid.divisors,
                                                                               fp32_rows_vec4(p));
   });

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "cuda/common/check.h"
 #include "cuda/common/dq_output.h"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/device.h"
 #include "cuda/sm90/backward.h"
 #include "cuda/sm90/backward_kernel.cuh"
@@ -81,8 +82,7 @@ void launch_backward(const BwdParams& p) {
 
   const auto kernel = tail.parts > 1 ? backward_kernel<T, Tr, Variant, kPacked, kCanSplit>
                                      : backward_kernel<T, Tr, Variant, kPacked>;
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Tr::kSmemBytes));
+  grant_shared_memory(kernel, Tr::kSmemBytes);
   const int64_t grid = blocks + tail_tiles * (tail.parts - 1);
   kernel<<<unsigned(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
   check_launch("cuda_wgmma backward_kernel");

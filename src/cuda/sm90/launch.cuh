@@ -15,6 +15,7 @@
 #include "cuda/backends.h"
 #include "cuda/common/check.h"
 #include "cuda/common/scratch.h"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/sm90/forward.h"
 #include "cuda/sm90/kernel.cuh"
@@ -246,8 +247,7 @@ void launch(const AttnParams& p) {
   }
   if constexpr (kSplitsTail<Tr, Variant, kPacked>) split_tail<Tr>(p, kp, parts);
   const auto kernel = forward_kernel<T, Tr, Variant, kPacked>;
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Tr::kSmemBytes));
+  grant_shared_memory(kernel, Tr::kSmemBytes);
   const int blocks =
       Tr::kPersistent
           ? persistent_blocks<Tr>(p, grid, kp.heads_fastest, resident_blocks<Tr>(p, kernel))

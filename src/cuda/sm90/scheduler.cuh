@@ -46,11 +46,13 @@ struct KernelParams {
   MaskRule rule;
   TensorRef out;
   int64_t total_q;
-  // Packed: the query tiles that have rows, heaviest first, as
-  // batch · m_blocks + m_block after their number (order_packed_tiles_kernel);
-  // tile index i is entry i / heads_q for q head i % heads_q. The grid holds every sequence's tiles up to the longest one's, and
-  // handed out in turn they loaded the blocks unevenly: a list with the empty
-  // tiles out and the heavy ones first loads them as the dense causal order does.
+  // Packed: the count of query tiles that have rows, then those tiles,
+  // heaviest first, each as batch · m_blocks + m_block (written by
+  // order_packed_tiles_kernel); tile index i is entry i / heads_q, q head
+  // i % heads_q. The grid holds every sequence's tiles up to the longest one's:
+  // handed out in grid order they loaded the blocks unevenly, while the list,
+  // without the empty tiles and with the heavy ones first, loads them as the
+  // dense causal order does.
   const int32_t* packed_tiles;
   // The grid's last tiles split by keys (core/tail_split.h; the kernels
   // of kSplitsTail alone): each split tile's parts write their warpgroups'

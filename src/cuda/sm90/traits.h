@@ -76,8 +76,6 @@ struct Traits {
   // (docs/perf/cuda_wgmma.md, v4.31); the plain kernels only (dropout sums
   // the probabilities it then drops).
   static constexpr bool kRowSumsByMma = kRowSumsByMma_;
-  static constexpr int kPanels = kHeadDim / 64;  // 64-column, 128-byte-row panels of Q and K
-  static constexpr int kPanelsV = kHeadDimV / 64;  // of V and the output
   // The panels that hold Q·Kᵀ's depth and P·V's width: the producer loads only
   // those (the rest would be TMA's zeros that no product reads).
   static constexpr int kPanelsQK = (kHeadDimQK + 63) / 64;

@@ -8,6 +8,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/head_dim_bucket.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/device.h"
 #include "cuda/sm80/decode/decode.h"
 #include "cuda/sm80/decode/decode_kernel.cuh"
@@ -108,8 +109,7 @@ void launch(const AttnParams& p) {
     return DecodeGrid{FastDivisor(row_tiles), FastDivisor(s.heads_kv), FastDivisor(s.group()),
                       FastDivisor(splits)};
   };
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Shape::kSmemBytes));
+  grant_shared_memory(kernel, Shape::kSmemBytes);
   const auto slots = [&](int splits) {
     return cluster_slots(kernel, splits, kThreads, Shape::kSmemBytes, p.device_index);
   };

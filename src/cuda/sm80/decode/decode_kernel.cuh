@@ -31,6 +31,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/params.h"
 #include "core/softmax.h"
@@ -58,10 +59,23 @@ __host__ __device__ inline bool pages_hold_whole_blocks(const KeyCache& c) {
   return c.page_size % kBlockN == 0;
 }
 
-// Pages of 16 or 32 keys: whole passes of every head-dim bucket's loader (it
-// copies 4 to 16 rows a pass) that tile a key block, addressed a page at a time.
+// Page sizes of a few keys that hold whole passes of every head-dim bucket's
+// loader (it copies 4 to 16 rows a pass) and tile a key block, so that the
+// loader addresses them a page at a time (KeyBlockLoader::copy_small_pages).
+template <int... kSizes>
+struct PageSizes {
+  __host__ __device__ static constexpr bool holds(int size) { return ((size == kSizes) || ...); }
+  // Calls f(std::integral_constant<int, size>{}) where size is one of kSizes;
+  // false where it is none.
+  template <class F>
+  __device__ static bool visit(int size, F&& f) {
+    return ((size == kSizes && (f(std::integral_constant<int, kSizes>{}), true)) || ...);
+  }
+};
+using SmallPageSizes = PageSizes<16, 32>;
+
 __host__ __device__ inline bool pages_are_small_tiles(const KeyCache& c) {
-  return c.page_size == 16 || c.page_size == 32;
+  return SmallPageSizes::holds(c.page_size);
 }
 
 // Whether the kernel addresses a paged cache's rows a page at a time (not one
@@ -196,11 +210,10 @@ __device__ __forceinline__ void load_rows(char* tile, int valid_rows, int head_d
 // A thread's share of a key block's K and V loads, for rows 16-byte aligned and
 // head_dim a multiple of 8: one 16-byte column chunk of rows row_in,
 // row_in + kRowsPerPass, ... of the block. Each row is addressed once for K
-// and V together (a contiguous cache, or pages of whole key blocks or of 16 or
-// 32 keys: a pointer step per row; other pages: a page lookup per row, all
-// issued before the copies), since per-chunk
-// addressing kept the block's few warps on integer work instead of keeping
-// bytes in flight.
+// and V together (a contiguous cache, or pages of whole key blocks or of
+// SmallPageSizes: a pointer step per row; other pages: a page lookup per row,
+// all issued before the copies), since per-chunk addressing kept the block's
+// few warps on integer work instead of keeping bytes in flight.
 template <typename Tile>
 struct KeyBlockLoader {
   static constexpr int kRowsPerPass = kThreads / Tile::kChunks;
@@ -250,18 +263,26 @@ struct KeyBlockLoader {
     else return Tile::offset(row_in + pass * kRowsPerPass, int(threadIdx.x) % Tile::kChunks);
   }
 
-  // Starts the copies of a key block whose rows all exist, this thread's chunk
-  // of its first K and V rows at k_row and v_row, the next rows a row stride on.
-  __device__ __forceinline__ void copy_whole_block(const AttnParams& p, uint32_t k_tile,
-                                                   const uint16_t* k_row,
-                                                   const uint16_t* v_row) const {
+  // Starts the copies of kCount passes from pass `first` of a key block whose
+  // rows all exist and lie at one row stride apart, this thread's chunk of the
+  // first pass's K and V rows at k_row and v_row.
+  template <int kCount>
+  __device__ __forceinline__ void copy_passes(const AttnParams& p, uint32_t k_tile, int first,
+                                              const uint16_t* k_row, const uint16_t* v_row) const {
 #pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
+    for (int pass = first; pass < first + kCount; ++pass) {
       cp_async_16_whole(k_tile + dst(pass), k_row);
       cp_async_16_whole(k_tile + Tile::kBytes + dst(pass), v_row);
       k_row += kRowsPerPass * p.k.row_stride;
       v_row += kRowsPerPass * p.v.row_stride;
     }
+  }
+
+  // The copies of a whole key block whose rows all exist at one row stride apart.
+  __device__ __forceinline__ void copy_whole_block(const AttnParams& p, uint32_t k_tile,
+                                                   const uint16_t* k_row,
+                                                   const uint16_t* v_row) const {
+    copy_passes<kPasses>(p, k_tile, 0, k_row, v_row);
   }
 
   // Starts the copies of key block n, every row cached and every chunk inside
@@ -279,20 +300,11 @@ struct KeyBlockLoader {
 #pragma unroll
     for (int j = 0; j < kPages; ++j) page[j] = __ldg(table + n * kPages + j);
 #pragma unroll
-    for (int j = 0; j < kPages; ++j) {
-      const uint16_t* k_row =
-          k_head + int64_t(page[j]) * p.k.batch_stride + row_in * p.k.row_stride;
-      const uint16_t* v_row =
-          v_head + int64_t(page[j]) * p.v.batch_stride + row_in * p.v.row_stride;
-#pragma unroll
-      for (int i = 0; i < kPassesPerPage; ++i) {
-        const int pass = j * kPassesPerPage + i;
-        cp_async_16_whole(k_tile + dst(pass), k_row);
-        cp_async_16_whole(k_tile + Tile::kBytes + dst(pass), v_row);
-        k_row += kRowsPerPass * p.k.row_stride;
-        v_row += kRowsPerPass * p.v.row_stride;
-      }
-    }
+    for (int j = 0; j < kPages; ++j)
+      copy_passes<kPassesPerPage>(
+          p, k_tile, j * kPassesPerPage,
+          k_head + int64_t(page[j]) * p.k.batch_stride + row_in * p.k.row_stride,
+          v_head + int64_t(page[j]) * p.v.batch_stride + row_in * p.v.row_stride);
   }
 
   // Starts the copies of key block n into the K tile at k_tile (a shared
@@ -340,11 +352,12 @@ struct KeyBlockLoader {
                        v_head + page_at * p.v.batch_stride + row * p.v.row_stride);
       return;
     }
-    if (in_head && (n + 1) * kBlockN <= cached_end) {
-      // Pages of 16 or 32 keys: one table load per page, then its rows step.
-      if (c.page_size == 16) return copy_small_pages<16>(p, table, k_tile, n);
-      if (c.page_size == 32) return copy_small_pages<32>(p, table, k_tile, n);
-    }
+    // Pages of a few keys: one table load per page, then its rows step.
+    if (in_head && (n + 1) * kBlockN <= cached_end &&
+        SmallPageSizes::visit(c.page_size, [&](auto size) {
+          copy_small_pages<decltype(size)::value>(p, table, k_tile, n);
+        }))
+      return;
     // Other paged blocks: the page of each cached row first (a running page and
     // offset, no division per row), so that the table's loads are in flight together.
     int slot = key0 / c.page_size, in_page = key0 - slot * c.page_size;

@@ -8,6 +8,7 @@
 #include "cuda/common/head_dim_bucket.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/scratch.h"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/sm80/f16x3/kernel.cuh"
 #include "cuda/sm80/f16x3/wide.h"
 
@@ -23,8 +24,7 @@ void run_attention(const AttnParams& p, TileGrid grid, bool vec4, const SplitKV&
                    const KeySplit& split) {
   const int smem = int(sizeof(SharedTiles<Shape>));
   const auto kernel = attention_kernel<Variant, Shape>;
-  FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  grant_shared_memory(kernel, smem);
   grid.dims.y = unsigned(split.count);
   KernelLaunch(grid.dims, Shape::kThreads, smem, static_cast<cudaStream_t>(p.stream))
       .early_where(runs_sm90a_code(p.device_index))(kernel, "cuda_f16x3 attention_kernel", p,

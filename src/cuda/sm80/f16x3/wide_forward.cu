@@ -8,17 +8,12 @@
 #include "cuda/common/head_dim_bucket.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/scratch.h"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/sm80/f16x3/wide.h"
 #include "cuda/sm80/f16x3/wide_kernel.cuh"
 
 namespace flashattn::cuda::f16x3 {
 namespace {
-
-template <typename Kernel>
-void allow_shared_memory(Kernel kernel, int bytes) {
-  FLASHATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
 
 // The grid's blocks take up to kF16x3MaxKeySplits key splits each, as many as keep
 // it within one wave of resident blocks. The kernel is launched while the split
@@ -29,7 +24,7 @@ template <class Variant, typename Shape>
 void run_attention(const AttnParams& p, TileGrid grid, int chunks, int smem, bool vec4,
                    const WideSplitKV& kv) {
   const auto kernel = wide_attention_kernel<Variant, Shape>;
-  allow_shared_memory(kernel, smem);
+  grant_shared_memory(kernel, smem);
   int per_sm = 0;
   FLASHATTN_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Shape::kThreads, smem));
@@ -75,7 +70,7 @@ void run(const AttnParams& p) {
   kv.v_unscale = kv.k_unscale + size_t(kv_heads) * rows;
 
   const int split_smem = int(sizeof(WideSplitStage<kD>));
-  allow_shared_memory(wide_split_kernel<kD>, split_smem);
+  grant_shared_memory(wide_split_kernel<kD>, split_smem);
   wide_split_kernel<kD><<<unsigned(2 * kv_heads * (rows / 16)), kWideSplitThreads, split_smem,
                           stream>>>(p, kv, vec4);
   check_launch("cuda_f16x3 wide_split_kernel");

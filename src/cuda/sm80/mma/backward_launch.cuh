@@ -11,6 +11,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/dq_output.h"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/sm80/mma/backward.h"
 #include "cuda/sm80/mma/backward_kernel.cuh"
 
@@ -52,8 +53,7 @@ void launch_backward(const BwdParams& p) {
   for (const TensorRef* t : {&p.q, &p.k, &p.v, &p.grad.dout, &p.grad.dk, &p.grad.dv})
     vec16 = vec16 && rows_16b_aligned(*t, 2);
   const auto kernel = backward_kernel<T, Shape, Variant>;
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Shape::kSmemBytes));
+  grant_shared_memory(kernel, Shape::kSmemBytes);
   kernel<<<unsigned(blocks), Shape::kThreads, Shape::kSmemBytes, stream>>>(
       p, query_tiles, sums.accum(), sums.layout(), sums.turns(), sums.turn_group(), vec16);
   check_launch("cuda_mma backward_kernel");

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.h"
+#include "cuda/common/shared_memory_grant.h"
 #include "cuda/sm80/mma/forward.h"
 #include "cuda/sm80/mma/forward_kernel.cuh"
 
@@ -55,8 +56,7 @@ void launch_forward(const AttnParams& p) {
   bool vec16 = true;
   for (const TensorRef* t : {&p.q, &p.k, &p.v, &p.o}) vec16 = vec16 && rows_16b_aligned(*t, 2);
   const auto kernel = forward_kernel<T, Shape, Variant>;
-  FLASHATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Shape::kSmemBytes));
+  grant_shared_memory(kernel, Shape::kSmemBytes);
   kernel<<<grid.dims, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(
       p, grid.divisors, vec16);
   check_launch("cuda_mma forward_kernel");

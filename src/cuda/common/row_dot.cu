@@ -7,6 +7,7 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/element.cuh"
 #include "cuda/common/fast_divisor.h"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/grid_stride.h"
 #include "cuda/common/lanes.cuh"
 
@@ -41,6 +42,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     row_dot_chunks_kernel(const BwdParams p, float* row_dot, int lanes, FastDivisor by_heads,
                           FastDivisor by_seqlen, void* zeroed, size_t zeroed_bytes) {
+  launch_dependent_grids();
   zero_share(zeroed, zeroed_bytes);
   constexpr int kPerChunk = 16 / sizeof(T);
   const Sizes s = storage_sizes(p);
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     row_dot_kernel(const BwdParams p, float* row_dot, void* zeroed, size_t zeroed_bytes) {
+  launch_dependent_grids();
   zero_share(zeroed, zeroed_bytes);
   const Sizes s = storage_sizes(p);
   const int64_t rows = int64_t(s.batch) * s.heads_q * s.seqlen_q;

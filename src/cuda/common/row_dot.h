@@ -5,7 +5,11 @@
 // passes are bound by memory, and as two (D, then a memset of the sums) they
 // took 51 + ~30 µs where one takes what their bytes take together (cuDNN's
 // own D pass zeroes its dQ sums the same way: H200, B16 N1024 H16 d128,
-// docs/perf/cuda_wgmma_backward.md, v19.2).
+// docs/perf/cuda_wgmma_backward.md, v19.2). Each of its blocks lets the next
+// kernel's blocks be scheduled from its start (a programmatic dependent
+// launch, common/launch.h), so a key-tile kernel launched so may begin while D
+// finishes, as long as it waits (griddepcontrol.wait) before it reads D or
+// adds into the zeroed range.
 #pragma once
 
 #include <cstddef>

@@ -60,6 +60,7 @@
 #include "cuda/common/backward_walk.cuh"
 #include "cuda/common/dq_accum.cuh"
 #include "cuda/common/dropout.cuh"
+#include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/mma_16bit.cuh"
 #include "cuda/sm90/backward_traits.h"
 #include "cuda/sm90/pipeline.cuh"
@@ -225,6 +226,8 @@ __device__ __forceinline__ void backward_stats_loader(const BackwardKernelParams
       next[r] = kLse && row0 + i < seqlen_q ? backward_lse2(value) : value;
     }
   };
+  // D is the D pass's, which may still run (the early launch, backward_launch.cuh).
+  if constexpr (!kLse) wait_for_previous_grid();
   QueryTile tile = w.first();
   if (w.steps > 0) load(tile);
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
@@ -267,6 +270,7 @@ __device__ __forceinline__ void backward_dq_writer(const BackwardKernelParams& k
     __syncwarp();
     if (issues) arrive(&bar.kv_full);
   }
+  wait_for_previous_grid();  // the sums (and turns) zeroed by the D pass
   QueryTile tile = w.first();
   for (int step = 0; step < w.steps; ++step, tile = tile.next(w)) {
     const int stage = step % Tr::kQStages;
@@ -731,6 +735,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardKernelParams& kp
         fence_shared_to_async();
         named_barrier_arrive(kDQFull + Tr::dq_buffer(w.steps - 1), Tr::kDQMeeting);
       }
+      wait_for_previous_grid();  // the split tile's sums, zeroed by the D pass
       finish_tail_part<T, Tr>(kp, w, dk, dv, key_row, kv_col0, v_col0, dv_scale);
       return;
     }

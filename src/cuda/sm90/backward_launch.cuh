@@ -2,7 +2,8 @@
 // (and, in deterministic mode, the turn counters; with a split tail, its dK
 // and dV sums and counters) in scratch memory, zeroed;
 // TMA descriptors; the key-tile kernel over the grid of common/backward_walk.cuh;
-// then write_dq.
+// then write_dq. The key-tile kernel is launched early (common/launch.h),
+// while the D pass finishes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,8 +11,8 @@
 #include <type_traits>
 
 #include "core/error.h"
-#include "cuda/common/check.h"
 #include "cuda/common/dq_output.h"
+#include "cuda/common/launch.h"
 #include "cuda/common/shared_memory_grant.h"
 #include "cuda/device.h"
 #include "cuda/sm90/backward.h"
@@ -84,8 +85,10 @@ void launch_backward(const BwdParams& p) {
                                      : backward_kernel<T, Tr, Variant, kPacked>;
   grant_shared_memory(kernel, Tr::kSmemBytes);
   const int64_t grid = blocks + tail_tiles * (tail.parts - 1);
-  kernel<<<unsigned(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(kp);
-  check_launch("cuda_wgmma backward_kernel");
+  // Early (common/launch.h): the blocks may start while the D pass finishes;
+  // they wait for it where they read D or add into the zeroed sums.
+  KernelLaunch(dim3(unsigned(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream)
+      .early_where(runs_sm90a_code(p.device_index))(kernel, "cuda_wgmma backward_kernel", kp);
   write_dq(p, sums.accum(), sums.layout());
 }
 

@@ -19,7 +19,7 @@ template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_, bool kPers
           bool kRowSumsByMma_ = false, int kHeadDimPV_ = kHeadDimV_>
 struct Traits {
   static constexpr int kHeadDim = kHeadDim_;  // head_dim padded with zeros to a multiple of 64
-  static constexpr int kHeadDimV = kHeadDimV_;  // head_dim_v, likewise: the P·V width
+  static constexpr int kHeadDimV = kHeadDimV_;  // head_dim_v, likewise: V's and the output's tiles
   // Q·Kᵀ's depth: the columns of Q and K that may be nonzero, a multiple of 16
   // (wgmma's K); the bucket's columns past it are TMA's zeros, so the product
   // skips them (forward.cu lists the depths each bucket has).
